@@ -1,0 +1,82 @@
+"""The Plan: what the planner hands the gateway (DESIGN §4).
+
+A plan names, for each store reference in the statement, the IQv2 requests
+that fetch the rows (``StoreScan``), and the residual SQL DuckDB runs over the
+scans' relations. The planner never executes anything.
+
+Each scan's relation has the store's columns (``StoreSpec.columns()``) plus
+the pseudo-columns ``_partition``, ``_position``, ``_failure_reason``,
+``_failure_message``: one row per data row, and one row (data columns NULL)
+per failed partition. The residual SQL sees only data rows unless the
+statement itself names ``_failure_reason``/``_failure_message``
+(``StoreScan.include_failures``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from stores.position import PositionBound
+from stores.query import ResultOrder
+from stores.request import StateQueryRequest
+
+__all__ = ["StatementKind", "StoreScan", "Plan", "PSEUDO_COLUMNS", "FAILURE_COLUMNS"]
+
+PSEUDO_COLUMNS = ("_partition", "_position", "_failure_reason", "_failure_message")
+FAILURE_COLUMNS = ("_failure_reason", "_failure_message")
+
+
+class StatementKind(str, enum.Enum):
+    SELECT = "select"
+    EXPLAIN = "explain"
+    SHOW_TABLES = "show_tables"
+    DESCRIBE = "describe"
+    SET = "set"
+
+
+@dataclass(frozen=True, slots=True)
+class StoreScan:
+    """The rows of one store reference.
+
+    ``requests`` all run; their per-partition results are concatenated into one
+    relation named ``relation``. When ``order`` is set, rows are merged in key
+    order (then window start / valid_from) across partitions; ``limit`` is
+    applied after that merge and is only set when nothing after the scan can
+    drop rows.
+    """
+
+    relation: str
+    store: str
+    requests: tuple[StateQueryRequest, ...]
+    order: ResultOrder | None = None
+    limit: int | None = None
+    include_failures: bool = False
+    full_scan: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """``kind`` says which other fields matter.
+
+    SELECT: ``scans`` + ``residual_sql`` (DuckDB SQL over the scans' relations).
+    ``fast_path`` (when not None) lists, for a single scan of key lookups with
+    nothing else to do, the store columns to return in order: the gateway may
+    skip DuckDB and build rows straight from the results.
+    EXPLAIN: ``explain`` holds the text; ``inner`` the explained plan.
+    SHOW_TABLES / DESCRIBE: ``describe`` names the store for DESCRIBE.
+    SET: ``settings`` holds the validated new session settings.
+    """
+
+    kind: StatementKind
+    scans: tuple[StoreScan, ...] = ()
+    residual_sql: str | None = None
+    position_bound: PositionBound = PositionBound.unbounded()
+    fast_path: tuple[str, ...] | None = None
+    explain: str | None = None
+    inner: Plan | None = None
+    describe: str | None = None
+    settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))

@@ -1,0 +1,117 @@
+"""The contracts between the parts of ``stores`` and the layers above.
+
+- ``Queryable``: what the gateway runs StateQueryRequests against: a
+  ``StreamsApp`` in the same process, or a ``StateDirReader`` that opens the
+  store files of another process read-only.
+- ``TopologyLike``/``Runtime``/``AppDriver``: how a pipeline (the Spark one in
+  ``stores.spark_*``, or a plain store set in tests) plugs into ``StreamsApp``
+  without ``StreamsApp`` importing pyspark.
+- ``StoreWriter``/``Change``: how a pipeline writes a batch into a store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+from .position import Position
+from .request import StateQueryRequest
+from .result import StateQueryResult
+from .schema import StoreSpec
+from .state import State, StreamThreadExceptionResponse
+
+__all__ = ["Change", "Queryable", "StoreWriter", "TopologyLike", "Runtime", "AppDriver"]
+
+
+class Change(NamedTuple):
+    """One row change in a batch. ``value`` None deletes (for versioned stores: a tombstone at ``timestamp``).
+
+    ``value`` is a tuple in the order of ``StoreSpec.values``. ``timestamp``
+    (epoch ms) is the record time: required for timestamped key-value and
+    versioned stores, optional elsewhere. Window and session rows are
+    identified by ``(key, window_start, window_end)``.
+    """
+
+    key: Any
+    value: tuple[Any, ...] | None
+    timestamp: int | None = None
+    window_start: int | None = None
+    window_end: int | None = None
+
+
+@runtime_checkable
+class Queryable(Protocol):
+    @property
+    def state(self) -> State: ...
+
+    def catalog(self) -> Mapping[str, StoreSpec]: ...
+
+    def query(self, request: StateQueryRequest) -> StateQueryResult: ...
+
+
+class StoreWriter(Protocol):
+    """Writes batches into every partition of one store."""
+
+    spec: StoreSpec
+
+    def write_batch(self, batch_id: int, changes: Iterable[Change], position: Position) -> None:
+        """Partition ``changes`` by key and apply them with ``position`` in one transaction per partition.
+
+        Every partition gets ``position`` (a store partition has seen every
+        source partition). A partition that already applied ``batch_id`` (or
+        a later one) skips it, so replays after a crash are harmless.
+        """
+        ...
+
+    def last_batch_id(self) -> int | None:
+        """The smallest last-applied batch id over the partitions (None if some never applied one)."""
+        ...
+
+
+class Runtime(Protocol):
+    """What drives the stores (the Spark pipeline). StreamsApp calls these; they must not block long."""
+
+    def start(self) -> None:
+        """Begin processing; called once after CREATED -> REBALANCING. Report progress through the AppDriver."""
+        ...
+
+    def replace(self, unit: str) -> None:
+        """Restart the failed unit (a streaming query) from its checkpoint (REPLACE_THREAD)."""
+        ...
+
+    def stop(self, timeout_s: float) -> None:
+        """Stop every unit and release resources; called on close and on the way to ERROR."""
+        ...
+
+
+class AppDriver(Protocol):
+    """What a Runtime may ask of its StreamsApp."""
+
+    application_id: str
+    state_dir: Path
+
+    @property
+    def state(self) -> State: ...
+
+    def writer(self, store_name: str) -> StoreWriter: ...
+
+    def mark_rebalancing(self) -> None:
+        """RUNNING -> REBALANCING (recovery, a unit restarting). No-op if already REBALANCING."""
+        ...
+
+    def mark_running(self) -> None:
+        """REBALANCING -> RUNNING once every unit has caught up. No-op if already RUNNING."""
+        ...
+
+    def handle_uncaught(self, exc: BaseException, unit: str) -> StreamThreadExceptionResponse:
+        """Give a unit's failure to the uncaught-exception handler and carry out its response."""
+        ...
+
+
+class TopologyLike(Protocol):
+    def store_specs(self) -> Sequence[StoreSpec]: ...
+
+    def create_runtime(self, app: AppDriver) -> Runtime | None:
+        """The runtime that maintains the stores, or None for stores written by hand (tests)."""
+        ...

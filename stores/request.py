@@ -1,0 +1,84 @@
+"""StateQueryRequest: the immutable IQv2 request builder (KIP-796)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from .position import PositionBound
+from .query import Query
+
+__all__ = ["StateQueryRequest", "InStore"]
+
+
+@dataclass(frozen=True, slots=True)
+class InStore:
+    store_name: str
+
+    def with_query(self, query: Query) -> StateQueryRequest:
+        if query is None:
+            raise TypeError("query cannot be null")
+        return StateQueryRequest(self.store_name, query)
+
+
+@dataclass(frozen=True, slots=True)
+class StateQueryRequest:
+    """Which store, which query, which partitions (``None`` = all hosted), and how strict."""
+
+    store_name: str
+    query: Query
+    partitions: frozenset[int] | None = None
+    position_bound: PositionBound = PositionBound.unbounded()
+    active_required: bool = False
+    execution_info_enabled: bool = False
+
+    @staticmethod
+    def in_store(name: str) -> InStore:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"store name must be a non-empty string, got {name!r}")
+        return InStore(name)
+
+    def with_query(self, query: Query) -> StateQueryRequest:
+        return replace(self, query=query)
+
+    def with_partitions(self, partitions: Iterable[int]) -> StateQueryRequest:
+        parts = frozenset(partitions)
+        for p in parts:
+            if isinstance(p, bool) or not isinstance(p, int) or p < 0:
+                raise ValueError(f"partitions must be non-negative integers, got {p!r}")
+        return replace(self, partitions=parts)
+
+    def with_all_partitions(self) -> StateQueryRequest:
+        return replace(self, partitions=None)
+
+    def with_position_bound(self, bound: PositionBound) -> StateQueryRequest:
+        if not isinstance(bound, PositionBound):
+            raise TypeError(f"position bound must be a PositionBound, got {type(bound).__name__}")
+        return replace(self, position_bound=bound)
+
+    def require_active(self) -> StateQueryRequest:
+        return replace(self, active_required=True)
+
+    def enable_execution_info(self) -> StateQueryRequest:
+        return replace(self, execution_info_enabled=True)
+
+    @property
+    def is_all_partitions(self) -> bool:
+        return self.partitions is None
+
+    @property
+    def is_require_active(self) -> bool:
+        return self.active_required
+
+    def get_partitions(self) -> frozenset[int]:
+        if self.partitions is None:
+            raise RuntimeError("Cannot list partitions of an 'all partitions' request")
+        return self.partitions
+
+    def __repr__(self) -> str:
+        parts = "all" if self.partitions is None else sorted(self.partitions)
+        return (
+            f"StateQueryRequest{{store={self.store_name}, query={self.query!r}, partitions={parts}, "
+            f"bound={self.position_bound}, requireActive={self.active_required}, "
+            f"executionInfo={self.execution_info_enabled}}}"
+        )
