@@ -1,0 +1,225 @@
+"""Per-partition IQv2 results → the rows of a store relation, as Arrow or as Python tuples.
+
+Each query type returns a differently shaped result (a value, a
+ValueAndTimestamp, KeyValues over windows, VersionedRecords ...); this module
+is the one place that knows those shapes, so the engine can treat every scan
+as a table of the store's columns plus the pseudo-columns of DESIGN §4.
+
+Times: stores keep epoch ms; they are exposed as TIMESTAMP WITH TIME ZONE in
+UTC (Arrow ``timestamp('ms', tz='UTC')``), Python ``datetime`` with
+``tzinfo=UTC``. DATE keys are stored as days since the epoch.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+from typing import Any
+
+import pyarrow as pa
+
+from stores.position import Position
+from stores.query import ResultOrder, WindowKeyQuery
+from stores.request import StateQueryRequest
+from stores.result import FailureReason, StateQueryResult
+from stores.schema import SqlType, StoreKind, StoreSpec
+from stores.values import KeyValue, ValueAndTimestamp, VersionedRecord, Windowed
+
+__all__ = ["ScanRows", "Failure", "collect", "ARROW_TYPES", "DUCK_TYPES", "PSEUDO_FIELDS", "python_value"]
+
+ARROW_TYPES: dict[SqlType, pa.DataType] = {
+    SqlType.BIGINT: pa.int64(),
+    SqlType.INTEGER: pa.int32(),
+    SqlType.DOUBLE: pa.float64(),
+    SqlType.VARCHAR: pa.string(),
+    SqlType.BOOLEAN: pa.bool_(),
+    SqlType.TIMESTAMP: pa.timestamp("ms", tz="UTC"),
+    SqlType.DATE: pa.date32(),
+}
+
+# The DuckDB type names of the same columns, for results that skip DuckDB (the fast path).
+DUCK_TYPES: dict[SqlType, str] = {
+    SqlType.BIGINT: "BIGINT",
+    SqlType.INTEGER: "INTEGER",
+    SqlType.DOUBLE: "DOUBLE",
+    SqlType.VARCHAR: "VARCHAR",
+    SqlType.BOOLEAN: "BOOLEAN",
+    SqlType.TIMESTAMP: "TIMESTAMP WITH TIME ZONE",
+    SqlType.DATE: "DATE",
+}
+
+PSEUDO_FIELDS: tuple[pa.Field, ...] = (
+    pa.field("_partition", pa.int32()),
+    pa.field("_position", pa.string()),
+    pa.field("_failure_reason", pa.string()),
+    pa.field("_failure_message", pa.string()),
+)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH_DATE = date(1970, 1, 1)
+
+
+def python_value(sql_type: SqlType, v: Any) -> Any:
+    """The Python value a client sees for a stored value (DuckDB's own conversion, without DuckDB)."""
+    if v is None:
+        return None
+    if sql_type is SqlType.TIMESTAMP:
+        return _EPOCH + timedelta(milliseconds=v)
+    if sql_type is SqlType.DATE:
+        return _EPOCH_DATE + timedelta(days=v)
+    return v
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    store: str
+    partition: int
+    reason: FailureReason
+    message: str
+    position: Position | None
+
+
+@dataclass(slots=True)
+class ScanRows:
+    """One scan's rows in ``spec.columns()`` order, each followed by (_partition, _position json)."""
+
+    spec: StoreSpec
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+
+    def schema(self) -> pa.Schema:
+        cols = [pa.field(c.name, ARROW_TYPES[c.type]) for c in self.spec.columns()]
+        return pa.schema(cols + list(PSEUDO_FIELDS))
+
+    def to_arrow(self, include_failures: bool) -> pa.Table:
+        """The store relation; failure rows (data columns NULL) only when the statement asked for them."""
+        schema = self.schema()
+        width = len(self.spec.columns())
+        cols: list[list[Any]] = [[] for _ in range(width + 4)]
+        for row in self.rows:
+            for i, v in enumerate(row):
+                cols[i].append(v)
+            cols[width + 2].append(None)
+            cols[width + 3].append(None)
+        if include_failures:
+            for f in self.failures:
+                for i in range(width):
+                    cols[i].append(None)
+                cols[width].append(f.partition)
+                cols[width + 1].append(_position_json(f.position))
+                cols[width + 2].append(f.reason.label)
+                cols[width + 3].append(f.message)
+        arrays = [pa.array(c, type=schema.field(i).type) for i, c in enumerate(cols)]
+        return pa.Table.from_arrays(arrays, schema=schema)
+
+    def project(self, names: Sequence[str]) -> tuple[list[tuple[str, str]], list[tuple[Any, ...]]]:
+        """``(columns, rows)`` of the named store columns as Python values (the fast path, no DuckDB)."""
+        index = {c.name: (i, c.type) for i, c in enumerate(self.spec.columns())}
+        index["_partition"] = (len(index), SqlType.INTEGER)
+        picks = []
+        columns = []
+        for n in names:
+            if n not in index:
+                raise KeyError(f"fast path column {n!r} is not a column of store {self.spec.name!r}")
+            i, t = index[n]
+            picks.append((i, t if t in (SqlType.TIMESTAMP, SqlType.DATE) else None))
+            columns.append((n, DUCK_TYPES[t]))
+        out = [tuple(python_value(t, row[i]) if t else row[i] for i, t in picks) for row in self.rows]
+        return columns, out
+
+
+def _position_json(position: Position | None) -> str | None:
+    return None if position is None else json.dumps(position.to_json_map(), separators=(",", ":"))
+
+
+class _Shaper:
+    """Builds a row in the store's column order from the parts a result carries."""
+
+    __slots__ = ("kind", "nvals", "store", "size")
+
+    def __init__(self, spec: StoreSpec) -> None:
+        self.kind = spec.kind
+        self.nvals = len(spec.values)
+        self.store = spec.name
+        self.size = spec.window_size_ms
+
+    def row(self, key: Any, value: Any, ts: int | None = None, ws: int | None = None, we: int | None = None,
+            vt: int | None = None) -> tuple[Any, ...]:
+        if isinstance(value, ValueAndTimestamp):
+            ts = value.timestamp
+            value = value.value
+        elif isinstance(value, VersionedRecord):
+            ts, vt = value.timestamp, value.valid_to
+            value = value.value
+        if not isinstance(value, tuple) or len(value) != self.nvals:
+            raise ValueError(f"store {self.store!r} returned a value {value!r}; expected a tuple of {self.nvals} values")
+        kind = self.kind
+        if kind is StoreKind.KEY_VALUE:
+            return (key, *value)
+        if kind is StoreKind.TIMESTAMPED_KEY_VALUE:
+            return (key, *value, ts)
+        if kind is StoreKind.VERSIONED:
+            return (key, *value, ts, vt)
+        if we is None and ws is not None and self.size is not None:
+            we = ws + self.size
+        return (key, ws, we, *value)
+
+
+def _data_rows(shaper: _Shaper, request: StateQueryRequest, result: Any) -> Iterable[tuple[Any, ...]]:
+    """Rows of one successful partition result, whatever the query type returned."""
+    query = request.query
+    if result is None:
+        return ()
+    if isinstance(result, (tuple, ValueAndTimestamp, VersionedRecord)):  # point lookups
+        return (shaper.row(query.key, result),)
+    items = result.remaining() if hasattr(result, "remaining") else list(result)
+    out = []
+    is_window_key = isinstance(query, WindowKeyQuery)
+    for item in items:
+        if isinstance(item, VersionedRecord):  # MultiVersionedKeyQuery
+            out.append(shaper.row(query.key, item))
+        elif isinstance(item, KeyValue) or (isinstance(item, tuple) and len(item) == 2):
+            k, v = item
+            if is_window_key:
+                out.append(shaper.row(query.key, v, ws=k))
+            elif isinstance(k, Windowed):
+                out.append(shaper.row(k.key, v, ws=k.window.start, we=k.window.end))
+            else:
+                out.append(shaper.row(k, v))
+        else:
+            raise ValueError(f"store {shaper.store!r} returned an item {item!r} for {query!r}")
+    return out
+
+
+def collect(spec: StoreSpec, answers: Sequence[tuple[StateQueryRequest, StateQueryResult]],
+            order: ResultOrder | None, limit: int | None) -> ScanRows:
+    """Concatenate every partition's rows, merge them in key order when asked, then apply the limit."""
+    shaper = _Shaper(spec)
+    scan = ScanRows(spec)
+    rows = scan.rows
+    for request, answer in answers:
+        for partition, qr in answer.partition_results.items():
+            if qr.is_failure:
+                scan.failures.append(Failure(spec.name, partition, qr.failure_reason, qr.failure_message,
+                                             qr.position))
+                continue
+            tail = (partition, _position_json(qr.position))
+            for r in _data_rows(shaper, request, qr.result):
+                rows.append(r + tail)
+    if order is not None and order is not ResultOrder.ANY and len(rows) > 1:
+        rows.sort(key=_order_key(spec), reverse=order is ResultOrder.DESCENDING)
+    if limit is not None and len(rows) > limit:
+        del rows[limit:]
+    return scan
+
+
+def _order_key(spec: StoreSpec):  # noqa: ANN202 - a sort key function
+    """Key first, then window start / valid_from: the order a single sorted store would produce."""
+    if spec.kind in (StoreKind.WINDOW, StoreKind.SESSION):
+        return lambda r: (r[0], r[1])
+    if spec.kind is StoreKind.VERSIONED:
+        i = 1 + len(spec.values)
+        return lambda r: (r[0], r[i])
+    return lambda r: r[0]

@@ -1,0 +1,187 @@
+"""What a statement returns: rows with DuckDB type names, the Position they were read at, per-partition outcomes.
+
+A Result is materialized as Arrow (or, on the key-lookup fast path, as
+Python tuples) before it is handed out, so limits and timeouts are enforced
+inside the engine and the faces only render. ``.relation`` is built lazily
+over that data on the request's own cursor, so it can be joined further
+without re-reading the stores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from planner.plan import StatementKind
+from stores.position import Position
+
+__all__ = ["PartitionOutcome", "Result"]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOutcome:
+    """One store partition a statement read: failed (reason, message) or not, and its position."""
+
+    store: str
+    partition: int
+    failure_reason: str | None
+    failure_message: str | None
+    position: Position | None
+
+    @property
+    def is_failure(self) -> bool:
+        return self.failure_reason is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "store": self.store,
+            "partition": self.partition,
+            "failure_reason": self.failure_reason,
+            "failure_message": self.failure_message,
+            "position": None if self.position is None else self.position.to_json_map(),
+        }
+
+
+class Result:
+    """Rows plus the consistency token. Either ``table`` (Arrow) or ``rows`` is given; the other is derived."""
+
+    __slots__ = ("columns", "position", "partitions", "statement", "settings", "_table", "_rows",
+                 "_cursor_factory", "_cursor", "_relation", "_batches")
+
+    def __init__(
+        self,
+        *,
+        columns: list[tuple[str, str]],
+        position: Position,
+        partitions: list[PartitionOutcome],
+        statement: StatementKind,
+        table: pa.Table | None = None,
+        rows: list[tuple[Any, ...]] | None = None,
+        cursor: duckdb.DuckDBPyConnection | None = None,
+        cursor_factory: Any = None,
+        settings: Mapping[str, Any] | None = None,
+        batches: Iterator[pa.RecordBatch] | None = None,
+    ) -> None:
+        self.columns = columns
+        self.position = position
+        self.partitions = partitions
+        self.statement = statement
+        self.settings = dict(settings or {})
+        self._table = table
+        self._rows = rows
+        self._cursor = cursor
+        self._cursor_factory = cursor_factory
+        self._relation: duckdb.DuckDBPyRelation | None = None
+        self._batches = batches
+
+    # -- rows -----------------------------------------------------------------
+    def rows(self) -> list[tuple[Any, ...]]:
+        if self._rows is None:
+            self._rows = _table_rows(self.to_arrow())
+        return self._rows
+
+    fetchall = rows
+
+    @property
+    def row_count(self) -> int:
+        if self._rows is not None:
+            return len(self._rows)
+        return self.to_arrow().num_rows
+
+    def to_arrow(self) -> pa.Table:
+        if self._table is None:
+            if self._batches is not None:
+                batches, self._batches = self._batches, None
+                self._table = pa.Table.from_batches(list(batches), schema=self._stream_schema())
+            else:
+                self._table = _rows_table(self.columns, self._rows or [])
+        return self._table
+
+    def iter_batches(self, max_rows: int = 1000) -> Iterator[list[tuple[Any, ...]]]:
+        """Rows in chunks; for streamed results the chunks come as DuckDB produces them.
+
+        Errors the engine detects while streaming (row limit, timeout) are
+        raised from here, after earlier chunks were handed out: the HTTP layer
+        sends them in-band.
+        """
+        if self._batches is not None:
+            batches, self._batches = self._batches, None
+            for batch in batches:
+                yield from _chunks(_table_rows(pa.Table.from_batches([batch])), max_rows)
+            return
+        yield from _chunks(self.rows(), max_rows)
+
+    def _stream_schema(self) -> pa.Schema | None:
+        return getattr(self._batches, "schema", None)
+
+    # -- DuckDB -----------------------------------------------------------------
+    @property
+    def relation(self) -> duckdb.DuckDBPyRelation:
+        """The rows as a DuckDB relation on this result's own cursor (joinable with ``cursor``'s other relations)."""
+        if self._relation is None:
+            if self._cursor is None:
+                self._cursor = self._cursor_factory()
+            self._relation = self._cursor.from_arrow(self.to_arrow())
+        return self._relation
+
+    @property
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """The DuckDB cursor the relation lives on: build further relations on it, not on another connection."""
+        self.relation  # noqa: B018 - makes sure the cursor exists
+        assert self._cursor is not None
+        return self._cursor
+
+    def close(self) -> None:
+        if self._cursor is not None:
+            try:
+                self._cursor.close()
+            except duckdb.Error:
+                pass
+            self._cursor = None
+            self._relation = None
+
+    @property
+    def failures(self) -> list[PartitionOutcome]:
+        return [p for p in self.partitions if p.is_failure]
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return iter(self.rows())
+
+    def __len__(self) -> int:
+        return self.row_count
+
+    def __repr__(self) -> str:
+        return (f"Result({self.statement.value}, columns={[c for c, _ in self.columns]}, "
+                f"rows={self.row_count}, position={self.position})")
+
+
+def _chunks(rows: list[tuple[Any, ...]], n: int) -> Iterator[list[tuple[Any, ...]]]:
+    for i in range(0, len(rows), n):
+        yield rows[i:i + n]
+
+
+def _table_rows(table: pa.Table) -> list[tuple[Any, ...]]:
+    """Python tuples from Arrow, as DuckDB would hand them out (tz-aware UTC datetimes)."""
+    if table.num_columns == 0:
+        return [() for _ in range(table.num_rows)]
+    cols = [c.to_pylist() for c in table.columns]
+    return list(zip(*cols))
+
+
+_DUCK_TO_ARROW = {
+    "BIGINT": pa.int64(), "INTEGER": pa.int32(), "DOUBLE": pa.float64(), "VARCHAR": pa.string(),
+    "BOOLEAN": pa.bool_(), "TIMESTAMP WITH TIME ZONE": pa.timestamp("ms", tz="UTC"), "DATE": pa.date32(),
+}
+
+
+def _rows_table(columns: list[tuple[str, str]], rows: list[tuple[Any, ...]]) -> pa.Table:
+    """Arrow for rows built without DuckDB (fast path, catalog statements): column types are known."""
+    arrays = []
+    for i, (_, t) in enumerate(columns):
+        values = [r[i] for r in rows]
+        arrays.append(pa.array(values, type=_DUCK_TO_ARROW.get(t)))
+    return pa.Table.from_arrays(arrays, names=[n for n, _ in columns]) if columns else pa.table({})
