@@ -1,0 +1,203 @@
+"""The PEP 249 cursor: a thin facade that turns an ``Outcome`` into description, rowcount and fetches.
+
+Rows are fetched in full when a statement runs (the gateway builds the whole
+result before answering anyway), so ``rowcount`` is exact for every result
+set and fetches never touch the transport.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from gateway.errors import InterfaceError, NotSupportedError, ProgrammingError
+from stores.position import Position
+
+from .outcome import ROWLESS_STATEMENTS, Outcome, PartitionInfo
+
+if TYPE_CHECKING:
+    from .connection import Connection
+
+__all__ = ["Cursor"]
+
+Description = tuple[str, str, None, None, int | None, int | None, None]
+
+
+def _precision_scale(type_name: str) -> tuple[int | None, int | None]:
+    """DECIMAL(p,s) carries precision and scale; other types leave them unknown (None)."""
+    t = type_name.upper()
+    if t.startswith(("DECIMAL(", "NUMERIC(")) and t.endswith(")"):
+        try:
+            p, s = t[t.index("(") + 1 : -1].split(",")
+            return int(p), int(s)
+        except ValueError:
+            return None, None
+    return None, None
+
+
+class Cursor:
+    """PEP 249 cursor over the gateway; also ``position``/``partitions``/``statement`` of the last result."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection: Connection | None = connection
+        self.arraysize = 1
+        self._outcome: Outcome | None = None
+        self._rows: list[tuple[Any, ...]] = []
+        self._next = 0
+        self._description: list[Description] | None = None
+        self.rowcount = -1
+        self.lastrowid = None
+
+    # -- state ---------------------------------------------------------------
+    @property
+    def connection(self) -> Connection:
+        """PEP 249 optional extension: the connection this cursor was made on."""
+        return self._live_connection()
+
+    @property
+    def closed(self) -> bool:
+        return self._connection is None or self._connection.closed
+
+    def _live_connection(self) -> Connection:
+        if self._connection is None:
+            raise InterfaceError("the cursor is closed")
+        if self._connection.closed:
+            raise InterfaceError("the cursor's connection is closed")
+        return self._connection
+
+    @property
+    def description(self) -> list[Description] | None:
+        """One 7-tuple per column: (name, type_code, display_size, internal_size, precision, scale, null_ok)."""
+        return self._description
+
+    @property
+    def position(self) -> Position | None:
+        """The position the last result was read at (the consistency token); None before any result."""
+        return self._outcome.position if self._outcome is not None else None
+
+    @property
+    def partitions(self) -> list[PartitionInfo]:
+        """Per store partition outcome of the last result (failures included when partial results are on)."""
+        return list(self._outcome.partitions) if self._outcome is not None else []
+
+    @property
+    def statement(self) -> str | None:
+        """What the last statement was: select, explain, show_tables, describe or set."""
+        return self._outcome.statement if self._outcome is not None else None
+
+    @property
+    def rownumber(self) -> int | None:
+        """PEP 249 optional extension: the 0-based index of the next row in the result set."""
+        return self._next if self._description is not None else None
+
+    # -- execution -------------------------------------------------------------
+    def execute(self, operation: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None) -> Cursor:
+        """Run one statement with qmark (``?``) parameters; returns the cursor so calls can chain."""
+        conn = self._live_connection()
+        if not isinstance(operation, str):
+            raise ProgrammingError(f"the operation must be a SQL string, got {type(operation).__name__}")
+        if parameters is not None and (isinstance(parameters, (str, bytes)) or not isinstance(
+            parameters, (Sequence, Mapping)
+        )):
+            raise ProgrammingError(
+                f"parameters must be a sequence (qmark style) or a mapping, got {type(parameters).__name__}"
+            )
+        self._reset()
+        outcome = conn._run(operation, parameters)
+        self._outcome = outcome
+        if outcome.statement in ROWLESS_STATEMENTS:
+            return self
+        self._rows = outcome.rows
+        self._description = [
+            (name, type_name, None, None, *_precision_scale(type_name), None) for name, type_name in outcome.columns
+        ]
+        self.rowcount = len(outcome.rows)
+        return self
+
+    def executemany(self, operation: str, seq_of_parameters: Sequence[Sequence[Any] | Mapping[str, Any]]) -> Cursor:
+        """Run the statement once per parameter set; the cursor keeps the last result (the gateway only reads)."""
+        self._live_connection()
+        params_list = list(seq_of_parameters)
+        for params in params_list:
+            self.execute(operation, params)
+        if len(params_list) != 1:
+            self.rowcount = -1
+        return self
+
+    def _reset(self) -> None:
+        self._outcome = None
+        self._rows = []
+        self._next = 0
+        self._description = None
+        self.rowcount = -1
+
+    # -- fetching ----------------------------------------------------------------
+    def _result_rows(self) -> list[tuple[Any, ...]]:
+        self._live_connection()
+        if self._description is None:
+            if self._outcome is None:
+                raise InterfaceError("no statement has been executed on this cursor")
+            raise InterfaceError(f"the last statement ({self._outcome.statement}) produced no result set")
+        return self._rows
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        rows = self._result_rows()
+        if self._next >= len(rows):
+            return None
+        row = rows[self._next]
+        self._next += 1
+        return row
+
+    def fetchmany(self, size: int | None = None) -> list[tuple[Any, ...]]:
+        rows = self._result_rows()
+        n = self.arraysize if size is None else size
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ProgrammingError(f"fetchmany size must be a non-negative integer, got {n!r}")
+        out = rows[self._next : self._next + n]
+        self._next += len(out)
+        return out
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        rows = self._result_rows()
+        out = rows[self._next :]
+        self._next = len(rows)
+        return out
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return self
+
+    def __next__(self) -> tuple[Any, ...]:
+        row = self.fetchone()
+        if row is None:
+            raise StopIteration
+        return row
+
+    def nextset(self) -> bool | None:
+        """The gateway answers each statement with one result set; PEP 249 says to raise then."""
+        self._live_connection()
+        raise NotSupportedError("the gateway returns a single result set per statement")
+
+    # -- no-ops PEP 249 requires ------------------------------------------------------
+    def setinputsizes(self, sizes: Any) -> None:
+        """Parameters are sent with their values' own types, so sizes are not needed."""
+
+    def setoutputsize(self, size: int, column: int | None = None) -> None:
+        """Results arrive whole, so there is no buffer to size."""
+
+    # -- closing -------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the result. Closing twice is allowed; using a closed cursor raises InterfaceError."""
+        if self._connection is not None:
+            self._connection._forget(self)
+        self._connection = None
+        self._reset()
+
+    def __enter__(self) -> Cursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<iqgate Cursor {state} statement={self.statement!r} rowcount={self.rowcount}>"

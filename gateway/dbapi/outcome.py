@@ -1,0 +1,58 @@
+"""What one executed statement gives a cursor, whichever transport ran it.
+
+The in-process and the remote transport both produce an ``Outcome``, so the
+cursor (the PEP 249 face) is written once and cannot drift between them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+from stores.position import Position
+
+__all__ = ["Outcome", "PartitionInfo", "Transport", "ROWLESS_STATEMENTS"]
+
+# Statements that produce no result set: PEP 249 wants description None for them.
+ROWLESS_STATEMENTS = frozenset({"set"})
+
+
+class PartitionInfo(NamedTuple):
+    """One store partition's part in a result (IQv2 ``QueryResult`` outcome); failure_reason None = success."""
+
+    store: str
+    partition: int
+    failure_reason: str | None
+    failure_message: str | None
+    position: Position | None
+
+    @property
+    def is_failure(self) -> bool:
+        return self.failure_reason is not None
+
+
+@dataclass(slots=True)
+class Outcome:
+    """Columns as ``(name, type_name)``; rows as tuples of Python values; the position the rows were read at."""
+
+    statement: str
+    columns: list[tuple[str, str]]
+    rows: list[tuple[Any, ...]]
+    position: Position
+    partitions: list[PartitionInfo] = field(default_factory=list)
+    settings: Mapping[str, Any] | None = None
+
+
+class Transport(Protocol):
+    """Runs SQL for a connection: in this process over a Gateway, or over HTTP."""
+
+    def execute(
+        self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None, bound: Position | None
+    ) -> Outcome: ...
+
+    def settings(self) -> dict[str, Any]: ...
+
+    def server_version(self) -> str: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,162 @@
+"""PEP 249 type objects and constructors, and the conversion of wire values to Python values.
+
+``cursor.description`` carries the column's DuckDB type name (``"VARCHAR"``,
+``"DECIMAL(18,3)"``, ``"TIMESTAMP WITH TIME ZONE"`` …) as its type code,
+because that is what the gateway reports and what a user can read; the type
+objects below compare equal to every type name of their group, which is the
+PEP 249 rule ("type objects must compare equal to the type codes").
+
+The remote transport gets JSON, which cannot carry every SQL type, so the
+gateway sends timestamps, dates, times and decimals as strings and bytes as
+base64; ``decode_value`` turns them back into the Python values the
+in-process path returns, guided by the column's type name.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import decimal
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = [
+    "DBAPITypeObject", "STRING", "BINARY", "NUMBER", "DATETIME", "ROWID",
+    "Date", "Time", "Timestamp", "DateFromTicks", "TimeFromTicks", "TimestampFromTicks", "Binary",
+    "base_type", "decoder_for",
+]
+
+
+def base_type(type_name: str) -> str:
+    """``"DECIMAL(18,3)"`` -> ``"DECIMAL"``, ``"VARCHAR[]"`` -> ``"LIST"``: the part type groups match on."""
+    t = type_name.strip().upper()
+    if t.endswith("]") or t.startswith(("LIST", "ARRAY")):
+        return "LIST"
+    return t.split("(", 1)[0].strip()
+
+
+class DBAPITypeObject:
+    """Equal to every type code (a type name string) of its group, as PEP 249 asks.
+
+    >>> STRING == "VARCHAR", "VARCHAR" == STRING, NUMBER == "DECIMAL(18,3)", NUMBER == "VARCHAR"
+    (True, True, True, False)
+    """
+
+    __slots__ = ("name", "values")
+
+    def __init__(self, name: str, *values: str) -> None:
+        self.name = name
+        self.values = frozenset(values)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, DBAPITypeObject):
+            return self is other
+        if isinstance(other, str):
+            return base_type(other) in self.values
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self) -> int:
+        return hash((DBAPITypeObject, self.name))
+
+    def __repr__(self) -> str:
+        return f"<DBAPITypeObject {self.name}>"
+
+
+STRING = DBAPITypeObject("STRING", "VARCHAR", "CHAR", "BPCHAR", "TEXT", "STRING", "UUID", "JSON", "ENUM")
+BINARY = DBAPITypeObject("BINARY", "BLOB", "BYTEA", "VARBINARY", "BINARY", "BIT", "BITSTRING")
+NUMBER = DBAPITypeObject(
+    "NUMBER", "TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+    "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "REAL", "DOUBLE", "DECIMAL", "NUMERIC", "BOOLEAN",
+)
+DATETIME = DBAPITypeObject(
+    "DATETIME", "DATE", "TIME", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ", "TIMESTAMP_S",
+    "TIMESTAMP_MS", "TIMESTAMP_NS", "TIME WITH TIME ZONE", "TIMETZ", "INTERVAL",
+)
+# Stores have no row ids: nothing compares equal to ROWID, but PEP 249 requires the name.
+ROWID = DBAPITypeObject("ROWID")
+
+# -- constructors (PEP 249 "Type Objects and Constructors") -------------------------
+Date = _dt.date
+Time = _dt.time
+Timestamp = _dt.datetime
+Binary = bytes
+
+
+def DateFromTicks(ticks: float) -> _dt.date:  # noqa: N802 - the PEP 249 name
+    return Date(*time.localtime(ticks)[:3])
+
+
+def TimeFromTicks(ticks: float) -> _dt.time:  # noqa: N802
+    return Time(*time.localtime(ticks)[3:6])
+
+
+def TimestampFromTicks(ticks: float) -> _dt.datetime:  # noqa: N802
+    return Timestamp(*time.localtime(ticks)[:6])
+
+
+# -- JSON wire values -> Python values ---------------------------------------------
+def _timestamp(v: Any) -> Any:
+    if not isinstance(v, str):
+        return v
+    return _dt.datetime.fromisoformat(v.replace("Z", "+00:00") if v.endswith("Z") else v)
+
+
+def _naive_timestamp(v: Any) -> Any:
+    """A TIMESTAMP (without zone) column: the gateway may mark it UTC with 'Z'; return it naive like DuckDB."""
+    out = _timestamp(v)
+    if isinstance(out, _dt.datetime) and out.tzinfo is not None:
+        out = out.astimezone(_dt.timezone.utc).replace(tzinfo=None)
+    return out
+
+
+def _date(v: Any) -> Any:
+    return _dt.date.fromisoformat(v) if isinstance(v, str) else v
+
+
+def _time(v: Any) -> Any:
+    return _dt.time.fromisoformat(v) if isinstance(v, str) else v
+
+
+def _decimal(v: Any) -> Any:
+    if isinstance(v, (str, int)) and not isinstance(v, bool):
+        return decimal.Decimal(v)
+    if isinstance(v, float):
+        return decimal.Decimal(repr(v))
+    return v
+
+
+def _blob(v: Any) -> Any:
+    return base64.b64decode(v) if isinstance(v, str) else v
+
+
+def _hugeint(v: Any) -> Any:
+    return int(v) if isinstance(v, str) else v
+
+
+_DECODERS: dict[str, Callable[[Any], Any]] = {
+    "TIMESTAMP WITH TIME ZONE": _timestamp,
+    "TIMESTAMPTZ": _timestamp,
+    "TIMESTAMP": _naive_timestamp,
+    "TIMESTAMP_S": _naive_timestamp,
+    "TIMESTAMP_MS": _naive_timestamp,
+    "TIMESTAMP_NS": _naive_timestamp,
+    "DATE": _date,
+    "TIME": _time,
+    "DECIMAL": _decimal,
+    "NUMERIC": _decimal,
+    "BLOB": _blob,
+    "BYTEA": _blob,
+    "HUGEINT": _hugeint,
+    "UHUGEINT": _hugeint,
+    "UBIGINT": _hugeint,
+}
+
+
+def decoder_for(type_name: str) -> Callable[[Any], Any] | None:
+    """The function that turns a JSON value of this column type into its Python value (None: as is)."""
+    return _DECODERS.get(base_type(type_name))
