@@ -7,10 +7,14 @@ place whichever face the query came through.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-__all__ = ["GatewayConfig"]
+from stores.position import Position, PositionBound
+
+__all__ = ["GatewayConfig", "Session", "as_position"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,3 +55,92 @@ class GatewayConfig:
             raise TypeError(f"unknown gateway setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         base = config or cls()
         return replace(base, **overrides) if overrides else base
+
+
+def as_position(value: Any) -> Position | None:
+    """A position bound from what callers pass: a Position, ``{topic: {partition: offset}}``, or its JSON text."""
+    if value is None or isinstance(value, Position):
+        return value
+    if isinstance(value, PositionBound):
+        return value.position
+    if isinstance(value, str):
+        return Position.from_json(value) if value.strip() else None
+    if isinstance(value, Mapping):
+        return Position.from_map(value)
+    raise TypeError(f"a position is a map {{topic: {{partition: offset}}}} or its JSON text, got {type(value).__name__}")
+
+
+def _sql_literal(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, Position):
+        value = value.to_json()
+    elif isinstance(value, PositionBound):
+        value = value.position.to_json()
+    elif not isinstance(value, str):
+        value = json.dumps(value)
+    return "'" + value.replace("'", "''") + "'"
+
+
+class Session:
+    """One connection's SET settings (planner.SESSION_SETTINGS names them).
+
+    Settings are validated by planning a ``SET`` statement, so a setting sent
+    over HTTP, passed to ``connect(session=...)`` or typed as SQL is checked by
+    exactly the same code.
+    """
+
+    def __init__(self, gateway: Any = None) -> None:
+        self._gateway = gateway
+        self._settings: dict[str, Any] = {}
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return dict(self._settings)
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.settings
+
+    def set(self, name: str, value: Any) -> None:
+        self.apply(Session.validated({name: value}))
+
+    def apply(self, settings: Mapping[str, Any]) -> None:
+        for k, v in settings.items():
+            if v is None:
+                self._settings.pop(k, None)
+            else:
+                self._settings[k] = v
+
+    def sql(self, text: str, params: Any = None, position: Any = None, **kw: Any) -> Any:
+        if self._gateway is None:
+            raise RuntimeError("this session is not attached to a gateway")
+        return self._gateway.sql(text, params, position, session=self, **kw)
+
+    @staticmethod
+    def validated(settings: Mapping[str, Any]) -> dict[str, Any]:
+        """The settings as the planner would store them after ``SET name = value``; bad ones raise."""
+        import planner
+        from planner.plan import StatementKind
+
+        from .errors import BadRequest, translate
+
+        out: dict[str, Any] = {}
+        for name, value in settings.items():
+            if not isinstance(name, str) or not name.isidentifier():
+                raise BadRequest(f"invalid session setting name {name!r}")
+            try:
+                plan = planner.plan(f"SET {name} = {_sql_literal(value)}", {}, session=dict(out))
+            except Exception as exc:  # noqa: BLE001 - planner errors become gateway errors
+                mapped = translate(exc)
+                raise (mapped or BadRequest(f"invalid session setting {name}: {exc}")) from exc
+            if plan.kind is not StatementKind.SET:
+                raise BadRequest(f"invalid session setting name {name!r}")
+            out.update(plan.settings)
+        return out
+
+    def __repr__(self) -> str:
+        return f"Session({self._settings})"

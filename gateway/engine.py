@@ -1,0 +1,430 @@
+"""The engine every face goes through: SQL → Plan → IQv2 requests → Arrow → DuckDB → Result.
+
+One engine, so the Python API, HTTP and DB-API give the same rows, the same
+positions and the same errors for the same statement. The engine reads only:
+it runs against a ``Queryable`` (a StreamsApp in this process, or a
+StateDirReader over another process's store files).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+import planner
+from planner.plan import Plan, StatementKind, StoreScan
+from stores.position import Position, PositionBound, PositionError
+from stores.protocol import Queryable
+from stores.request import StateQueryRequest
+from stores.result import FailureReason, StateQueryResult
+from stores.query import KeyQuery, TimestampedKeyQuery, VersionedKeyQuery, WindowKeyQuery, WindowRangeQuery
+from stores.schema import SqlType, StoreKind, StoreSpec
+from stores.state import State
+
+from .arrow_rows import DUCK_TYPES, ScanRows, collect
+from .config import GatewayConfig, Session, as_position
+from .duck import DuckPool, Watchdog
+from .errors import (
+    BadRequest, ExecutionError, ForbiddenError, GatewayError, GatewayInternalError, NotUpToBoundError,
+    PartitionFailureError, RowLimitExceeded, SqlError, StatementTimeout, translate,
+)
+from .result import PartitionOutcome, Result
+
+__all__ = ["Gateway", "Session"]
+
+_MIN_POLL_S = 0.002
+_MAX_POLL_S = 0.05
+
+
+class Gateway:
+    """Runs SQL over the stores of one application. Thread-safe: every request gets its own DuckDB cursor."""
+
+    def __init__(self, source: Queryable, *, config: GatewayConfig | None = None) -> None:
+        if not isinstance(source, Queryable):
+            raise TypeError(f"Gateway needs a Queryable (StreamsApp or StateDirReader), got {type(source).__name__}")
+        self.source = source
+        self.config = config or GatewayConfig()
+        self._pool = DuckPool()
+        self._watchdog = Watchdog()
+
+    @classmethod
+    def open(cls, state_dir: str | Path, **config: Any) -> Gateway:
+        """A gateway reading another process's store files read-only (several may run at once)."""
+        from stores.reader import StateDirReader
+
+        return cls(StateDirReader(Path(state_dir)), config=GatewayConfig.of(None, **config))
+
+    # -- introspection -----------------------------------------------------------
+    @property
+    def state(self) -> State:
+        return self.source.state
+
+    def catalog(self) -> Mapping[str, StoreSpec]:
+        return self.source.catalog()
+
+    def session(self, **settings: Any) -> Session:
+        """Per-connection SET settings; pass it as ``session=`` (or call ``session.sql``)."""
+        s = Session(self)
+        for name, value in settings.items():
+            s.set(name, value)
+        return s
+
+    def explain(self, text: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> str:
+        plan = self._plan(text, params, self._settings(None))
+        if plan.kind is StatementKind.EXPLAIN:
+            return plan.explain or ""
+        return planner.explain_text(plan)
+
+    def store_positions(self) -> dict[str, dict[int, Position | None]]:
+        """Per store partition, the position it has reached, or None where the partition cannot say.
+
+        Asked through IQv2 itself (a point lookup of a key that need not
+        exist), so it works for any Queryable without a side channel.
+        """
+        out: dict[str, dict[int, Position | None]] = {}
+        for name, spec in self.catalog().items():
+            parts: dict[int, Position | None] = {p: None for p in range(spec.partitions)}
+            try:
+                answer = self.source.query(StateQueryRequest.in_store(name).with_query(_probe(spec)))
+            except Exception:  # noqa: BLE001 - an app that cannot answer reports no positions
+                out[name] = parts
+                continue
+            for p, qr in answer.partition_results.items():
+                parts[p] = qr.position
+            out[name] = parts
+        return out
+
+    def close(self) -> None:
+        self._pool.close()
+        close = getattr(self.source, "close_reader", None)
+        if callable(close):
+            close()
+
+    # -- the statement path ----------------------------------------------------------
+    def sql(
+        self,
+        text: str,
+        params: Sequence[Any] | Mapping[str, Any] | None = None,
+        position: Position | Mapping[str, Any] | str | None = None,
+        *,
+        partial: bool | None = None,
+        wait_ms: int | None = None,
+        session: Session | Mapping[str, Any] | None = None,
+        max_rows: int | None = None,
+        stream: bool = False,
+    ) -> Result:
+        """Run one statement. ``stream=True`` lets large results reach the caller chunk by chunk (NDJSON)."""
+        if not isinstance(text, str) or not text.strip():
+            raise BadRequest("the SQL text is empty")
+        settings = self._settings(session)
+        plan = self._plan(text, params, settings)
+        kind = plan.kind
+        if kind is StatementKind.SET:
+            return self._set(plan, session, settings)
+        if kind is StatementKind.EXPLAIN:
+            lines = (plan.explain or "").splitlines() or [""]
+            return self._static(kind, [("plan", "VARCHAR")], [(ln,) for ln in lines])
+        if kind is StatementKind.SHOW_TABLES:
+            return self._show_tables()
+        if kind is StatementKind.DESCRIBE:
+            return self._describe(plan.describe or "")
+        return self._select(plan, settings, position, partial, wait_ms, max_rows, stream)
+
+    # -- planning ---------------------------------------------------------------------
+    def _settings(self, session: Session | Mapping[str, Any] | None) -> dict[str, Any]:
+        if session is None:
+            s: dict[str, Any] = {}
+        elif isinstance(session, Session):
+            s = session.settings
+        elif isinstance(session, Mapping):
+            s = Session.validated(session)
+        else:
+            raise BadRequest(f"session must be a Session or a mapping of settings, got {type(session).__name__}")
+        if not self.config.table_scans:
+            s["table_scans"] = False
+        return s
+
+    def _plan(self, text: str, params: Any, settings: Mapping[str, Any]) -> Plan:
+        try:
+            return planner.plan(text, self.catalog(), params=params, session=settings)
+        except Exception as exc:  # noqa: BLE001 - planner and store errors become gateway errors
+            mapped = translate(exc)
+            if mapped is None:
+                raise GatewayInternalError(f"planning failed: {type(exc).__name__}: {exc}") from exc
+            raise mapped from exc
+
+    # -- SELECT -----------------------------------------------------------------------
+    def _select(self, plan: Plan, settings: Mapping[str, Any], position: Any, partial: bool | None,
+                wait_ms: int | None, max_rows: int | None, stream: bool) -> Result:
+        cfg = self.config
+        timeout_ms = min(cfg.statement_timeout_ms, _int_setting(settings, "statement_timeout_ms", cfg.statement_timeout_ms))
+        deadline = time.monotonic() + timeout_ms / 1000
+        limit_rows = min(cfg.max_rows, _int_setting(settings, "max_rows", cfg.max_rows),
+                         max_rows if max_rows is not None else cfg.max_rows)
+        if limit_rows < 0:
+            raise BadRequest(f"max_rows must be >= 0, got {max_rows}")
+        if partial is None:
+            partial = bool(settings.get("partial_results", cfg.partial_results))
+        wait = wait_ms if wait_ms is not None else _int_setting(settings, "wait_for_bound_ms", 0)
+        if isinstance(wait, bool) or not isinstance(wait, int) or wait < 0:
+            raise BadRequest(f"wait_ms must be a non-negative integer, got {wait!r}")
+        wait = min(wait, cfg.max_wait_ms, timeout_ms)
+
+        bound = plan.position_bound.position
+        bound = bound.merge(_bound_from(settings.get("position_bound")))
+        bound = bound.merge(_bound_from(position))
+
+        catalog = self.catalog()
+        scans: list[tuple[StoreScan, ScanRows]] = []
+        merged = Position.empty()
+        outcomes: dict[tuple[str, int], PartitionOutcome] = {}
+        for scan in plan.scans:
+            answers = self._run_scan(scan, bound, wait, deadline)
+            spec = catalog[scan.store]
+            try:
+                rows = collect(spec, answers, scan.order, scan.limit)
+            except ValueError as exc:
+                raise GatewayInternalError(str(exc)) from exc
+            scans.append((scan, rows))
+            for _, answer in answers:
+                merged = merged.merge(answer.position)
+                _record_outcomes(outcomes, scan.store, answer)
+        if time.monotonic() > deadline:
+            raise StatementTimeout(f"reading the stores took longer than the statement timeout of {timeout_ms} ms")
+        partitions = [outcomes[k] for k in sorted(outcomes)]
+        if not partial:
+            needed = [f for scan, rows in scans if not scan.include_failures for f in rows.failures]
+            if needed:
+                raise _partition_error(needed)
+
+        if plan.fast_path is not None and len(scans) == 1:
+            columns, out = scans[0][1].project(plan.fast_path)
+            if len(out) > limit_rows:
+                raise _row_limit(limit_rows)
+            return Result(columns=columns, position=merged, partitions=partitions, statement=StatementKind.SELECT,
+                          rows=out, cursor_factory=self._pool.cursor)
+        return self._residual(plan, scans, merged, partitions, limit_rows, timeout_ms, deadline, stream)
+
+    def _run_scan(self, scan: StoreScan, bound: Position, wait_ms: int,
+                  deadline: float) -> list[tuple[StateQueryRequest, StateQueryResult]]:
+        """Run every request of a scan; while a partition is behind the bound, re-ask it until ``wait_ms`` ends."""
+        pb = PositionBound.at(bound)
+        requests = [r if pb.is_unbounded() and r.position_bound.is_unbounded()
+                    else r.with_position_bound(PositionBound.at(r.position_bound.position.merge(bound)))
+                    for r in scan.requests]
+        answers = [self._query(r) for r in requests]
+        if wait_ms <= 0 or pb.is_unbounded():
+            return answers
+        wait_until = min(time.monotonic() + wait_ms / 1000, deadline)
+        pause = _MIN_POLL_S
+        for _ in range(100_000):  # bounded; the clock ends it long before
+            behind = [i for i, (_, a) in enumerate(answers) if _is_behind(a)]
+            now = time.monotonic()
+            if not behind or now >= wait_until:
+                break
+            time.sleep(min(pause, wait_until - now))
+            pause = min(pause * 2, _MAX_POLL_S)
+            for i in behind:
+                answers[i] = self._query(requests[i])
+        return answers
+
+    def _query(self, request: StateQueryRequest) -> tuple[StateQueryRequest, StateQueryResult]:
+        try:
+            return request, self.source.query(request)
+        except Exception as exc:  # noqa: BLE001 - KIP-216 exceptions become gateway errors
+            mapped = translate(exc)
+            if mapped is None:
+                raise GatewayInternalError(f"store {request.store_name!r} failed: {type(exc).__name__}: {exc}") from exc
+            raise mapped from exc
+
+    def _residual(self, plan: Plan, scans: list[tuple[StoreScan, ScanRows]], position: Position,
+                  partitions: list[PartitionOutcome], limit_rows: int, timeout_ms: int, deadline: float,
+                  stream: bool) -> Result:
+        cur = self._pool.cursor()
+        remaining = max(0.001, deadline - time.monotonic())
+        ticket = self._watchdog.arm(remaining, cur.interrupt)
+        handed_over = False
+        try:
+            for scan, rows in scans:
+                cur.register(scan.relation, rows.to_arrow(scan.include_failures))
+            rel = cur.sql(plan.residual_sql or "")
+            if rel is None:
+                raise SqlError("the residual SQL produced no result", code="SQL_ERROR")
+            columns = [(str(n), str(t)) for n, t in zip(rel.columns, rel.types)]
+            reader = rel.arrow()
+            batches = _limited(reader, limit_rows, timeout_ms, lambda: self._watchdog.disarm(ticket))
+            if stream:
+                handed_over = True
+                return Result(columns=columns, position=position, partitions=partitions,
+                              statement=StatementKind.SELECT, batches=_SchemaIter(batches, reader.schema),
+                              cursor=cur)
+            table = pa.Table.from_batches(list(batches), schema=reader.schema)
+            return Result(columns=columns, position=position, partitions=partitions,
+                          statement=StatementKind.SELECT, table=table, cursor=cur)
+        except duckdb.Error as exc:
+            raise _duck_error(exc, timeout_ms) from exc
+        finally:
+            if not handed_over:
+                self._watchdog.disarm(ticket)
+
+    # -- statements without stores ---------------------------------------------------------
+    def _set(self, plan: Plan, session: Session | Mapping[str, Any] | None, settings: dict[str, Any]) -> Result:
+        new = dict(settings)
+        new.update(plan.settings)
+        if isinstance(session, Session):
+            session.apply(plan.settings)
+            new = session.settings
+        rows = [(k, _setting_text(v)) for k, v in sorted(new.items())]
+        return Result(columns=[("setting", "VARCHAR"), ("value", "VARCHAR")], position=Position.empty(),
+                      partitions=[], statement=StatementKind.SET, rows=rows, settings=new,
+                      cursor_factory=self._pool.cursor)
+
+    def _static(self, kind: StatementKind, columns: list[tuple[str, str]], rows: list[tuple[Any, ...]]) -> Result:
+        return Result(columns=columns, position=Position.empty(), partitions=[], statement=kind, rows=rows,
+                      cursor_factory=self._pool.cursor)
+
+    def _show_tables(self) -> Result:
+        rows = [(name, spec.kind.value, spec.partitions, spec.key.name)
+                for name, spec in sorted(self.catalog().items())]
+        cols = [("name", "VARCHAR"), ("kind", "VARCHAR"), ("partitions", "INTEGER"), ("key", "VARCHAR")]
+        return self._static(StatementKind.SHOW_TABLES, cols, rows)
+
+    def _describe(self, store: str) -> Result:
+        spec = self.catalog()[store]
+        rows = [(c.name, DUCK_TYPES[c.type], "YES" if c.nullable and c is not spec.key else "NO",
+                 "PRI" if c is spec.key else None, None, None) for c in spec.columns()]
+        cols = [("column_name", "VARCHAR"), ("column_type", "VARCHAR"), ("null", "VARCHAR"), ("key", "VARCHAR"),
+                ("default", "VARCHAR"), ("extra", "VARCHAR")]
+        return self._static(StatementKind.DESCRIBE, cols, rows)
+
+
+class _SchemaIter:
+    """An iterator of record batches that still knows its schema (an empty stream needs it)."""
+
+    def __init__(self, it: Iterator[pa.RecordBatch], schema: pa.Schema) -> None:
+        self._it = it
+        self.schema = schema
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        return self._it
+
+
+def _limited(reader: pa.RecordBatchReader, limit_rows: int, timeout_ms: int, done: Any) -> Iterator[pa.RecordBatch]:
+    """Batches until the row limit; the limit is an error, never a silent truncation."""
+    seen = 0
+    try:
+        while True:
+            try:
+                batch = reader.read_next_batch()
+            except StopIteration:
+                return
+            except duckdb.Error as exc:
+                raise _duck_error(exc, timeout_ms) from exc
+            except pa.ArrowException as exc:
+                raise _duck_error(exc, timeout_ms) from exc
+            seen += batch.num_rows
+            if seen > limit_rows:
+                raise _row_limit(limit_rows)
+            yield batch
+    finally:
+        done()
+
+
+def _row_limit(limit_rows: int) -> RowLimitExceeded:
+    return RowLimitExceeded(f"the result has more than {limit_rows} rows (the row limit); "
+                            "add a LIMIT or a narrower WHERE")
+
+
+def _duck_error(exc: BaseException, timeout_ms: int) -> GatewayError:
+    """The gateway error for a DuckDB failure while running the residual SQL."""
+    msg = str(exc)
+    if isinstance(exc, duckdb.InterruptException) or "INTERRUPT" in msg.upper():
+        return StatementTimeout(f"the statement ran longer than the statement timeout of {timeout_ms} ms")
+    if isinstance(exc, duckdb.PermissionException):
+        return ForbiddenError(f"refused: {msg}")
+    if isinstance(exc, (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException)):
+        return SqlError(msg, code="SQL_ERROR")
+    if isinstance(exc, duckdb.InternalException):
+        return GatewayInternalError(msg)
+    return ExecutionError(msg)
+
+
+def _partition_error(failures: list[Any]) -> PartitionFailureError:
+    """One error naming every failed partition, its reason and whether a retry can help."""
+    parts = [{"store": f.store, "partition": f.partition, "failure_reason": f.reason.label,
+              "failure_message": f.message, "retryable": f.reason.retryable} for f in failures]
+    text = "; ".join(
+        f"store {f.store!r} partition {f.partition}: {f.reason.label} "
+        f"({'retryable' if f.reason.retryable else 'not retryable'}): {f.message}" for f in failures)
+    reasons = {f.reason for f in failures}
+    message = f"{len(failures)} store partition(s) the query needs failed: {text}"
+    if reasons == {FailureReason.NOT_UP_TO_BOUND}:
+        return NotUpToBoundError(message, partitions=parts)
+    if any(r.retryable for r in reasons):
+        return PartitionFailureError(message, partitions=parts, retryable=True, http_status=503)
+    if reasons == {FailureReason.DOES_NOT_EXIST}:
+        return PartitionFailureError(message, partitions=parts, http_status=404)
+    if FailureReason.UNKNOWN_QUERY_TYPE in reasons:
+        return PartitionFailureError(message, partitions=parts, http_status=400)
+    return PartitionFailureError(message, partitions=parts)
+
+
+def _is_behind(answer: StateQueryResult) -> bool:
+    return any(qr.is_failure and qr.failure_reason is FailureReason.NOT_UP_TO_BOUND
+               for qr in answer.partition_results.values())
+
+
+def _record_outcomes(outcomes: dict[tuple[str, int], PartitionOutcome], store: str, answer: StateQueryResult) -> None:
+    for p, qr in answer.partition_results.items():
+        prev = outcomes.get((store, p))
+        pos = qr.position if prev is None or prev.position is None else prev.position.merge(qr.position)
+        if qr.is_failure:
+            outcomes[(store, p)] = PartitionOutcome(store, p, qr.failure_reason.label, qr.failure_message, pos)
+        elif prev is not None and prev.is_failure:
+            outcomes[(store, p)] = PartitionOutcome(store, p, prev.failure_reason, prev.failure_message, pos)
+        else:
+            outcomes[(store, p)] = PartitionOutcome(store, p, None, None, pos)
+
+
+def _probe(spec: StoreSpec) -> Any:
+    """The cheapest query each store kind answers: a lookup of a zero-like key."""
+    key = {SqlType.VARCHAR: "", SqlType.BOOLEAN: False, SqlType.DOUBLE: 0.0}.get(spec.key.type, 0)
+    if spec.kind is StoreKind.WINDOW:
+        return WindowKeyQuery.with_key_and_window_start_range(key, 0, 0)
+    if spec.kind is StoreKind.SESSION:
+        return WindowRangeQuery.with_key(key)
+    if spec.kind is StoreKind.VERSIONED:
+        return VersionedKeyQuery.with_key(key)
+    if spec.kind is StoreKind.TIMESTAMPED_KEY_VALUE:
+        return TimestampedKeyQuery.with_key(key)
+    return KeyQuery.with_key(key)
+
+
+def _bound_from(value: Any) -> Position | None:
+    try:
+        return as_position(value)
+    except (PositionError, TypeError, ValueError) as exc:
+        raise BadRequest(f"invalid position bound: {exc}") from exc
+
+
+def _int_setting(settings: Mapping[str, Any], name: str, default: int) -> int:
+    v = settings.get(name)
+    return default if v is None else int(v)
+
+
+def _setting_text(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, Position):
+        return v.to_json()
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (dict, list)):
+        return json.dumps(v)
+    return str(v)

@@ -1,0 +1,76 @@
+"""The HTTP face: a Flask app factory over one Gateway (serve it with ``gateway.server``).
+
+``create_app(gateway, config)`` builds an app with no global state, so tests
+and several worker processes can each build their own.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from flask import Flask, Response, g, request
+from werkzeug.exceptions import HTTPException
+
+from ..config import GatewayConfig
+from ..errors import (
+    BadRequest, GatewayError, GatewayInternalError, MethodNotAllowed, RequestTooLarge, RouteNotFound,
+)
+from .auth import OPEN_PATHS, check_bearer
+from .metrics import Metrics
+from .renderers import error_response
+from .views import register_views
+
+__all__ = ["create_app"]
+
+
+def create_app(gateway: Any, config: GatewayConfig | None = None) -> Flask:
+    """The app for ``gateway``; ``config`` defaults to the gateway's own (limits, auth token)."""
+    cfg = config or gateway.config
+    app = Flask("iqgate")
+    app.config["MAX_CONTENT_LENGTH"] = cfg.max_request_bytes
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    metrics = Metrics()
+    app.extensions["iqgate"] = {"gateway": gateway, "config": cfg, "metrics": metrics}
+
+    @app.before_request
+    def _start() -> None:
+        g.t0 = time.perf_counter()
+        if request.path not in OPEN_PATHS:
+            check_bearer(request.headers.get("Authorization"), cfg.auth_token)
+
+    @app.after_request
+    def _observe(resp: Response) -> Response:
+        rule = request.url_rule.rule if request.url_rule is not None else "unmatched"
+        metrics.observe(rule, resp.status_code, time.perf_counter() - g.get("t0", time.perf_counter()))
+        return resp
+
+    @app.errorhandler(GatewayError)
+    def _gateway_error(exc: GatewayError) -> Response:
+        if exc.partitions:
+            metrics.partition_failures(p.get("failure_reason", "UNKNOWN") for p in exc.partitions)
+        return error_response(exc, cfg.retry_after_s)
+
+    @app.errorhandler(HTTPException)
+    def _http_error(exc: HTTPException) -> Response:
+        code = exc.code or 500
+        err: GatewayError
+        if code == 404:
+            err = RouteNotFound(f"no endpoint {request.method} {request.path}; see /v1/openapi.json")
+        elif code == 405:
+            err = MethodNotAllowed(f"{request.method} is not allowed on {request.path}")
+        elif code == 413:
+            err = RequestTooLarge(f"the request body is larger than the limit of {cfg.max_request_bytes} bytes")
+        elif 400 <= code < 500:
+            err = BadRequest(exc.description or exc.name, http_status=code)
+        else:
+            err = GatewayInternalError(exc.description or exc.name, http_status=code)
+        return error_response(err, cfg.retry_after_s)
+
+    @app.errorhandler(Exception)
+    def _unexpected(exc: Exception) -> Response:
+        app.logger.exception("unexpected error on %s %s", request.method, request.path)
+        return error_response(GatewayInternalError(f"{type(exc).__name__}: {exc}"), cfg.retry_after_s)
+
+    register_views(app, gateway, cfg, metrics)
+    return app

@@ -1,0 +1,79 @@
+"""The ``POST /v1/sql`` request body: parsed and checked before any SQL is planned.
+
+Every field is checked for type and range here, with the field's name in the
+message, so a client learns exactly what was wrong with its request instead
+of a generic 400 (or, worse, a silently ignored field).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from stores.position import Position, PositionError
+
+from ..config import as_position
+from ..errors import BadRequest, RequestTooLarge
+
+__all__ = ["SqlRequest", "parse_sql_request"]
+
+_FIELDS = frozenset({"sql", "params", "position", "partial", "wait_ms", "max_rows", "session"})
+
+
+@dataclass(frozen=True, slots=True)
+class SqlRequest:
+    sql: str
+    params: list[Any] | dict[str, Any] | None = None
+    position: Position | None = None
+    partial: bool | None = None
+    wait_ms: int | None = None
+    max_rows: int | None = None
+    session: dict[str, Any] | None = None
+
+
+def parse_sql_request(raw: bytes, max_bytes: int) -> SqlRequest:
+    """Parse the JSON body; each problem is a BadRequest naming the field (or RequestTooLarge)."""
+    if len(raw) > max_bytes:
+        raise RequestTooLarge(f"the request body has {len(raw)} bytes; the limit is {max_bytes}")
+    if not raw.strip():
+        raise BadRequest('the request body is empty; send JSON such as {"sql": "SELECT ..."}')
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        line = getattr(exc, "lineno", None)
+        col = getattr(exc, "colno", None)
+        msg = getattr(exc, "msg", str(exc))
+        raise BadRequest(f"the request body is not valid JSON: {msg}", line=line, col=col) from None
+    if not isinstance(body, dict):
+        raise BadRequest(f"the request body must be a JSON object, got {type(body).__name__}")
+    unknown = sorted(set(body) - _FIELDS)
+    if unknown:
+        raise BadRequest(f"unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(_FIELDS))}")
+    sql = body.get("sql")
+    if not isinstance(sql, str) or not sql.strip():
+        raise BadRequest('field "sql" is required and must be a non-empty string')
+    params = body.get("params")
+    if params is not None and not isinstance(params, (list, dict)):
+        raise BadRequest(f'field "params" must be an array or an object, got {type(params).__name__}')
+    try:
+        position = as_position(body.get("position"))
+    except (PositionError, TypeError) as exc:
+        raise BadRequest(f'field "position": {exc}') from None
+    partial = body.get("partial")
+    if partial is not None and not isinstance(partial, bool):
+        raise BadRequest(f'field "partial" must be true or false, got {partial!r}')
+    session = body.get("session")
+    if session is not None and not isinstance(session, dict):
+        raise BadRequest(f'field "session" must be an object of settings, got {type(session).__name__}')
+    return SqlRequest(sql, params, position, partial, _count(body, "wait_ms", 0), _count(body, "max_rows", 0),
+                      session or None)
+
+
+def _count(body: dict[str, Any], name: str, least: int) -> int | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < least:
+        raise BadRequest(f'field "{name}" must be an integer >= {least}, got {v!r}')
+    return v

@@ -1,0 +1,83 @@
+"""Prometheus text exposition, hand-rolled: four metric families do not need a client library.
+
+Counters live in one lock-guarded dict per process; with several worker
+processes each reports its own (Prometheus sums them), so no state is shared.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Iterable, Mapping
+
+from stores.position import Position
+
+__all__ = ["Metrics", "BUCKETS"]
+
+BUCKETS: tuple[float, ...] = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+def _label(v: object) -> str:
+    return str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._requests: dict[tuple[str, int], int] = {}
+        self._hist: dict[str, list[int]] = {}
+        self._sums: dict[str, float] = {}
+        self._failures: dict[str, int] = {}
+
+    def observe(self, endpoint: str, status: int, seconds: float) -> None:
+        i = bisect.bisect_left(BUCKETS, seconds)
+        with self._lock:
+            key = (endpoint, status)
+            self._requests[key] = self._requests.get(key, 0) + 1
+            h = self._hist.get(endpoint)
+            if h is None:
+                h = self._hist[endpoint] = [0] * (len(BUCKETS) + 1)
+            h[i] += 1
+            self._sums[endpoint] = self._sums.get(endpoint, 0.0) + seconds
+
+    def partition_failures(self, reasons: Iterable[str]) -> None:
+        with self._lock:
+            for r in reasons:
+                self._failures[r] = self._failures.get(r, 0) + 1
+
+    def render(self, positions: Mapping[str, Mapping[int, Position | None]], state: str) -> str:
+        """The exposition text; ``positions`` are per store partition, read at scrape time."""
+        out: list[str] = []
+        with self._lock:
+            out += ["# HELP iqgate_requests_total HTTP requests by endpoint and status.",
+                    "# TYPE iqgate_requests_total counter"]
+            for (ep, st), n in sorted(self._requests.items()):
+                out.append(f'iqgate_requests_total{{endpoint="{_label(ep)}",status="{st}"}} {n}')
+            out += ["# HELP iqgate_request_seconds HTTP request latency (until the response headers).",
+                    "# TYPE iqgate_request_seconds histogram"]
+            for ep, counts in sorted(self._hist.items()):
+                acc = 0
+                for b, c in zip(BUCKETS, counts):
+                    acc += c
+                    out.append(f'iqgate_request_seconds_bucket{{endpoint="{_label(ep)}",le="{b}"}} {acc}')
+                acc += counts[-1]
+                out.append(f'iqgate_request_seconds_bucket{{endpoint="{_label(ep)}",le="+Inf"}} {acc}')
+                out.append(f'iqgate_request_seconds_sum{{endpoint="{_label(ep)}"}} {self._sums[ep]:.6f}')
+                out.append(f'iqgate_request_seconds_count{{endpoint="{_label(ep)}"}} {acc}')
+            out += ["# HELP iqgate_partition_failures_total Failed store partitions seen by queries, by reason.",
+                    "# TYPE iqgate_partition_failures_total counter"]
+            for r, n in sorted(self._failures.items()):
+                out.append(f'iqgate_partition_failures_total{{reason="{_label(r)}"}} {n}')
+        out += ["# HELP iqgate_store_position Offset of the last source record each store partition applied.",
+                "# TYPE iqgate_store_position gauge"]
+        for store, parts in sorted(positions.items()):
+            for sp, pos in sorted(parts.items()):
+                if pos is None:
+                    continue
+                for topic in sorted(pos.topics()):
+                    for tp, off in pos.partition_positions(topic).items():
+                        out.append(f'iqgate_store_position{{store="{_label(store)}",store_partition="{sp}",'
+                                   f'topic="{_label(topic)}",partition="{tp}"}} {off}')
+        out += ["# HELP iqgate_app_state 1 for the application's current state (KIP-696).",
+                "# TYPE iqgate_app_state gauge", f'iqgate_app_state{{state="{_label(state)}"}} 1']
+        return "\n".join(out) + "\n"

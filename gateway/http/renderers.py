@@ -1,0 +1,165 @@
+"""Result → response body, one renderer per media type (chosen by Accept).
+
+JSON values: numbers as numbers (NaN/Infinity as null: JSON has no such
+numbers), TIMESTAMP WITH TIME ZONE as ISO-8601 with offset (``+00:00``),
+naive TIMESTAMP and DATE/TIME as ISO-8601, DECIMAL and HUGEINT-size integers
+beyond 2**53 as they are (Python's json keeps big integers exact; DECIMAL as
+a string so no precision is lost), BLOB as base64, INTERVAL as its text,
+LIST/STRUCT/MAP as arrays/objects.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import json
+import math
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+from flask import Response
+
+from ..errors import GatewayError, GatewayInternalError
+from ..result import Result
+
+__all__ = ["RENDERERS", "MEDIA_TYPES", "json_default", "dumps", "position_header", "error_response"]
+
+JSON = "application/json"
+NDJSON = "application/x-ndjson"
+CSV = "text/csv"
+ARROW = "application/vnd.apache.arrow.stream"
+MEDIA_TYPES = (JSON, NDJSON, CSV, ARROW)
+
+
+def json_default(v: Any) -> Any:
+    if isinstance(v, datetime | date | time):
+        return v.isoformat()
+    if isinstance(v, Decimal):
+        return str(v)
+    if isinstance(v, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(v)).decode("ascii")
+    if isinstance(v, timedelta | uuid.UUID):
+        return str(v)
+    if isinstance(v, set | frozenset | tuple):
+        return list(v)
+    raise TypeError(f"cannot encode {type(v).__name__} as JSON")
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, list | tuple):
+        return [_clean(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    return v
+
+
+def dumps(obj: Any) -> str:
+    """Compact JSON; non-finite floats become null (checked only when the fast attempt finds one)."""
+    try:
+        return json.dumps(obj, default=json_default, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        return json.dumps(_clean(obj), default=json_default, separators=(",", ":"), allow_nan=False)
+
+
+def position_header(result: Result) -> str:
+    return json.dumps(result.position.to_json_map(), separators=(",", ":"))
+
+
+def _columns(result: Result) -> list[dict[str, str]]:
+    return [{"name": n, "type": t} for n, t in result.columns]
+
+
+def _trailer(result: Result, row_count: int) -> dict[str, Any]:
+    return {
+        "position": result.position.to_json_map(),
+        "partitions": [p.to_json() for p in result.partitions],
+        "row_count": row_count,
+    }
+
+
+def render_json(result: Result) -> Response:
+    rows = result.rows()
+    body: dict[str, Any] = {"columns": _columns(result), "rows": rows, "statement": result.statement.value}
+    body.update(_trailer(result, len(rows)))
+    if result.statement.value == "set":
+        body["settings"] = result.settings
+    return Response(dumps(body), mimetype=JSON)
+
+
+def render_ndjson(result: Result) -> Response:
+    """Header line, one array per row, trailer line; an error after the headers went out comes in-band."""
+
+    def gen() -> Iterator[str]:
+        yield dumps({"columns": _columns(result), "statement": result.statement.value}) + "\n"
+        n = 0
+        try:
+            for chunk in result.iter_batches():
+                n += len(chunk)
+                yield "".join(dumps(r) + "\n" for r in chunk)
+        except GatewayError as exc:
+            yield dumps(exc.to_error_body()) + "\n"
+            return
+        except Exception as exc:  # noqa: BLE001 - the status line is gone; the client must still learn of it
+            yield dumps(GatewayInternalError(f"{type(exc).__name__}: {exc}").to_error_body()) + "\n"
+            return
+        finally:
+            result.close()
+        yield dumps(_trailer(result, n)) + "\n"
+
+    return Response(gen(), mimetype=NDJSON)
+
+
+def _csv_value(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str | int | float):
+        return v
+    if isinstance(v, list | dict):
+        return dumps(v)
+    return json_default(v)
+
+
+def render_csv(result: Result) -> Response:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\r\n")
+    w.writerow([n for n, _ in result.columns])
+    for row in result.rows():
+        w.writerow([_csv_value(v) for v in row])
+    return Response(buf.getvalue(), mimetype=CSV, headers={"Content-Type": "text/csv; charset=utf-8"})
+
+
+def render_arrow(result: Result) -> Response:
+    table = result.to_arrow()
+    sink = pa.BufferOutputStream()
+    meta = {b"iqgate.position": position_header(result).encode()}
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return Response(sink.getvalue().to_pybytes(), mimetype=ARROW)
+
+
+RENDERERS: dict[str, Callable[[Result], Response]] = {
+    JSON: render_json,
+    NDJSON: render_ndjson,
+    CSV: render_csv,
+    ARROW: render_arrow,
+}
+
+
+def error_response(exc: GatewayError, retry_after_s: int) -> Response:
+    """The one error shape, with Retry-After when waiting can help (503)."""
+    resp = Response(dumps(exc.to_error_body()), status=exc.http_status, mimetype=JSON)
+    if exc.http_status == 503 and exc.retryable:
+        resp.headers["Retry-After"] = str(retry_after_s)
+    if exc.http_status == 401:
+        resp.headers["WWW-Authenticate"] = 'Bearer realm="iqgate"'
+    return resp

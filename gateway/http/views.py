@@ -1,0 +1,91 @@
+"""The endpoints: SQL, store catalog, health, metrics, OpenAPI, and a no-op ping (the benchmark's baseline)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Flask, Response, request
+
+from stores.state import State
+
+from ..arrow_rows import DUCK_TYPES
+from ..config import GatewayConfig
+from ..errors import NotAcceptable
+from .limits import parse_sql_request
+from .metrics import Metrics
+from .openapi import openapi_document
+from .renderers import JSON, MEDIA_TYPES, NDJSON, RENDERERS, dumps, position_header
+
+__all__ = ["register_views", "negotiate"]
+
+
+def negotiate(accept: Any) -> str:
+    """The media type to answer with; JSON when the client accepts anything (or says nothing)."""
+    if not accept:
+        return JSON
+    best = accept.best_match(MEDIA_TYPES, default=None)
+    if best is None:
+        raise NotAcceptable(f"cannot answer with any of {accept}; supported: {', '.join(MEDIA_TYPES)}")
+    return best
+
+
+def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metrics) -> None:
+    @app.post("/v1/sql")
+    def sql() -> Response:
+        media = negotiate(request.accept_mimetypes if request.headers.get("Accept") else None)
+        req = parse_sql_request(request.get_data(cache=False), cfg.max_request_bytes)
+        result = gateway.sql(req.sql, req.params, req.position, partial=req.partial, wait_ms=req.wait_ms,
+                             session=req.session, max_rows=req.max_rows, stream=media == NDJSON)
+        failed = [p.failure_reason for p in result.partitions if p.failure_reason]
+        if failed:
+            metrics.partition_failures(failed)
+        resp = RENDERERS[media](result)
+        resp.headers["X-IQ-Position"] = position_header(result)
+        if media != NDJSON:
+            result.close()
+        return resp
+
+    @app.get("/v1/stores")
+    def stores() -> Response:
+        positions = gateway.store_positions()
+        out = []
+        for name, spec in sorted(gateway.catalog().items()):
+            out.append({
+                "name": name,
+                "kind": spec.kind.value,
+                "key": spec.key.name,
+                "columns": [{"name": c.name, "type": DUCK_TYPES[c.type], "nullable": c.nullable}
+                            for c in spec.columns()],
+                "partitions": spec.partitions,
+                "source_topics": list(spec.source_topics),
+                "window_size_ms": spec.window_size_ms,
+                "window_advance_ms": spec.window_advance_ms,
+                "gap_ms": spec.gap_ms,
+                "history_retention_ms": spec.history_retention_ms,
+                "positions": {str(p): (None if pos is None else pos.to_json_map())
+                              for p, pos in sorted(positions.get(name, {}).items())},
+            })
+        return Response(dumps({"stores": out}), mimetype=JSON)
+
+    @app.get("/v1/health")
+    def health() -> Response:
+        state = gateway.state
+        ok = state is State.RUNNING
+        body = {"state": state.value, "healthy": ok}
+        resp = Response(dumps(body), status=200 if ok else 503, mimetype=JSON)
+        if state in (State.CREATED, State.REBALANCING):
+            resp.headers["Retry-After"] = str(cfg.retry_after_s)
+        return resp
+
+    @app.get("/metrics")
+    def prometheus() -> Response:
+        text = metrics.render(gateway.store_positions(), gateway.state.value)
+        return Response(text, mimetype="text/plain", headers={"Content-Type": "text/plain; version=0.0.4"})
+
+    @app.get("/v1/openapi.json")
+    def openapi() -> Response:
+        return Response(dumps(openapi_document()), mimetype=JSON)
+
+    @app.get("/v1/ping")
+    def ping() -> Response:
+        return Response('{"ok":true}', mimetype=JSON)
