@@ -2,8 +2,8 @@
 
 No serialization at all: rows come from ``Result.rows()`` as Python values
 (the engine's fast path skips DuckDB for plain key lookups), and the
-connection's ``Session`` holds its SET settings exactly as the HTTP server
-would for a remote client.
+connection's ``Session`` holds its SET settings exactly as the remote
+transport keeps them for a server.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-from gateway.errors import Error, GatewayInternalError, ProgrammingError, translate
+from gateway.errors import Error, GatewayInternalError, translate
 
 from .outcome import Outcome, PartitionInfo
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from gateway.engine import Gateway
     from stores.position import Position
 
-__all__ = ["InProcessTransport"]
+__all__ = ["InProcessTransport", "as_dbapi_error"]
 
 
 class InProcessTransport:
@@ -35,55 +35,43 @@ class InProcessTransport:
         wait_ms: int | None = None,
     ) -> None:
         self._gateway = gateway
-        self._session = gateway.session()
+        try:
+            # Validated by the Session exactly like a SET statement would be.
+            self._session: Any = gateway.session(**dict(session or {}))
+        except Exception as exc:  # noqa: BLE001 - a bad setting is the caller's error, reported as PEP 249
+            raise as_dbapi_error(exc) from exc
         self._partial = partial
         self._wait_ms = wait_ms
-        for name, value in (session or {}).items():
-            self._apply_setting(name, value)
-
-    def _apply_setting(self, name: str, value: Any) -> None:
-        """Initial settings go through SET so they are validated exactly like a user's SET statement."""
-        if not isinstance(name, str) or not name.isidentifier():
-            raise ProgrammingError(f"invalid session setting name {name!r} in connect(session=...)")
-        literal = _sql_literal(value)
-        self.execute(f"SET {name} = {literal}", None, None)
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None, bound: Position | None) -> Outcome:
         try:
             result = self._gateway.sql(
-                sql,
-                params=params,
-                position=bound,
-                partial=self._partial,
-                wait_ms=self._wait_ms,
+                sql, params=params, position=bound, partial=self._partial, wait_ms=self._wait_ms,
                 session=self._session,
             )
-            statement = getattr(result.statement, "value", result.statement)
+            statement = str(getattr(result.statement, "value", result.statement))
             if statement == "set":
-                return Outcome(str(statement), [], [], result.position, [], self.settings())
+                return Outcome(statement, [], [], result.position, [], dict(result.settings))
             rows = result.rows()
             columns = [(str(n), str(t)) for n, t in result.columns]
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()  # rows are Python values now: give the DuckDB cursor back
         except Exception as exc:  # noqa: BLE001 - every failure reaches the caller as a PEP 249 class
-            raise translate_or_raise(exc) from exc
+            raise as_dbapi_error(exc) from exc
         return Outcome(
-            statement=str(statement),
+            statement=statement,
             columns=columns,
             rows=rows if isinstance(rows, list) else list(rows),
             position=result.position,
             partitions=[
-                PartitionInfo(p.store, p.partition, _reason(p.failure_reason), p.failure_message, p.position)
+                PartitionInfo(p.store, p.partition, p.failure_reason, p.failure_message, p.position)
                 for p in result.partitions
             ],
         )
 
     def settings(self) -> dict[str, Any]:
-        s = self._session
-        for attr in ("settings", "as_dict", "to_dict"):
-            v = getattr(s, attr, None)
-            if v is not None:
-                v = v() if callable(v) else v
-                return dict(v)
-        return {}
+        return dict(self._session.settings) if self._session is not None else {}
 
     def server_version(self) -> str:
         try:
@@ -95,31 +83,19 @@ class InProcessTransport:
         self._session = None
 
 
-def _reason(reason: Any) -> str | None:
-    if reason is None:
-        return None
-    return str(getattr(reason, "label", reason))
+def as_dbapi_error(exc: BaseException) -> Error:
+    """The PEP 249 error for ``exc``: gateway errors as they are, planner/KIP-216 ones translated.
 
-
-def _sql_literal(value: Any) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if not isinstance(value, str):
-        import json
-
-        value = json.dumps(value)
-    return "'" + value.replace("'", "''") + "'"
-
-
-def translate_or_raise(exc: BaseException) -> Error:
-    """The PEP 249 error for ``exc``: gateway errors as they are, planner/KIP-216 ones translated."""
+    Anything else is a bug below the DB-API; it still surfaces as a PEP 249
+    class (InternalError) so ``except dbapi.Error`` holds, chained to the cause.
+    """
     if isinstance(exc, Error):
         return exc
     mapped = translate(exc)
     if mapped is not None:
         return mapped
+    if isinstance(exc, TypeError):
+        from gateway.errors import InterfaceError
+
+        return InterfaceError(str(exc))
     return GatewayInternalError(f"{type(exc).__name__}: {exc}")

@@ -121,7 +121,7 @@ class RemoteTransport:
             err.retry_after = float(retry_after) if retry_after and retry_after.isdigit() else None  # type: ignore[attr-defined]
             raise err
         if self._server_version is None:
-            self._server_version = headers.get("X-IQ-Version") or headers.get("Server") or ""
+            self._server_version = headers.get("X-IQ-Version") or ""
         outcome = self._outcome(payload)
         if outcome.statement == "set" and isinstance(outcome.settings, Mapping):
             self._session = dict(outcome.settings)
@@ -131,7 +131,7 @@ class RemoteTransport:
         return dict(self._session)
 
     def server_version(self) -> str:
-        """The server's X-IQ-Version (or Server header) once a request was answered, else the client's version."""
+        """The server's X-IQ-Version header once a request was answered, else this client's version."""
         return self._server_version or _client_version()
 
     def close(self) -> None:

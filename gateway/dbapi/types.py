@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import decimal
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -134,6 +135,21 @@ def _blob(v: Any) -> Any:
     return base64.b64decode(v) if isinstance(v, str) else v
 
 
+_INTERVAL = re.compile(r"^(?:(-?\d+) days?, )?(-?\d+):(\d{2}):(\d{2})(?:\.(\d{1,6}))?$")
+
+
+def _interval(v: Any) -> Any:
+    """``str(timedelta)`` (how the server writes an INTERVAL) back to a timedelta; other text stays text."""
+    if not isinstance(v, str):
+        return v
+    m = _INTERVAL.match(v.strip())
+    if m is None:
+        return v
+    days, h, mi, sec, frac = m.groups()
+    return _dt.timedelta(days=int(days or 0), hours=int(h), minutes=int(mi), seconds=int(sec),
+                         microseconds=int((frac or "0").ljust(6, "0")))
+
+
 def _hugeint(v: Any) -> Any:
     return int(v) if isinstance(v, str) else v
 
@@ -151,6 +167,7 @@ _DECODERS: dict[str, Callable[[Any], Any]] = {
     "NUMERIC": _decimal,
     "BLOB": _blob,
     "BYTEA": _blob,
+    "INTERVAL": _interval,
     "HUGEINT": _hugeint,
     "UHUGEINT": _hugeint,
     "UBIGINT": _hugeint,
