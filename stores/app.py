@@ -1,0 +1,463 @@
+"""StreamsApp: the Kafka Streams client facade over the stores (KIP-696 FSM, IQv2 query, IQv1 handles).
+
+The app owns the store files under its state directory, the client state
+machine, and the uncaught-exception handling of KIP-671; the pipeline that
+fills the stores plugs in through ``TopologyLike.create_runtime`` (the Spark
+runtime) and drives the app through the ``AppDriver`` methods. Without a
+runtime (``StoreTopology``) the app is drivable by hand, which is how the
+contract is tested without Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import layout
+from .dispatch import run_request
+from .engine import PartitionStore, open_partition
+from .engine.lifecycle import ClientStateMachine
+from .engine.writer import PartitionedWriter
+from .errors import (
+    IllegalStateException,
+    StreamsNotStartedException,
+    StreamsStoppedException,
+    UnknownStateStoreException,
+)
+from .position import Position
+from .protocol import Runtime, TopologyLike
+from .request import StateQueryRequest
+from .result import StateQueryResult
+from .schema import StoreSpec
+from .state import State, StreamThreadExceptionResponse
+
+__all__ = ["StreamsApp", "StoreTopology"]
+
+log = logging.getLogger(__name__)
+
+UncaughtHandler = Callable[[BaseException], StreamThreadExceptionResponse]
+
+_REGISTRY: dict[str, weakref.WeakSet[StreamsApp]] = {}
+_REGISTRY_LOCK = threading.Lock()
+_STOPPED = (State.PENDING_SHUTDOWN, State.NOT_RUNNING, State.PENDING_ERROR, State.ERROR)
+
+
+class StoreTopology:
+    """A topology of stores written by hand (tests, fixtures): no runtime, so start() goes straight to RUNNING."""
+
+    def __init__(self, specs: Iterable[StoreSpec]) -> None:
+        self._specs = tuple(specs)
+        names = [s.name for s in self._specs]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"duplicate store names in topology: {dup}")
+
+    def store_specs(self) -> Sequence[StoreSpec]:
+        return self._specs
+
+    def create_runtime(self, app: Any) -> Runtime | None:
+        return None
+
+
+def _check_partitions(
+    specs: Mapping[str, StoreSpec], given: Mapping[str, Iterable[int]] | None, what: str
+) -> dict[str, frozenset[int]] | None:
+    if given is None:
+        return None
+    out = {}
+    for name, parts in given.items():
+        spec = specs.get(name)
+        if spec is None:
+            raise ValueError(f"{what}: unknown store {name!r}; stores are {sorted(specs)}")
+        ps = frozenset(parts)
+        bad = sorted(p for p in ps if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < spec.partitions)
+        if bad:
+            raise ValueError(f"{what}: store {name!r} has partitions 0..{spec.partitions - 1}, got {bad}")
+        out[name] = ps
+    return out
+
+
+class StreamsApp:
+    """One application instance: stores, state machine, queries.
+
+    ``hosted_partitions`` (default: all) are the active partitions this
+    instance serves, ``standby_partitions`` the standby copies (they answer
+    unless ``require_active``); any other partition is NOT_PRESENT.
+    """
+
+    def __init__(
+        self,
+        topology: TopologyLike,
+        application_id: str,
+        state_dir: str | os.PathLike[str],
+        *,
+        hosted_partitions: Mapping[str, Iterable[int]] | None = None,
+        standby_partitions: Mapping[str, Iterable[int]] | None = None,
+        synchronous: str = "FULL",
+        coordination_base: str | os.PathLike[str] | None = None,
+        shutdown_poll_s: float = 0.5,
+    ) -> None:
+        if not isinstance(application_id, str) or not application_id.strip():
+            raise ValueError(f"application_id must be a non-empty string, got {application_id!r}")
+        if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
+            raise ValueError(f"synchronous must be FULL, NORMAL or EXTRA, got {synchronous!r}")
+        self.application_id = application_id
+        self.state_dir = Path(state_dir)
+        self.topology = topology
+        specs = list(topology.store_specs())
+        self._specs: dict[str, StoreSpec] = {}
+        for s in specs:
+            if s.name in self._specs:
+                raise ValueError(f"duplicate store name {s.name!r} in topology")
+            self._specs[s.name] = s
+        hosted = _check_partitions(self._specs, hosted_partitions, "hosted_partitions")
+        standby = _check_partitions(self._specs, standby_partitions, "standby_partitions") or {}
+        if hosted is None:
+            hosted = {n: frozenset(range(s.partitions)) - standby.get(n, frozenset()) for n, s in self._specs.items()}
+        for n in self._specs:
+            hosted.setdefault(n, frozenset())
+            standby.setdefault(n, frozenset())
+            both = sorted(hosted[n] & standby[n])
+            if both:
+                raise ValueError(f"store {n!r}: partitions {both} cannot be both hosted (active) and standby")
+        self._hosting: tuple[dict[str, frozenset[int]], dict[str, frozenset[int]]] = (hosted, standby)
+        self._synchronous = synchronous.upper()
+        self._stores: dict[str, dict[int, PartitionStore]] = {}
+        self._generation: dict[str, int] = {n: 0 for n in self._specs}
+        self._writers: dict[str, PartitionedWriter] = {}
+        self._lock = threading.RLock()
+        self._handler: UncaughtHandler | None = None
+        self._runtime: Runtime | None = None
+        self._started_at: float | None = None
+        self._coord_dir = layout.coordination_dir(application_id, coordination_base)
+        self._poll_s = shutdown_poll_s
+        self._stop_poll = threading.Event()
+        self._fsm = ClientStateMachine(application_id, on_change=lambda new, old: self._write_app_json(new))
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._write_app_json(State.CREATED)
+        with _REGISTRY_LOCK:
+            _REGISTRY.setdefault(application_id, weakref.WeakSet()).add(self)
+
+    # -- state ----------------------------------------------------------------------
+    @property
+    def state(self) -> State:
+        return self._fsm.state
+
+    def set_state_listener(self, listener: Callable[[State, State], None] | None) -> None:
+        """``listener(new, old)`` on every transition, called outside the app's locks."""
+        self._fsm.set_listener(listener)
+
+    def set_uncaught_exception_handler(self, handler: UncaughtHandler) -> None:
+        """Only in CREATED (as Kafka); the default response is SHUTDOWN_CLIENT."""
+        if self.state is not State.CREATED:
+            raise IllegalStateException("Can only set UncaughtExceptionHandler before calling start(). "
+                                        f"Current state is: {self.state}")
+        if not callable(handler):
+            raise TypeError("the uncaught exception handler must be callable")
+        self._handler = handler
+
+    def _write_app_json(self, state: State) -> None:
+        hosted, standby = self._hosting
+        layout.write_json_atomic(layout.app_json_path(self.state_dir), {
+            "application_id": self.application_id,
+            "state": state.value,
+            "pid": os.getpid(),
+            "updated_at": time.time(),
+            "hosted": {n: sorted(ps) for n, ps in hosted.items()},
+            "standby": {n: sorted(ps) for n, ps in standby.items()},
+        })
+
+    # -- lifecycle ------------------------------------------------------------------
+    def start(self) -> None:
+        """CREATED -> REBALANCING, open the stores, start the runtime (or go RUNNING without one)."""
+        try:
+            moved = self._fsm.transition(State.REBALANCING)
+        except IllegalStateException:
+            moved = False
+        if not moved:
+            raise IllegalStateException("The client is either already started or already stopped, cannot re-start")
+        self._started_at = time.time()
+        try:
+            self._open_stores()
+            self._runtime = self.topology.create_runtime(self)
+        except BaseException:
+            log.exception("stream-client %s: failed to open its stores", self.application_id)
+            self._close_to_error()
+            raise
+        threading.Thread(target=self._poll_shutdown_marker, name=f"iqgate-{self.application_id}-marker",
+                         daemon=True).start()
+        if self._runtime is None:
+            self.mark_running()
+        else:
+            try:
+                self._runtime.start()
+            except BaseException as exc:  # noqa: BLE001 - a runtime that cannot start is an uncaught failure
+                self.handle_uncaught(exc, "<start>")
+
+    def _open_stores(self) -> None:
+        with self._lock:
+            for name, spec in self._specs.items():
+                d = layout.store_dir(self.state_dir, name)
+                d.mkdir(parents=True, exist_ok=True)
+                layout.write_json_atomic(layout.spec_path(self.state_dir, name), _spec_dict(spec))
+                self._stores[name] = {
+                    p: open_partition(spec, p, layout.partition_path(self.state_dir, name, p),
+                                      synchronous=self._synchronous)
+                    for p in range(spec.partitions)
+                }
+
+    def _close_stores(self) -> None:
+        with self._lock:
+            for name, parts in self._stores.items():
+                self._generation[name] += 1
+                for s in parts.values():
+                    s.close()
+            self._stores = {}
+            self._writers = {}
+
+    def close(self, timeout_s: float | None = None) -> bool:
+        """Shut down; True once NOT_RUNNING (or already ERROR), False if ``timeout_s`` passed first."""
+        if timeout_s is not None and timeout_s < 0:
+            raise ValueError("Timeout can't be negative.")
+        state = self.state
+        if state in (State.ERROR, State.PENDING_ERROR):
+            log.warning("stream-client %s: close() in %s is a no-op: the client is (going to) ERROR",
+                        self.application_id, state)
+            return self._fsm.wait_for({State.ERROR}, timeout_s)
+        if state is State.NOT_RUNNING:
+            return True
+        try:
+            moved = self._fsm.transition(State.PENDING_SHUTDOWN)
+        except IllegalStateException:
+            moved = False
+        if moved:
+            threading.Thread(target=self._shutdown, args=(State.NOT_RUNNING,),
+                             name=f"iqgate-{self.application_id}-close", daemon=True).start()
+        return self._fsm.wait_for({State.NOT_RUNNING, State.ERROR}, timeout_s)
+
+    def _close_to_error(self) -> None:
+        try:
+            moved = self._fsm.transition(State.PENDING_ERROR)
+        except IllegalStateException:
+            log.warning("stream-client %s: cannot go to ERROR from %s", self.application_id, self.state)
+            return
+        if moved:
+            threading.Thread(target=self._shutdown, args=(State.ERROR,),
+                             name=f"iqgate-{self.application_id}-error", daemon=True).start()
+
+    def _shutdown(self, final: State) -> None:
+        self._stop_poll.set()
+        runtime = self._runtime
+        if runtime is not None:
+            try:
+                runtime.stop(30.0)
+            except Exception:  # noqa: BLE001 - shutting down regardless
+                log.exception("stream-client %s: runtime failed to stop", self.application_id)
+        self._close_stores()
+        self._fsm.transition(final)
+
+    # -- AppDriver (what the runtime calls) ----------------------------------------------
+    def mark_rebalancing(self) -> None:
+        if self.state is State.RUNNING:
+            self._fsm.transition(State.REBALANCING)
+
+    def mark_running(self) -> None:
+        if self.state is State.REBALANCING:
+            self._fsm.transition(State.RUNNING)
+
+    def handle_uncaught(self, exc: BaseException, unit: str) -> StreamThreadExceptionResponse:
+        """Ask the handler (default SHUTDOWN_CLIENT) and carry out its response."""
+        response = StreamThreadExceptionResponse.SHUTDOWN_CLIENT
+        if self._handler is not None:
+            try:
+                got = self._handler(exc)
+                if isinstance(got, StreamThreadExceptionResponse):
+                    response = got
+                else:
+                    log.error("uncaught exception handler returned %r, not a StreamThreadExceptionResponse;"
+                              " shutting the client down", got)
+            except Exception:  # noqa: BLE001
+                log.exception("uncaught exception handler failed; shutting the client down")
+        log.error("stream-client %s: unit %s failed (%s: %s); response %s", self.application_id, unit,
+                  type(exc).__name__, exc, response.name)
+        if response is StreamThreadExceptionResponse.REPLACE_THREAD:
+            if self.state.is_running_or_rebalancing():
+                self.mark_rebalancing()
+                if self._runtime is not None:
+                    try:
+                        self._runtime.replace(unit)
+                    except Exception:  # noqa: BLE001
+                        log.exception("stream-client %s: replacing unit %s failed", self.application_id, unit)
+                        self._close_to_error()
+        elif response is StreamThreadExceptionResponse.SHUTDOWN_CLIENT:
+            self._close_to_error()
+        else:
+            self._request_application_shutdown()
+        return response
+
+    def _request_application_shutdown(self) -> None:
+        """SHUTDOWN_APPLICATION: every instance with this application_id, in this process and others."""
+        try:
+            self._coord_dir.mkdir(parents=True, exist_ok=True)
+            layout.write_json_atomic(self._coord_dir / "shutdown-requested",
+                                     {"requested_at": time.time(), "pid": os.getpid()})
+        except OSError:
+            log.exception("stream-client %s: could not write the shutdown marker", self.application_id)
+        with _REGISTRY_LOCK:
+            peers = list(_REGISTRY.get(self.application_id, ()))
+        for app in peers:
+            app._close_to_error()
+
+    def _poll_shutdown_marker(self) -> None:
+        marker = self._coord_dir / "shutdown-requested"
+        started = self._started_at or time.time()
+        while not self._stop_poll.wait(self._poll_s):
+            try:
+                requested = json.loads(marker.read_text(encoding="utf-8"))["requested_at"]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if requested >= started and self.state.is_running_or_rebalancing():
+                log.error("stream-client %s: application shutdown requested by another instance", self.application_id)
+                self._close_to_error()
+                return
+
+    # -- stores ----------------------------------------------------------------------------
+    def catalog(self) -> dict[str, StoreSpec]:
+        return dict(self._specs)
+
+    def spec(self, name: str) -> StoreSpec:
+        spec = self._specs.get(name)
+        if spec is None:
+            raise UnknownStateStoreException(
+                f"Cannot get state store {name} because no such store is registered in the topology."
+            )
+        return spec
+
+    def writer(self, store_name: str) -> PartitionedWriter:
+        """The StoreWriter of one store; usable while the app is REBALANCING or RUNNING."""
+        spec = self.spec(store_name)
+        with self._lock:
+            w = self._writers.get(store_name)
+            if w is None:
+                stores = self._stores.get(store_name)
+                if stores is None:
+                    raise IllegalStateException(
+                        f"store {store_name!r} is not open: the app is {self.state}; writers need start() first"
+                    )
+                w = self._writers[store_name] = PartitionedWriter(spec, stores, lambda: self._check_writable(store_name))
+            return w
+
+    def _check_writable(self, name: str) -> None:
+        if not self.state.is_running_or_rebalancing():
+            raise IllegalStateException(f"cannot write to store {name!r}: the app is {self.state}")
+
+    def positions(self) -> dict[str, Position]:
+        """Per store, the position merged over its local (hosted and standby) partitions."""
+        hosted, standby = self._hosting
+        out = {}
+        with self._lock:
+            for name, parts in self._stores.items():
+                pos = Position.empty()
+                for p in sorted(hosted[name] | standby[name]):
+                    pos = pos.merge(parts[p].current_position())
+                out[name] = pos
+        return out
+
+    def hosting(self) -> tuple[dict[str, frozenset[int]], dict[str, frozenset[int]]]:
+        """(hosted, standby) partitions per store."""
+        hosted, standby = self._hosting
+        return dict(hosted), dict(standby)
+
+    def reassign_partitions(
+        self, hosted: Mapping[str, Iterable[int]] | None = None, standby: Mapping[str, Iterable[int]] | None = None
+    ) -> None:
+        """Move partitions in or out of this instance: a rebalance; handles of changed stores go stale."""
+        if not self.state.is_running_or_rebalancing():
+            raise IllegalStateException(f"cannot reassign partitions in state {self.state}")
+        new_h = _check_partitions(self._specs, hosted, "hosted") or {}
+        new_s = _check_partitions(self._specs, standby, "standby") or {}
+        old_h, old_s = self._hosting
+        h = {n: new_h.get(n, old_h[n]) for n in self._specs}
+        s = {n: new_s.get(n, old_s[n]) for n in self._specs}
+        for n in self._specs:
+            both = sorted(h[n] & s[n])
+            if both:
+                raise ValueError(f"store {n!r}: partitions {both} cannot be both hosted (active) and standby")
+        was_running = self.state is State.RUNNING
+        self.mark_rebalancing()
+        with self._lock:
+            for n in self._specs:
+                if h[n] != old_h[n] or s[n] != old_s[n]:
+                    self._generation[n] += 1
+            self._hosting = (h, s)
+        self._write_app_json(self.state)
+        if was_running:
+            self.mark_running()
+
+    def reopen_store(self, name: str) -> None:
+        """Close and reopen a store's files (as a task migration would); existing handles go stale."""
+        spec = self.spec(name)
+        with self._lock:
+            parts = self._stores.get(name)
+            if parts is None:
+                raise IllegalStateException(f"store {name!r} is not open (state {self.state})")
+            for s in parts.values():
+                s.close()
+            self._generation[name] += 1
+            self._stores[name] = {
+                p: open_partition(spec, p, layout.partition_path(self.state_dir, name, p), synchronous=self._synchronous)
+                for p in range(spec.partitions)
+            }
+            self._writers.pop(name, None)
+
+    # -- IQv2 --------------------------------------------------------------------------------
+    def query(self, request: StateQueryRequest) -> StateQueryResult:
+        """IQv2 ``KafkaStreams.query``: unknown store, then not started, then stopped; else per-partition results."""
+        spec = self.spec(request.store_name)
+        state = self.state
+        if state is State.CREATED:
+            raise StreamsNotStartedException(
+                "KafkaStreams has not been started, you can retry after calling start()."
+            )
+        if state in _STOPPED:
+            raise StreamsStoppedException(
+                f"KafkaStreams has been stopped ({state}). This instance can no longer serve queries."
+            )
+        hosted, standby = self._hosting
+        name = spec.name
+        stores = self._stores.get(name, {})
+        act = hosted[name]
+        local = {p: stores[p] for p in act | standby[name] if p in stores}
+        return run_request(request, spec, local, act, state is State.RUNNING, str(state))
+
+    # -- IQv1 handles ---------------------------------------------------------------------
+    def store(self, name: str, store_type: Any, partition: int | None = None) -> Any:
+        """A read-only view (key-value, window or session) of a store, as ``KafkaStreams.store``."""
+        from .handles import open_handle
+
+        return open_handle(self, name, store_type, partition)
+
+    def _current(self, name: str) -> tuple[int, frozenset[int], dict[int, PartitionStore]]:
+        """(generation, hosted partitions, open partition stores) of a store, for handles."""
+        with self._lock:
+            return self._generation[name], self._hosting[0][name], self._stores.get(name, {})
+
+    def __enter__(self) -> StreamsApp:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"StreamsApp({self.application_id!r}, state={self.state}, state_dir={str(self.state_dir)!r})"
+
+
+def _spec_dict(spec: StoreSpec) -> Any:
+    return json.loads(spec.to_json())

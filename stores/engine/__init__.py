@@ -1,0 +1,35 @@
+"""The store engine: one SQLite file per store partition, one class per store kind."""
+
+from __future__ import annotations
+
+import os
+
+from ..schema import StoreKind, StoreSpec
+from .base import Handler, PartitionStore, StoreClosedError, is_permitted
+from .codec import BatchError
+from .kv import KeyValueStore, TimestampedKeyValueStore
+from .rows import RowIterator
+from .versioned import VersionedStore
+from .window import SessionStore, WindowStore
+
+__all__ = [
+    "PartitionStore", "Handler", "StoreClosedError", "BatchError", "is_permitted", "RowIterator",
+    "KeyValueStore", "TimestampedKeyValueStore", "WindowStore", "SessionStore", "VersionedStore",
+    "STORE_CLASSES", "open_partition",
+]
+
+STORE_CLASSES: dict[StoreKind, type[PartitionStore]] = {
+    StoreKind.KEY_VALUE: KeyValueStore,
+    StoreKind.TIMESTAMPED_KEY_VALUE: TimestampedKeyValueStore,
+    StoreKind.WINDOW: WindowStore,
+    StoreKind.SESSION: SessionStore,
+    StoreKind.VERSIONED: VersionedStore,
+}
+
+
+def open_partition(
+    spec: StoreSpec, partition: int, path: str | os.PathLike[str], *, read_only: bool = False,
+    synchronous: str = "FULL",
+) -> PartitionStore:
+    """Open (creating unless read-only) the file of one store partition with the class of its kind."""
+    return STORE_CLASSES[spec.kind](spec, partition, path, read_only=read_only, synchronous=synchronous)

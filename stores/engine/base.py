@@ -1,0 +1,328 @@
+"""One store partition in one SQLite file: snapshot reads, atomic idempotent batch writes, query dispatch.
+
+Why SQLite in WAL mode: one writer and many reader processes on the same
+file, each read a consistent snapshot, and data plus Position committed in
+one transaction, so a reader can never see rows and a Position out of step
+and a kill -9 leaves the old or the new batch, never a mix.
+
+Subclasses (one per store kind) declare their table and a handler table
+``HANDLERS = {QueryType: Handler(prepare, fetch, build)}``; ``query()`` runs
+the IQv2 ``handleBasicQueries`` order: exact-type lookup (none ->
+UNKNOWN_QUERY_TYPE), then the bound check against the position read in the
+same snapshot as the data, then the result, with the position always attached.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, NamedTuple
+
+from ..position import Position, PositionBound
+from ..protocol import Change
+from ..result import FailureReason, QueryResult
+from ..schema import StoreSpec
+from .codec import ValueCodec, affinity
+
+__all__ = ["PartitionStore", "Handler", "StoreClosedError", "is_permitted"]
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+
+
+class StoreClosedError(RuntimeError):
+    """The partition store was closed (app shutting down or partitions moved)."""
+
+
+class Handler(NamedTuple):
+    """How one query type runs on one store kind.
+
+    ``prepare(store, query)`` validates and coerces (raising for a malformed
+    request) or returns a failed QueryResult for an unsupported variant;
+    ``fetch(store, prepared)`` reads ``(position, raw)`` in one snapshot;
+    ``build(store, prepared, raw)`` turns raw rows into the result value
+    (only once the bound check passed).
+    """
+
+    prepare: Callable[[Any, Any], Any]
+    fetch: Callable[[Any, Any], tuple[Position, Any]]
+    build: Callable[[Any, Any, Any], Any]
+
+
+def is_permitted(position: Position, bound: PositionBound, topics: frozenset[str] | None) -> bool:
+    """DESIGN §3: up to the bound when every bounded partition of every topic the store reads is reached.
+
+    ``topics`` None means the store declares no source topics; then every
+    topic named in the bound counts (the strict reading).
+    """
+    if bound.is_unbounded():
+        return True
+    bpos = bound.position
+    for topic in bpos.topics():
+        if topics is not None and topic not in topics:
+            continue
+        seen = position.partition_positions(topic)
+        for p, off in bpos.partition_positions(topic).items():
+            s = seen.get(p)
+            if s is None or s < off:
+                return False
+    return True
+
+
+class PartitionStore:
+    """Base of every store kind; one instance per (store, partition) file."""
+
+    HANDLERS: ClassVar[dict[type, Handler]] = {}
+    TABLE: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        spec: StoreSpec,
+        partition: int,
+        path: str | os.PathLike[str],
+        *,
+        read_only: bool = False,
+        synchronous: str = "FULL",
+    ) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.partition = partition
+        self.path = Path(path)
+        self.read_only = read_only
+        self.codec = ValueCodec(spec)
+        self._topics = frozenset(spec.source_topics) or None
+        self._synchronous = synchronous
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._closed = False
+        self._pos_text: str | None = None
+        self._pos: Position = Position.empty()
+        self._wconn: sqlite3.Connection | None = None
+        self._sql_cache: dict[Any, str] = {}
+        self.vcols = ", ".join(f"v{i}" for i in range(self.codec.n))
+        if not read_only:
+            self._wconn = self._open_writer()
+        elif not self.path.exists():
+            raise FileNotFoundError(f"store {self.name!r} partition {partition}: no file {self.path}")
+
+    # -- connections -----------------------------------------------------------
+    def _open_writer(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        c = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
+        c.execute("PRAGMA journal_mode=WAL")
+        c.execute(f"PRAGMA synchronous={self._synchronous}")
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            c.execute(
+                "CREATE TABLE IF NOT EXISTS meta (id INTEGER PRIMARY KEY CHECK (id = 0), version INTEGER NOT NULL,"
+                " last_batch_id INTEGER, position TEXT NOT NULL, observed_ts INTEGER, format INTEGER NOT NULL,"
+                " kind TEXT NOT NULL)"
+            )
+            c.execute(
+                "INSERT OR IGNORE INTO meta VALUES (0, 0, NULL, '{}', NULL, ?, ?)", (FORMAT_VERSION, self.spec.kind.value)
+            )
+            for ddl in self.ddl():
+                c.execute(ddl)
+            kind = c.execute("SELECT kind FROM meta").fetchone()[0]
+            if kind != self.spec.kind.value:
+                raise ValueError(
+                    f"store {self.name!r} partition {self.partition}: file {self.path} holds a {kind} store,"
+                    f" not {self.spec.kind.value}"
+                )
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            c.close()
+            raise
+        return c
+
+    def _conn(self) -> sqlite3.Connection:
+        """This thread's read connection (sqlite3 connections are not shared across threads)."""
+        c = getattr(self._local, "conn", None)
+        if c is None:
+            if self._closed:
+                raise StoreClosedError(f"store {self.name!r} partition {self.partition} is closed")
+            if not self.path.exists():
+                raise FileNotFoundError(f"store {self.name!r} partition {self.partition}: file {self.path} is gone")
+            c = sqlite3.connect(
+                f"{self.path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None,
+                check_same_thread=False, timeout=30.0,
+            )
+            c.execute("PRAGMA query_only=1")
+            with self._conns_lock:
+                self._conns.append(c)
+            self._local.conn = c
+        return c
+
+    def ddl(self) -> Sequence[str]:
+        """CREATE statements of the kind's table(s)."""
+        raise NotImplementedError
+
+    def key_decl(self) -> str:
+        return f"k {affinity(self.spec.key.type)} NOT NULL"
+
+    def value_decls(self) -> str:
+        return "".join(f", v{i} {affinity(c.type)}" for i, c in enumerate(self.spec.values))
+
+    def close(self) -> None:
+        """Close every connection; waits for an in-flight batch so it commits or rolls back whole."""
+        with self._write_lock:
+            self._closed = True
+            with self._conns_lock:
+                for c in self._conns:
+                    try:
+                        c.close()
+                    except sqlite3.Error:  # pragma: no cover - closing is best effort
+                        pass
+                self._conns.clear()
+            self._local = threading.local()
+            if self._wconn is not None:  # last: the last connection to close checkpoints and removes the WAL
+                self._wconn.close()
+                self._wconn = None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- snapshots ---------------------------------------------------------------
+    def position_of(self, text: str) -> Position:
+        """Parse the stored position JSON once per change, not once per read."""
+        if text != self._pos_text:
+            pos = Position.from_json(text)
+            self._pos, self._pos_text = pos, text
+            return pos
+        return self._pos
+
+    def snapshot(self, sql: str, params: Sequence[Any]) -> tuple[Position, list[Any]]:
+        """Rows and the position from ONE read transaction, so they always agree."""
+        if self._closed:
+            raise StoreClosedError(f"store {self.name!r} partition {self.partition} is closed")
+        c = self._conn()
+        c.execute("BEGIN")
+        try:
+            rows = c.execute(sql, params).fetchall()
+            text = c.execute("SELECT position FROM meta").fetchone()[0]
+        finally:
+            c.execute("COMMIT")
+        return self.position_of(text), rows
+
+    def point(self, sql: str, params: Sequence[Any]) -> tuple[Position, Any]:
+        """One-statement snapshot: ``sql`` selects the position as its first column (meta LEFT JOIN data)."""
+        if self._closed:
+            raise StoreClosedError(f"store {self.name!r} partition {self.partition} is closed")
+        row = self._conn().execute(sql, params).fetchone()
+        return self.position_of(row[0]), row
+
+    def current_position(self) -> Position:
+        c = self._conn()
+        return self.position_of(c.execute("SELECT position FROM meta").fetchone()[0])
+
+    def meta(self) -> dict[str, Any]:
+        row = self._conn().execute("SELECT version, last_batch_id, position, observed_ts FROM meta").fetchone()
+        return {"version": row[0], "last_batch_id": row[1], "position": self.position_of(row[2]), "observed_ts": row[3]}
+
+    def last_batch_id(self) -> int | None:
+        return self.meta()["last_batch_id"]
+
+    def _safe_position(self) -> Position | None:
+        try:
+            return self.current_position()
+        except Exception:  # noqa: BLE001 - a failing store still answers, without a position
+            return None
+
+    # -- IQv2 ------------------------------------------------------------------------
+    def query(self, query: Any, bound: PositionBound, *, execution_info: bool = False) -> QueryResult:
+        """Run one query on this partition; failures come back as data, malformed requests raise."""
+        t0 = time.perf_counter_ns()
+        handler = self.HANDLERS.get(type(query))
+        if handler is None:
+            res = QueryResult.for_unknown_query_type(query, self).with_position(self._safe_position())
+        else:
+            prepared = handler.prepare(self, query)
+            if isinstance(prepared, QueryResult):
+                res = prepared.with_position(self._safe_position())
+            else:
+                try:
+                    position, raw = handler.fetch(self, prepared)
+                except Exception as exc:  # noqa: BLE001 - store failures are data (STORE_EXCEPTION)
+                    res = self._store_exception(exc, self._safe_position())
+                else:
+                    if bound.is_unbounded() or is_permitted(position, bound, self._topics):
+                        try:
+                            res = QueryResult.for_result(handler.build(self, prepared, raw), position)
+                        except Exception as exc:  # noqa: BLE001
+                            res = self._store_exception(exc, position)
+                    else:
+                        res = QueryResult.not_up_to_bound(position, bound, self.partition)
+        if execution_info:
+            res = res.with_execution_info(
+                f"Handled in {type(self).__name__} (store {self.name}, partition {self.partition})"
+                f" in {time.perf_counter_ns() - t0}ns"
+            )
+        return res
+
+    def _store_exception(self, exc: BaseException, position: Position | None) -> QueryResult:
+        if isinstance(exc, sqlite3.Error) and not self.path.exists():
+            msg = f"FileNotFoundError: file {self.path} is gone ({type(exc).__name__}: {exc})"
+        else:
+            msg = f"{type(exc).__name__}: {exc}"
+        return QueryResult.for_failure(
+            FailureReason.STORE_EXCEPTION,
+            f"Store {self.name} partition {self.partition} failed to execute the query: {msg}",
+            position,
+        )
+
+    def unsupported(self, query: Any, why: str) -> QueryResult:
+        """UNKNOWN_QUERY_TYPE for a query variant the kind refuses, with Kafka's explanation."""
+        return QueryResult.for_failure(
+            FailureReason.UNKNOWN_QUERY_TYPE,
+            f"This store ({type(self).__name__}) doesn't know how to execute the given query ({query!r})"
+            f" because {why}. Contact the store maintainer if you need support for a new query type.",
+        )
+
+    def cached_sql(self, key: Any, make: Callable[[], str]) -> str:
+        sql = self._sql_cache.get(key)
+        if sql is None:
+            sql = self._sql_cache[key] = make()
+        return sql
+
+    # -- writes ----------------------------------------------------------------------
+    def apply_batch(self, batch_id: int, changes: Sequence[Change], position: Position) -> bool:
+        """Apply validated changes and merge ``position`` in one transaction; False if already applied."""
+        with self._write_lock:
+            c = self._wconn
+            if c is None:
+                raise StoreClosedError(f"store {self.name!r} partition {self.partition} is closed for writing")
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                last, text, observed = c.execute("SELECT last_batch_id, position, observed_ts FROM meta").fetchone()
+                if last is not None and batch_id <= last:
+                    c.execute("ROLLBACK")
+                    return False
+                observed = self.apply_changes(c, changes, observed)
+                new_pos = Position.from_json(text).merge(position)
+                c.execute(
+                    "UPDATE meta SET last_batch_id = ?, position = ?, version = version + 1, observed_ts = ? WHERE id = 0",
+                    (batch_id, new_pos.to_json(), observed),
+                )
+                c.execute("COMMIT")
+            except BaseException:
+                if c.in_transaction:
+                    c.execute("ROLLBACK")
+                raise
+            return True
+
+    def apply_changes(self, c: sqlite3.Connection, changes: Sequence[Change], observed: int | None) -> int | None:
+        """Write canonical changes inside the open transaction; return the new observed stream time."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, partition={self.partition}, path={str(self.path)!r})"

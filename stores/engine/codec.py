@@ -1,0 +1,133 @@
+"""Between Python values and SQLite columns: key coercion, value validation, value tuples.
+
+Keys are stored in their canonical SQL form (``schema.coerce_key``) with a
+column affinity that makes SQLite order them by SQL type: integers
+numerically, strings by code point (BINARY collation), timestamps as epoch ms.
+"""
+
+from __future__ import annotations
+
+import keyword
+from collections import namedtuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..schema import Column, KeyTypeError, SqlType, StoreSpec, coerce_key
+
+__all__ = ["affinity", "ValueCodec", "key_coercer", "BatchError"]
+
+
+class BatchError(ValueError):
+    """A change in a batch is malformed; nothing of the batch was applied."""
+
+
+_AFFINITY = {
+    SqlType.BIGINT: "INTEGER",
+    SqlType.INTEGER: "INTEGER",
+    SqlType.DATE: "INTEGER",
+    SqlType.TIMESTAMP: "INTEGER",
+    SqlType.BOOLEAN: "INTEGER",
+    SqlType.DOUBLE: "REAL",
+    SqlType.VARCHAR: "TEXT",
+}
+
+
+def affinity(t: SqlType) -> str:
+    return _AFFINITY[t]
+
+
+def key_coercer(t: SqlType) -> Callable[[Any], Any]:
+    """A fast coercer for query keys: exact canonical types pass straight through."""
+    if t in (SqlType.BIGINT, SqlType.INTEGER, SqlType.DATE, SqlType.TIMESTAMP):
+        def coerce_int(v: Any) -> Any:
+            if type(v) is int:
+                return v
+            return coerce_key(t, v)
+        return coerce_int
+    if t is SqlType.VARCHAR:
+        def coerce_str(v: Any) -> Any:
+            if type(v) is str:
+                return v
+            return coerce_key(t, v)
+        return coerce_str
+    return lambda v: coerce_key(t, v)
+
+
+def _field_names(cols: Sequence[Column]) -> list[str]:
+    out = []
+    for i, c in enumerate(cols):
+        n = c.name
+        if not n.isidentifier() or keyword.iskeyword(n) or n.startswith("_"):
+            n = f"c{i}_{n}" if n.isidentifier() and not keyword.iskeyword(n) else f"c{i}"
+        out.append(n)
+    return out
+
+
+class ValueCodec:
+    """Value tuples of one store: validation on write, namedtuple rows on read.
+
+    The namedtuple compares equal to a plain tuple, so ``KeyQuery(2).result == (5,)``
+    while ``.revenue`` still works for readers who like names.
+    """
+
+    def __init__(self, spec: StoreSpec) -> None:
+        self.spec = spec
+        self.columns = spec.values
+        self.n = len(spec.values)
+        self.tuple_type = namedtuple(f"{spec.name}_value", _field_names(spec.values))  # type: ignore[misc]
+        self._make = self.tuple_type._make
+        bool_idx = [i for i, c in enumerate(spec.values) if c.type is SqlType.BOOLEAN]
+        self._bool_idx = bool_idx
+        self.key_type = spec.key.type
+        self.coerce_query_key = key_coercer(spec.key.type)
+        self._key_is_bool = spec.key.type is SqlType.BOOLEAN
+
+    # -- reads ---------------------------------------------------------------
+    def value(self, row: Sequence[Any], start: int = 0) -> tuple[Any, ...]:
+        vals = row[start : start + self.n]
+        if self._bool_idx:
+            vals = list(vals)
+            for i in self._bool_idx:
+                if vals[i] is not None:
+                    vals[i] = bool(vals[i])
+        return self._make(vals)
+
+    def key(self, raw: Any) -> Any:
+        return bool(raw) if self._key_is_bool else raw
+
+    # -- writes --------------------------------------------------------------
+    def write_key(self, key: Any, where: str) -> Any:
+        try:
+            return coerce_key(self.key_type, key)
+        except KeyTypeError as exc:
+            raise BatchError(f"{where}: key column {self.spec.key.name!r}: {exc}") from None
+
+    def write_value(self, value: Any, where: str) -> tuple[Any, ...]:
+        """Validate and canonicalise one value tuple (or mapping by column name)."""
+        if isinstance(value, Mapping):
+            extra = sorted(set(value) - {c.name for c in self.columns})
+            if extra:
+                raise BatchError(
+                    f"{where}: unknown value column(s) {extra}; store columns are {list(self.spec.value_names())}"
+                )
+            value = tuple(value.get(c.name) for c in self.columns)
+        if not isinstance(value, (tuple, list)):
+            raise BatchError(f"{where}: value must be a tuple of {self.n} column(s), got {type(value).__name__}")
+        if len(value) != self.n:
+            raise BatchError(
+                f"{where}: value has {len(value)} column(s), store {self.spec.name!r} has {self.n} "
+                f"({', '.join(self.spec.value_names())})"
+            )
+        out = []
+        for col, v in zip(self.columns, value):
+            if v is None:
+                if not col.nullable:
+                    raise BatchError(f"{where}: value column {col.name!r} is NOT NULL but got None")
+                out.append(None)
+                continue
+            try:
+                out.append(coerce_key(col.type, v))
+            except KeyTypeError as exc:
+                raise BatchError(f"{where}: value column {col.name!r}: {exc}") from None
+        return tuple(out)
+

@@ -1,0 +1,141 @@
+"""Key-value stores, plain and timestamped (Kafka's MeteredKeyValueStore / MeteredTimestampedKeyValueStore).
+
+Plain stores answer KeyQuery and RangeQuery; timestamped stores also answer
+TimestampedKeyQuery and TimestampedRangeQuery (KIP-992), while their
+KeyQuery/RangeQuery return the plain value, as Kafka does since 3.7.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from ..position import Position
+from ..protocol import Change
+from ..query import KeyQuery, RangeQuery, ResultOrder, TimestampedKeyQuery, TimestampedRangeQuery
+from ..values import KeyValue, ValueAndTimestamp
+from .base import Handler, PartitionStore
+from .rows import RowIterator
+
+__all__ = ["KeyValueStore", "TimestampedKeyValueStore"]
+
+log = logging.getLogger(__name__)
+
+
+class _Range(NamedTuple):
+    lo: Any
+    hi: Any
+    descending: bool
+    empty: bool
+
+
+def _prep_key(store: KeyValueStore, q: Any) -> Any:
+    return store.codec.coerce_query_key(q.key)
+
+
+def _prep_range(store: KeyValueStore, q: Any) -> _Range:
+    coerce = store.codec.coerce_query_key
+    lo = None if q.lower is None else coerce(q.lower)
+    hi = None if q.upper is None else coerce(q.upper)
+    empty = lo is not None and hi is not None and lo > hi
+    if empty:
+        log.warning(
+            "Returning empty iterator for %r on store %s partition %d: the lower bound is greater than the upper"
+            " bound. This may be due to range arguments set in the wrong order.", q, store.name, store.partition,
+        )
+    return _Range(lo, hi, q.result_order is ResultOrder.DESCENDING, empty)
+
+
+def _fetch_point(store: KeyValueStore, key: Any) -> tuple[Position, Any]:
+    sql = store.cached_sql(
+        "point",
+        lambda: f"SELECT m.position, t.k, t.ts, {store.vcols} FROM meta m LEFT JOIN kv t ON t.k = ?",
+    )
+    return store.point(sql, (key,))
+
+
+def _fetch_range(store: KeyValueStore, r: _Range) -> tuple[Position, list[Any]]:
+    if r.empty:
+        return store.current_position(), []
+    sql = store.cached_sql(
+        ("range", r.lo is not None, r.hi is not None, r.descending),
+        lambda: store.range_sql(r.lo is not None, r.hi is not None, r.descending),
+    )
+    params = tuple(b for b in (r.lo, r.hi) if b is not None)
+    return store.snapshot(sql, params)
+
+
+def _build_value(store: KeyValueStore, _key: Any, row: Any) -> Any:
+    if row[1] is None:
+        return None
+    return store.codec.value(row, 3)
+
+
+def _build_vat(store: KeyValueStore, _key: Any, row: Any) -> Any:
+    if row[1] is None:
+        return None
+    return ValueAndTimestamp(store.codec.value(row, 3), row[2])
+
+
+def _build_range(store: KeyValueStore, _r: _Range, rows: list[Any]) -> RowIterator:
+    codec = store.codec
+    return RowIterator(rows, lambda row: KeyValue(codec.key(row[0]), codec.value(row, 2)), ("key", "timestamp"))
+
+
+def _build_ts_range(store: KeyValueStore, _r: _Range, rows: list[Any]) -> RowIterator:
+    codec = store.codec
+    return RowIterator(
+        rows, lambda row: KeyValue(codec.key(row[0]), ValueAndTimestamp(codec.value(row, 2), row[1])),
+        ("key", "timestamp"),
+    )
+
+
+class KeyValueStore(PartitionStore):
+    """A plain key-value store partition: KeyQuery and RangeQuery."""
+
+    HANDLERS = {
+        KeyQuery: Handler(_prep_key, _fetch_point, _build_value),
+        RangeQuery: Handler(_prep_range, _fetch_range, _build_range),
+    }
+
+    def ddl(self) -> Sequence[str]:
+        return [f"CREATE TABLE IF NOT EXISTS kv ({self.key_decl()} PRIMARY KEY, ts INTEGER{self.value_decls()}) WITHOUT ROWID"]
+
+    def range_sql(self, has_lo: bool, has_hi: bool, descending: bool) -> str:
+        where = []
+        if has_lo:
+            where.append("k >= ?")
+        if has_hi:
+            where.append("k <= ?")
+        cond = f" WHERE {' AND '.join(where)}" if where else ""
+        return f"SELECT k, ts, {self.vcols} FROM kv{cond} ORDER BY k {'DESC' if descending else 'ASC'}"
+
+    def apply_changes(self, c: sqlite3.Connection, changes: Sequence[Change], observed: int | None) -> int | None:
+        upsert = self.cached_sql(
+            "upsert",
+            lambda: f"INSERT OR REPLACE INTO kv (k, ts, {self.vcols}) VALUES (?, ?{', ?' * self.codec.n})",
+        )
+        for ch in changes:
+            if ch.value is None:
+                c.execute("DELETE FROM kv WHERE k = ?", (ch.key,))
+            else:
+                c.execute(upsert, (ch.key, ch.timestamp, *ch.value))
+            if ch.timestamp is not None and (observed is None or ch.timestamp > observed):
+                observed = ch.timestamp
+        return observed
+
+    # -- classic read-only API (handles) ---------------------------------------------
+    def count(self) -> int:
+        return self.snapshot("SELECT count(*) FROM kv", ())[1][0][0]
+
+
+class TimestampedKeyValueStore(KeyValueStore):
+    """A timestamped key-value partition: also TimestampedKeyQuery and TimestampedRangeQuery (KIP-992)."""
+
+    HANDLERS = {
+        **KeyValueStore.HANDLERS,
+        TimestampedKeyQuery: Handler(_prep_key, _fetch_point, _build_vat),
+        TimestampedRangeQuery: Handler(_prep_range, _fetch_range, _build_ts_range),
+    }

@@ -1,0 +1,126 @@
+"""Versioned key-value stores (KIP-889 stores, queried by KIP-960 and KIP-968).
+
+Each version is a row ``(key, valid_from, valid_to, tombstone, values)``;
+``valid_to`` is the next version's ``valid_from`` (NULL for the latest), kept
+right on every insert, in or out of order. Versions whose validity ended
+before ``observed stream time - history retention`` are dropped at write
+time; the latest version of a key is always kept.
+
+Deliberate difference from Kafka: KeyQuery and RangeQuery here return
+UNKNOWN_QUERY_TYPE (failures are data, DESIGN §3) instead of throwing
+UnsupportedOperationException out of ``query()``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from ..position import Position
+from ..protocol import Change
+from ..query import MultiVersionedKeyQuery, ResultOrder, VersionedKeyQuery
+from ..timeutil import MAX_MS, MIN_MS
+from ..values import VersionedRecord
+from .base import Handler, PartitionStore
+from .rows import RowIterator
+
+__all__ = ["VersionedStore"]
+
+
+class _Multi(NamedTuple):
+    key: Any
+    time_from: int
+    time_to: int
+    ascending: bool
+
+
+def _prep_vkq(store: VersionedStore, q: VersionedKeyQuery) -> tuple[Any, int | None]:
+    return store.codec.coerce_query_key(q.key), q.as_of_timestamp
+
+
+def _fetch_vkq(store: VersionedStore, p: tuple[Any, int | None]) -> tuple[Position, Any]:
+    key, as_of = p
+    if as_of is None:
+        sql = store.cached_sql(
+            "latest",
+            lambda: f"SELECT m.position, t.vf, t.vt, t.tomb, {store.vcols} FROM meta m"
+            " LEFT JOIN ver t ON t.k = ? AND t.vt IS NULL",
+        )
+        return store.point(sql, (key,))
+    sql = store.cached_sql(
+        "asof",
+        lambda: f"SELECT m.position, t.vf, t.vt, t.tomb, {store.vcols} FROM meta m LEFT JOIN ver t"
+        " ON t.k = ?1 AND t.vf = (SELECT max(vf) FROM ver WHERE k = ?1 AND vf <= ?2)",
+    )
+    return store.point(sql, (key, as_of))
+
+
+def _build_vkq(store: VersionedStore, _p: Any, row: Any) -> VersionedRecord | None:
+    if row[1] is None or row[3]:
+        return None  # no version valid then, or the version valid then is a tombstone
+    return VersionedRecord(store.codec.value(row, 4), row[1], row[2])
+
+
+def _prep_multi(store: VersionedStore, q: MultiVersionedKeyQuery) -> _Multi:
+    lo = MIN_MS if q.from_timestamp is None else q.from_timestamp
+    hi = MAX_MS if q.to_timestamp is None else q.to_timestamp
+    if lo > hi:
+        raise ValueError(f"The `fromTime` timestamp ({lo}) must be smaller than or equal to the `toTime` timestamp ({hi}).")
+    return _Multi(store.codec.coerce_query_key(q.key), lo, hi, q.result_order is ResultOrder.ASCENDING)
+
+
+def _fetch_multi(store: VersionedStore, p: _Multi) -> tuple[Position, list[Any]]:
+    sql = store.cached_sql(
+        ("multi", p.ascending),
+        lambda: f"SELECT vf, vt, {store.vcols} FROM ver WHERE k = ? AND tomb = 0 AND vf <= ?"
+        f" AND (vt IS NULL OR vt > ?) ORDER BY vf {'ASC' if p.ascending else 'DESC'}",
+    )
+    return store.snapshot(sql, (p.key, p.time_to, p.time_from))
+
+
+def _build_multi(store: VersionedStore, _p: _Multi, rows: list[Any]) -> RowIterator:
+    codec = store.codec
+    return RowIterator(rows, lambda r: VersionedRecord(codec.value(r, 2), r[0], r[1]), ("valid_from", "valid_to"))
+
+
+class VersionedStore(PartitionStore):
+    """A versioned key-value partition: VersionedKeyQuery and MultiVersionedKeyQuery."""
+
+    HANDLERS = {
+        VersionedKeyQuery: Handler(_prep_vkq, _fetch_vkq, _build_vkq),
+        MultiVersionedKeyQuery: Handler(_prep_multi, _fetch_multi, _build_multi),
+    }
+
+    def ddl(self) -> Sequence[str]:
+        return [
+            f"CREATE TABLE IF NOT EXISTS ver ({self.key_decl()}, vf INTEGER NOT NULL, vt INTEGER,"
+            f" tomb INTEGER NOT NULL{self.value_decls()}, PRIMARY KEY (k, vf)) WITHOUT ROWID",
+            "CREATE INDEX IF NOT EXISTS ver_by_end ON ver (vt) WHERE vt IS NOT NULL",
+        ]
+
+    def apply_changes(self, c: sqlite3.Connection, changes: Sequence[Change], observed: int | None) -> int | None:
+        n = self.codec.n
+        insert = self.cached_sql(
+            "insert", lambda: f"INSERT INTO ver (k, vf, vt, tomb, {self.vcols}) VALUES (?, ?, ?, ?{', ?' * n})"
+        )
+        update = self.cached_sql(
+            "update", lambda: f"UPDATE ver SET tomb = ?{''.join(f', v{i} = ?' for i in range(n))} WHERE k = ? AND vf = ?"
+        )
+        for ch in changes:
+            ts = ch.timestamp
+            tomb = 1 if ch.value is None else 0
+            vals = (None,) * n if ch.value is None else tuple(ch.value)
+            if c.execute("SELECT 1 FROM ver WHERE k = ? AND vf = ?", (ch.key, ts)).fetchone():
+                c.execute(update, (tomb, *vals, ch.key, ts))
+            else:
+                nxt = c.execute("SELECT min(vf) FROM ver WHERE k = ? AND vf > ?", (ch.key, ts)).fetchone()[0]
+                c.execute("UPDATE ver SET vt = ? WHERE k = ? AND vf = (SELECT max(vf) FROM ver WHERE k = ? AND vf < ?)",
+                          (ts, ch.key, ch.key, ts))
+                c.execute(insert, (ch.key, ts, nxt, tomb, *vals))
+            if observed is None or ts > observed:
+                observed = ts
+        retention = self.spec.history_retention_ms
+        if retention is not None and observed is not None:
+            c.execute("DELETE FROM ver WHERE vt IS NOT NULL AND vt < ?", (observed - retention,))
+        return observed
