@@ -7,7 +7,6 @@ place whichever face the query came through.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -70,22 +69,6 @@ def as_position(value: Any) -> Position | None:
     raise TypeError(f"a position is a map {{topic: {{partition: offset}}}} or its JSON text, got {type(value).__name__}")
 
 
-def _sql_literal(value: Any) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, Position):
-        value = value.to_json()
-    elif isinstance(value, PositionBound):
-        value = value.position.to_json()
-    elif not isinstance(value, str):
-        value = json.dumps(value)
-    return "'" + value.replace("'", "''") + "'"
-
-
 class Session:
     """One connection's SET settings (planner.SESSION_SETTINGS names them).
 
@@ -122,24 +105,21 @@ class Session:
 
     @staticmethod
     def validated(settings: Mapping[str, Any]) -> dict[str, Any]:
-        """The settings as the planner would store them after ``SET name = value``; bad ones raise."""
-        import planner
-        from planner.plan import StatementKind
+        """The settings in the planner's canonical form; a bad name or value raises SqlError (INVALID_SETTING)."""
+        from planner.settings import validate_setting
 
         from .errors import BadRequest, translate
 
         out: dict[str, Any] = {}
         for name, value in settings.items():
-            if not isinstance(name, str) or not name.isidentifier():
+            if not isinstance(name, str):
                 raise BadRequest(f"invalid session setting name {name!r}")
             try:
-                plan = planner.plan(f"SET {name} = {_sql_literal(value)}", {}, session=dict(out))
+                key, val = validate_setting(name, value)
             except Exception as exc:  # noqa: BLE001 - planner errors become gateway errors
                 mapped = translate(exc)
                 raise (mapped or BadRequest(f"invalid session setting {name}: {exc}")) from exc
-            if plan.kind is not StatementKind.SET:
-                raise BadRequest(f"invalid session setting name {name!r}")
-            out.update(plan.settings)
+            out[key] = val
         return out
 
     def __repr__(self) -> str:

@@ -41,7 +41,7 @@ class DuckPool:
         if threads is not None:
             self._con.execute(f"SET threads = {int(threads)}")
         for name, value in SECURITY_SETTINGS:
-            self._con.execute(f"SET {name} = {value}")
+            self._con.execute(f"SET GLOBAL {name} = {value}")
         self._lock = threading.Lock()
 
     def cursor(self) -> duckdb.DuckDBPyConnection:

@@ -257,7 +257,7 @@ class Gateway:
             if rel is None:
                 raise SqlError("the residual SQL produced no result", code="SQL_ERROR")
             columns = [(str(n), str(t)) for n, t in zip(rel.columns, rel.types)]
-            reader = rel.arrow()
+            reader = rel.to_arrow_reader(self.config.ndjson_batch_rows if stream else 131_072)
             batches = _limited(reader, limit_rows, timeout_ms, lambda: self._watchdog.disarm(ticket))
             if stream:
                 handed_over = True
@@ -414,8 +414,9 @@ def _bound_from(value: Any) -> Position | None:
 
 
 def _int_setting(settings: Mapping[str, Any], name: str, default: int) -> int:
+    """A numeric session setting; unset and 0 ("no limit" in SESSION_SETTINGS) give ``default``."""
     v = settings.get(name)
-    return default if v is None else int(v)
+    return default if not v else int(v)
 
 
 def _setting_text(v: Any) -> str | None:
