@@ -1,0 +1,37 @@
+"""iqgate planner: SQL text + store catalog to a Plan of IQv2 requests and residual DuckDB SQL.
+
+Pure functions: no I/O, no DuckDB, no Flask. ``plan()`` is the entry point;
+``Dialect`` is the sqlglot dialect with iqgate's extensions;
+``SESSION_SETTINGS`` documents every ``SET`` knob; ``explain_text`` renders a
+plan the way ``EXPLAIN`` shows it.
+"""
+
+from __future__ import annotations
+
+from .dialect import Dialect
+from .errors import (
+    ForbiddenFunctionError,
+    InvalidPositionError,
+    InvalidSettingError,
+    ParameterError,
+    PlanningError,
+    ReadOnlyError,
+    SqlSyntaxError,
+    TableScanDisabledError,
+    TypeMismatchError,
+    UnknownColumnError,
+    UnknownStoreError,
+    UnsupportedSqlError,
+)
+from .explain import explain_text
+from .plan import FAILURE_COLUMNS, PSEUDO_COLUMNS, Plan, StatementKind, StoreScan
+from .planning import cache_info, clear_cache, plan
+from .settings import SESSION_SETTINGS, Setting
+
+__all__ = [
+    "plan", "explain_text", "Dialect", "SESSION_SETTINGS", "Setting", "clear_cache", "cache_info",
+    "Plan", "StoreScan", "StatementKind", "PSEUDO_COLUMNS", "FAILURE_COLUMNS",
+    "PlanningError", "SqlSyntaxError", "UnknownStoreError", "UnknownColumnError", "TypeMismatchError",
+    "UnsupportedSqlError", "ReadOnlyError", "ForbiddenFunctionError", "TableScanDisabledError",
+    "InvalidPositionError", "InvalidSettingError", "ParameterError",
+]

@@ -56,6 +56,10 @@ class StoreScan:
     limit: int | None = None
     include_failures: bool = False
     full_scan: bool = False
+    # Added for EXPLAIN and callers that only hold the plan: the store's kind
+    # (StoreKind value) and partition count at planning time.
+    store_kind: str | None = None
+    store_partitions: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,46 @@
+"""Store lookup: table names to catalog entries, with the did-you-mean a user needs after a typo.
+
+DuckDB matches identifiers case-insensitively, so the planner does too: the
+exact spelling wins, then a unique case-insensitive match.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+
+from stores.schema import StoreSpec
+
+from .errors import UnknownStoreError
+
+__all__ = ["find_store", "unknown_store", "store_column_names"]
+
+
+def find_store(catalog: Mapping[str, StoreSpec], name: str) -> tuple[str, StoreSpec] | None:
+    spec = catalog.get(name)
+    if spec is not None:
+        return name, spec
+    lowered = name.lower()
+    matches = [n for n in catalog if n.lower() == lowered]
+    if len(matches) == 1:
+        return matches[0], catalog[matches[0]]
+    return None
+
+
+def unknown_store(
+    catalog: Mapping[str, StoreSpec], name: str, *, line: int | None, col: int | None, what: str = "store"
+) -> UnknownStoreError:
+    names = sorted(catalog)
+    close = difflib.get_close_matches(name.lower(), [n.lower() for n in names], n=1, cutoff=0.6)
+    if close:
+        suggestion = next(n for n in names if n.lower() == close[0])
+        hint = f"; did you mean {suggestion!r}?"
+    elif names:
+        hint = f"; known stores: {', '.join(names)}"
+    else:
+        hint = "; the catalog has no stores"
+    return UnknownStoreError(f"unknown {what} {name!r}{hint}", line=line, col=col)
+
+
+def store_column_names(spec: StoreSpec) -> tuple[str, ...]:
+    return tuple(c.name for c in spec.columns())

@@ -1,0 +1,196 @@
+"""The iqgate SQL dialect: DuckDB's, plus ``AS OF POSITION``, ``EXPLAIN`` and positioned placeholders.
+
+Stock sqlglot fails on ``AS OF POSITION`` (and with lenient error levels drops
+it silently, which would turn a read-your-writes query into a stale read), and
+parses ``EXPLAIN`` as an opaque Command. Both are first-class nodes here, so
+the planner sees them in the AST and the generator writes them back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.dialects.duckdb import DuckDB
+from sqlglot.errors import ErrorLevel, ParseError, TokenError
+from sqlglot.generators.duckdb import DuckDBGenerator
+from sqlglot.parsers.duckdb import DuckDBParser
+from sqlglot.tokens import TokenType
+
+from stores.position import Position, PositionError
+
+from .errors import InvalidPositionError, SqlSyntaxError
+from .positions import line_col
+
+__all__ = ["Dialect", "PositionClause", "Explain", "parse_statement"]
+
+
+class PositionClause(exp.Expression):
+    """``AS OF POSITION '<json>'``: the bound for every store in the statement.
+
+    ``this`` is the string literal; ``meta["position_json"]`` is the parsed
+    Position as compact JSON, validated at parse time so a bad token fails
+    early with the literal's line and column (meta must stay deep-copyable).
+    """
+
+    arg_types = {"this": True}
+
+
+class Explain(exp.Expression):
+    """``EXPLAIN [ANALYZE] <statement>``."""
+
+    arg_types = {"this": True, "analyze": False}
+
+
+def _positioned(fn: Any) -> Any:
+    """Record where a placeholder token starts: ``?`` are numbered in text order from it."""
+
+    def parse(self: Parser) -> exp.Expression | None:
+        tok = self._prev
+        node = fn(self)
+        if node is not None:
+            node.meta["start"] = tok.start
+        return node
+
+    return parse
+
+
+class Parser(DuckDBParser):
+    PLACEHOLDER_PARSERS = {
+        **DuckDBParser.PLACEHOLDER_PARSERS,
+        TokenType.PLACEHOLDER: _positioned(DuckDBParser.PLACEHOLDER_PARSERS[TokenType.PLACEHOLDER]),
+        TokenType.COLON: _positioned(DuckDBParser.PLACEHOLDER_PARSERS[TokenType.COLON]),
+    }
+
+    QUERY_MODIFIER_PARSERS = {
+        **DuckDBParser.QUERY_MODIFIER_PARSERS,
+        TokenType.ALIAS: lambda self: ("position", self._parse_position_clause()),
+    }
+    QUERY_MODIFIER_TOKENS = set(QUERY_MODIFIER_PARSERS)
+
+    def _at_as_of_position(self) -> bool:
+        cur, nxt = self._curr, self._next
+        if not cur or cur.token_type != TokenType.ALIAS or not nxt or nxt.text.upper() != "OF":
+            return False
+        after = self._tokens[self._index + 2] if self._index + 2 < len(self._tokens) else None
+        return after is not None and after.text.upper() == "POSITION"
+
+    def _parse_position_clause(self) -> PositionClause | None:
+        if not self._at_as_of_position():
+            return None
+        self._advance(3)
+        tok = self._curr
+        if not tok or tok.token_type != TokenType.STRING:
+            where = tok or self._prev
+            line, col = (where.line, where.col) if where else (None, None)
+            raise SqlSyntaxError("AS OF POSITION must be followed by a string literal holding a JSON position", line=line, col=col)
+        literal = self._parse_primary()
+        try:
+            position = Position.from_json(tok.text)
+        except PositionError as err:
+            line, col = line_col(self.sql, tok.start)
+            raise InvalidPositionError(f"invalid AS OF POSITION: {err}", line=line, col=col) from None
+        clause = PositionClause(this=literal)
+        clause.meta["position_json"] = position.to_json()
+        clause.meta["start"] = tok.start
+        return clause
+
+    def _parse_table_alias(self, alias_tokens: Any = None) -> exp.TableAlias | None:
+        if self._at_as_of_position():
+            return None
+        return super()._parse_table_alias(alias_tokens)
+
+    def _parse_alias(self, this: exp.Expr | None, explicit: bool = False) -> exp.Expr | None:
+        if self._at_as_of_position():
+            return this
+        return super()._parse_alias(this, explicit)
+
+    def _parse_statement(self) -> exp.Expr | None:
+        if self._curr and self._curr.text.upper() == "EXPLAIN":
+            self._advance()
+            analyze = self._match_text_seq("ANALYZE")
+            inner = self._parse_statement()
+            if inner is None:
+                self.raise_error("EXPLAIN needs a statement to explain")
+            return Explain(this=inner, analyze=analyze)
+        return super()._parse_statement()
+
+
+class Generator(DuckDBGenerator):
+    TRANSFORMS = {
+        **DuckDBGenerator.TRANSFORMS,
+        Explain: lambda self, e: self.explain_sql(e),
+        PositionClause: lambda self, e: self.positionclause_sql(e),
+    }
+
+    def query_modifiers(self, expression: exp.Expr, *sqls: str) -> str:
+        text = super().query_modifiers(expression, *sqls)
+        clause = expression.args.get("position")
+        if clause is not None:
+            text += f" AS OF POSITION {self.sql(clause, 'this')}"
+        return text
+
+    def explain_sql(self, expression: Explain) -> str:
+        analyze = " ANALYZE" if expression.args.get("analyze") else ""
+        return f"EXPLAIN{analyze} {self.sql(expression, 'this')}"
+
+    def positionclause_sql(self, expression: PositionClause) -> str:
+        return f"AS OF POSITION {self.sql(expression, 'this')}"
+
+
+class _Tokenizer(DuckDB.Tokenizer):
+    # EXPLAIN is a Command keyword upstream (the rest of the text becomes one
+    # opaque string); here it is an ordinary word the statement parser reads.
+    KEYWORDS = {**DuckDB.Tokenizer.KEYWORDS, "EXPLAIN": TokenType.VAR}
+
+
+class Dialect(DuckDB):
+    """DuckDB SQL with iqgate's extensions; ``sqlglot.parse_one(sql, read=Dialect)`` works."""
+
+    Tokenizer = _Tokenizer
+    parser_class = Parser
+    generator_class = Generator
+
+
+_DIALECT = Dialect()
+
+
+def parse_statement(sql: str) -> exp.Expression:
+    """Exactly one statement, or a SqlSyntaxError with line and column.
+
+    Errors are raised immediately (never ``IGNORE``) so no clause is dropped.
+    """
+    try:
+        statements = _DIALECT.parse(sql, error_level=ErrorLevel.IMMEDIATE)
+    except ParseError as err:
+        first = err.errors[0] if err.errors else {}
+        message = str(first.get("description") or err).split("\n")[0]
+        raise SqlSyntaxError(f"syntax error: {message}", line=first.get("line"), col=first.get("col")) from None
+    except TokenError as err:
+        raise SqlSyntaxError(f"syntax error: {err}") from None
+    statements = [s for s in statements if s is not None]
+    if not statements:
+        raise SqlSyntaxError("empty statement: expected SELECT, WITH, EXPLAIN, SHOW, DESCRIBE or SET")
+    if len(statements) > 1:
+        second = statements[1]
+        line, col = _first_position(sql, second)
+        raise SqlSyntaxError("only one statement per request is allowed; found more than one", line=line, col=col)
+    return statements[0]
+
+
+def _first_position(sql: str, node: exp.Expression) -> tuple[int | None, int | None]:
+    for sub in node.walk():
+        start = sub.meta.get("start") if sub._meta else None
+        if start is not None:
+            return line_col(sql, start)
+    return None, None
+
+
+def position_literal_json(clause: PositionClause) -> str:
+    """The clause's position as compact JSON (what EXPLAIN prints)."""
+    return clause.meta["position_json"]
+
+
+# sqlglot looks dialects up by class; make ``read="iqgate"`` work too.
+sqlglot.dialects.dialect.Dialect.classes["iqgate"] = Dialect

@@ -1,0 +1,160 @@
+"""``plan()``: SQL text + catalog (+ parameters, session) to a Plan, with a template cache.
+
+Parsing and analysis cost milliseconds; a point lookup must plan in
+microseconds. So the analysed template is cached by the statement text, and
+reused while every store it read is still the same catalog entry; parameters,
+the position bound and the session's switches are applied after the cache.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+from stores.position import Position, PositionBound
+from stores.schema import StoreSpec
+
+from .analyze import Template, analyze
+from .dialect import parse_statement
+from .errors import ParameterError, TableScanDisabledError
+from .explain import explain_text
+from .literals import sql_literal
+from .plan import Plan, StatementKind
+from .positions import line_col
+from .requests import bind_scan, check_params
+from .settings import resolve_session
+
+__all__ = ["plan", "clear_cache", "cache_info"]
+
+_CACHE_SIZE = 1024
+_cache: OrderedDict[str, Template] = OrderedDict()
+_lock = threading.Lock()
+_stats = {"hits": 0, "misses": 0}
+
+
+def clear_cache() -> None:
+    with _lock:
+        _cache.clear()
+        _stats.update(hits=0, misses=0)
+
+
+def cache_info() -> dict[str, int]:
+    with _lock:
+        return {"size": len(_cache), **_stats}
+
+
+def _normalize(sql: str) -> str:
+    """The cache key: surrounding whitespace and a trailing ';' do not make a new statement."""
+    text = sql.strip()
+    while text.endswith(";"):
+        text = text[:-1].rstrip()
+    return text
+
+
+def _template(sql: str, catalog: Mapping[str, StoreSpec]) -> Template:
+    key = _normalize(sql)
+    with _lock:
+        cached = _cache.get(key)
+        if cached is not None:
+            _cache.move_to_end(key)
+    if cached is not None and all(catalog.get(name) is spec or catalog.get(name) == spec for name, spec in cached.deps.items()):
+        _stats["hits"] += 1
+        return cached
+    _stats["misses"] += 1
+    template = analyze(key, parse_statement(key), catalog)
+    with _lock:
+        _cache[key] = template
+        _cache.move_to_end(key)
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return template
+
+
+def plan(
+    sql: str,
+    catalog: Mapping[str, StoreSpec],
+    *,
+    params: Sequence[Any] | Mapping[str, Any] | None = None,
+    session: Mapping[str, Any] | None = None,
+) -> Plan:
+    """Plan one statement. Raises a PlanningError subclass naming the problem and, where known, its place.
+
+    Line and column refer to ``sql`` with surrounding whitespace removed.
+    """
+    if not isinstance(sql, str):
+        raise TypeError(f"sql must be a string, got {type(sql).__name__}")
+    template = _template(sql, catalog)
+    settings = resolve_session(session) if session else _DEFAULTS
+    if template.kind is not StatementKind.SELECT:
+        if params:
+            raise ParameterError(f"{template.kind.value} statements take no parameters")
+        inner = Plan(
+            kind=template.kind,
+            describe=template.describe,
+            settings=MappingProxyType(dict(template.settings)),
+        )
+        return _explained(inner) if template.explain else inner
+    params = check_params(params, template)
+    bound = _bound(template, settings)
+    text = _normalize(sql)
+    scans = []
+    fast_paths = []
+    for t in template.scans:
+        scan, fast = bind_scan(text, t, params, bound, settings)
+        if scan.full_scan and not settings["table_scans"]:
+            line, col = line_col(text, t.start) if t.start is not None else (None, None)
+            raise TableScanDisabledError(
+                f"query on store {t.store} needs a full table scan (no usable predicate on key column "
+                f"{t.spec.key.name}); table scans are disabled: add WHERE {t.spec.key.name} = … or a key range, "
+                "or SET table_scans = true",
+                line=line,
+                col=col,
+            )
+        scans.append(scan)
+        fast_paths.append(fast)
+    residual = _residual(template, params)
+    fast_path = fast_paths[0] if len(scans) == 1 else None
+    result = Plan(
+        kind=StatementKind.SELECT,
+        scans=tuple(scans),
+        residual_sql=residual,
+        position_bound=bound,
+        fast_path=fast_path,
+    )
+    return _explained(result) if template.explain else result
+
+
+_DEFAULTS = resolve_session(None)
+_bound_cache: dict[str, PositionBound] = {}
+
+
+def _bound(template: Template, settings: Mapping[str, Any]) -> PositionBound:
+    text = template.position_json if template.position_json is not None else settings["position_bound"]
+    if not text:
+        return PositionBound.unbounded()
+    bound = _bound_cache.get(text)
+    if bound is None:
+        bound = PositionBound.at(Position.from_json(text))
+        if len(_bound_cache) > 256:
+            _bound_cache.clear()
+        _bound_cache[text] = bound
+    return bound
+
+
+def _residual(template: Template, params: Any) -> str:
+    if len(template.chunks) == 1:
+        return template.chunks[0]  # type: ignore[return-value]
+    out = []
+    for chunk in template.chunks:
+        if isinstance(chunk, int):
+            out.append(sql_literal(params[template.slot_keys[chunk]]))
+        else:
+            out.append(chunk)
+    return "".join(out)
+
+
+def _explained(inner: Plan) -> Plan:
+    return Plan(kind=StatementKind.EXPLAIN, inner=inner, explain=explain_text(inner), position_bound=inner.position_bound)

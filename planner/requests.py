@@ -1,0 +1,265 @@
+"""Binding a scan template to IQv2 requests: values coerced, bounds tightened, partitions chosen.
+
+Runs on every plan() call (after the cache), so it is plain Python over
+small lists. The query type follows the store kind (kafka-iqv2.md §1.7): a
+store is only ever sent a query it can answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from stores.partitioner import partition_for_key
+from stores.position import PositionBound
+from stores.query import (
+    KeyQuery,
+    MultiVersionedKeyQuery,
+    RangeQuery,
+    ResultOrder,
+    TimestampedKeyQuery,
+    TimestampedRangeQuery,
+    VersionedKeyQuery,
+    WindowKeyQuery,
+    WindowRangeQuery,
+)
+from stores.request import StateQueryRequest
+from stores.schema import SqlType, StoreKind
+from stores.timeutil import MAX_MS, MIN_MS
+
+from .errors import ParameterError, TypeMismatchError, UnsupportedSqlError
+from .literals import NO_MATCH, NOT_PUSHABLE, ValueRef, coerce_bound, resolve, show
+from .plan import StoreScan
+from .positions import line_col
+
+__all__ = ["bind_scan"]
+
+
+@dataclass(slots=True)
+class _Range:
+    lo: Any = None
+    hi: Any = None
+
+    def add(self, op: str, value: Any) -> None:
+        if op in (">=", "="):
+            self.lo = value if self.lo is None else max(self.lo, value)
+        if op in ("<=", "="):
+            self.hi = value if self.hi is None else min(self.hi, value)
+
+    @property
+    def bounded(self) -> bool:
+        return self.lo is not None or self.hi is not None
+
+    def contains(self, v: Any) -> bool:
+        return (self.lo is None or v >= self.lo) and (self.hi is None or v <= self.hi)
+
+
+def _pos(sql: str, ref: ValueRef, fallback: int | None) -> tuple[int | None, int | None]:
+    start = ref.start if ref.start is not None else fallback
+    return line_col(sql, start) if start is not None else (None, None)
+
+
+class _Binder:
+    def __init__(self, sql: str, t: Any, params: Any) -> None:
+        self.sql, self.t, self.params = sql, t, params
+        self.exact = True
+
+    def value(self, ref: ValueRef, target: SqlType, op: str, column: str, what: str) -> tuple[Any, str]:
+        value, sql_type = resolve(ref, self.params)
+        line, col = _pos(self.sql, ref, self.t.start)
+        v, op2 = coerce_bound(value, sql_type, target, op, column=column, what=what, line=line, col=col)
+        if v is NOT_PUSHABLE:
+            self.exact = False
+        elif op2 in (">", "<"):
+            self.exact = False  # no exact successor (strings, booleans): inclusive, DuckDB trims
+            op2 += "="
+        return v, op2
+
+    def partition(self, ref: ValueRef) -> Any:
+        value, sql_type = resolve(ref, self.params)
+        if sql_type == "INTEGER":
+            return value if value >= 0 else NO_MATCH
+        if sql_type == "VARCHAR" and value.strip().lstrip("-").isdigit():
+            v = int(value.strip())
+            return v if v >= 0 else NO_MATCH
+        if sql_type in ("DECIMAL", "DOUBLE") and float(value).is_integer():
+            return int(value) if value >= 0 else NO_MATCH
+        if sql_type in ("DECIMAL", "DOUBLE"):
+            return NO_MATCH
+        line, col = _pos(self.sql, ref, self.t.start)
+        raise TypeMismatchError(f"cannot compare column _partition (INTEGER) with {show(value, sql_type)} ({sql_type})", line=line, col=col)
+
+
+def bind_scan(sql: str, t: Any, params: Any, bound: PositionBound, session: dict[str, Any]) -> tuple[StoreScan, bool]:
+    """The scan's requests and whether they return exactly the rows the pushed predicates keep."""
+    spec = t.spec
+    b = _Binder(sql, t, params)
+    keys: list[Any] | None = None
+    key_range, ws, we, vf, vt = _Range(), _Range(), _Range(), _Range(), _Range()
+    partitions: set[int] | None = None
+    time_ranges = {"window_start": ws, "window_end": we, "valid_from": vf, "valid_to": vt}
+    for c in t.constraints:
+        if c.column == "_partition":
+            if c.kind != "eq":
+                continue
+            vals = {p for p in (b.partition(r) for r in c.values) if p is not NO_MATCH}
+            partitions = vals if partitions is None else partitions & vals
+            continue
+        if c.column == "key":
+            target, name, what = spec.key.type, spec.key.name, "key column"
+        else:
+            target, name, what = SqlType.TIMESTAMP, c.column, "column"
+        if c.kind == "eq":
+            coerced = [b.value(r, target, "=", name, what)[0] for r in c.values]
+            if any(v is NOT_PUSHABLE for v in coerced):
+                continue
+            vals = [v for v in coerced if v is not NO_MATCH]
+            if c.column == "key":
+                keys = list(dict.fromkeys(vals)) if keys is None else [k for k in keys if k in set(vals)]
+            elif len(set(vals)) == 1:
+                time_ranges[c.column].add("=", vals[0])
+            elif not vals:
+                time_ranges[c.column].add(">=", MAX_MS)
+                time_ranges[c.column].add("<=", MIN_MS)
+            else:
+                time_ranges[c.column].add(">=", min(vals))
+                time_ranges[c.column].add("<=", max(vals))
+                b.exact = False
+            continue
+        rng = key_range if c.column == "key" else time_ranges[c.column]
+        for op, ref in c.bounds:
+            v, op2 = b.value(ref, target, op, name, what)
+            if v is NO_MATCH:
+                rng.add(">=", MAX_MS) if c.column != "key" else None
+                continue
+            if v is not NOT_PUSHABLE:
+                rng.add(op2, v)
+    if keys is not None and key_range.bounded:
+        keys = [k for k in keys if key_range.contains(k)]
+    if spec.kind is StoreKind.WINDOW and we.bounded and spec.window_size_ms is not None:
+        size = spec.window_size_ms
+        if we.lo is not None:
+            ws.add(">=", we.lo - size)
+        if we.hi is not None:
+            ws.add("<=", we.hi - size)
+
+    all_parts = partitions if partitions is not None else set(range(spec.partitions))
+    queries: list[tuple[Any, frozenset[int]]] = []
+    full_scan = False
+    key_lookup = keys is not None
+    kind = spec.kind
+
+    def for_key(k: Any) -> frozenset[int] | None:
+        p = partition_for_key(k, spec.partitions, spec.key.type)
+        if partitions is not None and p not in partitions:
+            return None
+        return frozenset((p,))
+
+    if kind in (StoreKind.KEY_VALUE, StoreKind.TIMESTAMPED_KEY_VALUE):
+        timestamped = kind is StoreKind.TIMESTAMPED_KEY_VALUE
+        if key_lookup:
+            cls = TimestampedKeyQuery if timestamped else KeyQuery
+            queries = [(cls.with_key(k), ps) for k in keys if (ps := for_key(k)) is not None]
+        else:
+            rq: Any = (TimestampedRangeQuery if timestamped else RangeQuery).with_range(key_range.lo, key_range.hi)
+            if t.order is ResultOrder.DESCENDING:
+                rq = rq.with_descending_keys()
+            elif t.order is ResultOrder.ASCENDING:
+                rq = rq.with_ascending_keys()
+            full_scan = not key_range.bounded
+            queries = [(rq, frozenset(all_parts))]
+    elif kind is StoreKind.WINDOW:
+        lo = ws.lo if ws.lo is not None else MIN_MS
+        hi = ws.hi if ws.hi is not None else MAX_MS
+        if key_lookup:
+            queries = [(WindowKeyQuery.with_key_and_window_start_range(k, lo, hi), ps) for k in keys if (ps := for_key(k)) is not None]
+        else:
+            full_scan = not ws.bounded
+            queries = [(WindowRangeQuery.with_window_start_range(lo, hi), frozenset(all_parts))]
+    elif kind is StoreKind.SESSION:
+        if not key_lookup:
+            raise _needs_key(sql, t, "session stores can only be queried by key (Kafka's session stores answer only WindowRangeQuery.with_key)")
+        queries = [(WindowRangeQuery.with_key(k), ps) for k in keys if (ps := for_key(k)) is not None]
+    elif kind is StoreKind.VERSIONED:
+        if not key_lookup:
+            raise _needs_key(sql, t, "versioned stores can only be queried by key (IQv2 has no scan of versioned stores)")
+        as_of = None
+        if t.as_of is not None:
+            as_of, _ = b.value(t.as_of, SqlType.TIMESTAMP, "=", "FOR SYSTEM_TIME AS OF", "value")
+            if as_of is NOT_PUSHABLE or as_of is NO_MATCH:
+                line, col = _pos(sql, t.as_of, t.start)
+                raise UnsupportedSqlError("FOR SYSTEM_TIME AS OF needs a timestamp without a time zone offset, in whole milliseconds", line=line, col=col)
+        history = vf.bounded or vt.bounded
+        for k in keys:
+            ps = for_key(k)
+            if ps is None:
+                continue
+            if as_of is not None:
+                queries.append((VersionedKeyQuery.with_key(k).as_of(as_of), ps))
+            elif history:
+                # a version [vf, vt) overlaps [from, to] iff vf <= to and vt > from (kafka-iqv2.md §1.8)
+                to_candidates = [x for x in (vf.hi, None if vt.hi is None else vt.hi - 1) if x is not None]
+                from_candidates = [x for x in (vt.lo, vf.lo) if x is not None]
+                q = MultiVersionedKeyQuery.with_key(k)
+                q = q.from_time(max(from_candidates) if from_candidates else None)
+                q = q.to_time(min(to_candidates) if to_candidates else None)
+                queries.append((q.with_ascending_timestamps(), ps))
+            else:
+                queries.append((VersionedKeyQuery.with_key(k), ps))
+
+    requests = []
+    for q, ps in queries:
+        r = StateQueryRequest.in_store(t.store).with_query(q).with_partitions(ps).with_position_bound(bound)
+        if session.get("require_active"):
+            r = r.require_active()
+        if session.get("execution_info"):
+            r = r.enable_execution_info()
+        requests.append(r)
+
+    exact = b.exact and t.all_consumed
+    limit = None
+    if t.limit is not None and exact:
+        limit = _count(t.limit, params)
+        offset = _count(t.offset, params) if t.offset is not None else 0
+        limit = None if limit is None or offset is None else limit + offset
+    fast = t.fast_path if exact and key_lookup else None
+    scan = StoreScan(
+        relation=t.relation, store=t.store, requests=tuple(requests), order=t.order, limit=limit,
+        include_failures=t.include_failures, full_scan=full_scan,
+        store_kind=spec.kind.value, store_partitions=spec.partitions,
+    )
+    return scan, fast
+
+
+def _count(ref: ValueRef, params: Any) -> int | None:
+    value, sql_type = resolve(ref, params)
+    if sql_type == "INTEGER" and value >= 0:
+        return int(value)
+    return None
+
+
+def _needs_key(sql: str, t: Any, why: str) -> UnsupportedSqlError:
+    line, col = line_col(sql, t.start) if t.start is not None else (None, None)
+    return UnsupportedSqlError(
+        f"store {t.store} needs a key: add WHERE {t.spec.key.name} = … (or IN (…)); {why}", line=line, col=col
+    )
+
+
+def check_params(params: Any, template: Any) -> Any:
+    """The parameters in the shape the template's placeholders need, or ParameterError."""
+    if template.param_mode is None:
+        if params:
+            raise ParameterError(f"the statement has no placeholders but {len(params)} parameters were given")
+        return ()
+    if template.param_mode == "qmark":
+        if params is None or isinstance(params, (str, bytes)) or not hasattr(params, "__len__") or hasattr(params, "keys"):
+            raise ParameterError(f"the statement has {template.param_count} ? placeholders; pass a list of {template.param_count} parameters")
+        if len(params) != template.param_count:
+            raise ParameterError(f"the statement has {template.param_count} ? placeholders but {len(params)} parameters were given")
+        return params
+    if params is None or not hasattr(params, "keys"):
+        raise ParameterError(f"the statement has named placeholders ({', '.join(sorted(template.param_names))}); pass a mapping")
+    missing = template.param_names - set(params.keys())
+    if missing:
+        raise ParameterError(f"missing parameters: {', '.join(sorted(missing))}")
+    return params

@@ -1,0 +1,76 @@
+"""The gateway's own statements: SHOW TABLES, DESCRIBE <store>, SET <setting> = <value>.
+
+They never touch a store, so they plan to a Plan kind the gateway answers
+from the catalog or the session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlglot import exp
+
+from stores.schema import StoreSpec
+
+from .catalog import find_store, unknown_store
+from .errors import InvalidSettingError, UnsupportedSqlError
+from .literals import value_ref
+from .plan import StatementKind
+from .positions import node_position
+from .settings import validate_setting
+
+__all__ = ["plan_show", "plan_describe", "plan_set"]
+
+
+def _template(**kw: Any) -> Any:
+    from .analyze import Template  # the template type lives with the analyser
+
+    return Template(**kw)
+
+
+def plan_show(sql: str, node: exp.Show, explain: bool) -> Any:
+    what = str(node.this or "").upper()
+    if what not in ("TABLES", "ALL TABLES"):
+        raise UnsupportedSqlError(f"only SHOW TABLES is supported; got SHOW {what}", line=1, col=1)
+    return _template(kind=StatementKind.SHOW_TABLES, explain=explain)
+
+
+def plan_describe(sql: str, node: exp.Describe, catalog: Mapping[str, StoreSpec], explain: bool) -> Any:
+    table = node.this
+    if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
+        raise UnsupportedSqlError("DESCRIBE takes a store name: DESCRIBE <store>", line=1, col=1)
+    line, col = node_position(sql, table)
+    if table.args.get("db") or table.args.get("catalog"):
+        raise unknown_store(catalog, table.sql(dialect="duckdb"), line=line, col=col)
+    found = find_store(catalog, table.name)
+    if found is None:
+        raise unknown_store(catalog, table.name, line=line, col=col)
+    return _template(kind=StatementKind.DESCRIBE, explain=explain, describe=found[0], deps={found[0]: found[1]})
+
+
+def plan_set(sql: str, node: exp.Set, explain: bool) -> Any:
+    if node.args.get("unset"):
+        raise UnsupportedSqlError("UNSET is not supported; SET the setting to its default instead", line=1, col=1)
+    settings: dict[str, Any] = {}
+    for item in node.expressions:
+        assignment = item.this if isinstance(item, exp.SetItem) else None
+        line, col = node_position(sql, item)
+        if not isinstance(assignment, exp.EQ) or not isinstance(assignment.this, exp.Column):
+            raise InvalidSettingError("expected SET <setting> = <value>", line=line or 1, col=col or 1)
+        name = assignment.this.name
+        value_node = assignment.expression
+        if isinstance(value_node, exp.Placeholder):
+            raise InvalidSettingError(f"setting {name}: placeholders are not allowed in SET", line=line, col=col)
+        ref = value_ref(value_node, {})
+        if isinstance(value_node, (exp.Column, exp.Var)) and value_node.name.lower() in ("true", "false", "on", "off"):
+            value: Any = value_node.name
+        elif ref is None:
+            raise InvalidSettingError(
+                f"setting {name}: the value must be a literal (string, number or boolean)", line=line, col=col
+            )
+        else:
+            value = ref.value
+        key, val = validate_setting(name, value, line=line, col=col)
+        settings[key] = val
+    return _template(kind=StatementKind.SET, explain=explain, settings=settings)
