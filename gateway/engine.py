@@ -52,13 +52,16 @@ class Gateway:
         self.config = config or GatewayConfig()
         self._pool = DuckPool()
         self._watchdog = Watchdog()
+        self._owns_source = False
 
     @classmethod
     def open(cls, state_dir: str | Path, **config: Any) -> Gateway:
         """A gateway reading another process's store files read-only (several may run at once)."""
         from stores.reader import StateDirReader
 
-        return cls(StateDirReader(Path(state_dir)), config=GatewayConfig.of(None, **config))
+        gw = cls(StateDirReader(Path(state_dir)), config=GatewayConfig.of(None, **config))
+        gw._owns_source = True
+        return gw
 
     # -- introspection -----------------------------------------------------------
     @property
@@ -102,9 +105,8 @@ class Gateway:
 
     def close(self) -> None:
         self._pool.close()
-        close = getattr(self.source, "close_reader", None)
-        if callable(close):
-            close()
+        if self._owns_source:
+            self.source.close()  # type: ignore[attr-defined]
 
     # -- the statement path ----------------------------------------------------------
     def sql(
