@@ -251,6 +251,8 @@ class PartitionStore:
                 res = prepared.with_position(self._safe_position())
             else:
                 try:
+                    if not os.path.exists(self.path):  # an open connection would go on reading an unlinked file
+                        raise FileNotFoundError(f"file {self.path} is gone")
                     position, raw = handler.fetch(self, prepared)
                 except Exception as exc:  # noqa: BLE001 - store failures are data (STORE_EXCEPTION)
                     res = self._store_exception(exc, self._safe_position())
@@ -270,7 +272,7 @@ class PartitionStore:
         return res
 
     def _store_exception(self, exc: BaseException, position: Position | None) -> QueryResult:
-        if isinstance(exc, sqlite3.Error) and not self.path.exists():
+        if not isinstance(exc, FileNotFoundError) and not self.path.exists():
             msg = f"FileNotFoundError: file {self.path} is gone ({type(exc).__name__}: {exc})"
         else:
             msg = f"{type(exc).__name__}: {exc}"
