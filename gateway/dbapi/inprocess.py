@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.errors import Error, GatewayInternalError, translate
 
 from .outcome import Outcome, PartitionInfo
+from .types import native_fix_for
 
 if TYPE_CHECKING:
     from gateway.engine import Gateway
@@ -54,6 +55,12 @@ class InProcessTransport:
                 return Outcome(statement, [], [], result.position, [], dict(result.settings))
             rows = result.rows()
             columns = [(str(n), str(t)) for n, t in result.columns]
+            fixes = [native_fix_for(t) for _, t in columns]
+            if any(fixes):
+                rows = [
+                    tuple(f(v) if f is not None and v is not None else v for f, v in zip(fixes, r, strict=False))
+                    for r in rows
+                ]
             close = getattr(result, "close", None)
             if close is not None:
                 close()  # rows are Python values now: give the DuckDB cursor back

@@ -25,7 +25,7 @@ from typing import Any
 __all__ = [
     "DBAPITypeObject", "STRING", "BINARY", "NUMBER", "DATETIME", "ROWID",
     "Date", "Time", "Timestamp", "DateFromTicks", "TimeFromTicks", "TimestampFromTicks", "Binary",
-    "base_type", "decoder_for",
+    "base_type", "decoder_for", "native_fix_for",
 ]
 
 
@@ -139,7 +139,15 @@ _INTERVAL = re.compile(r"^(?:(-?\d+) days?, )?(-?\d+):(\d{2}):(\d{2})(?:\.(\d{1,
 
 
 def _interval(v: Any) -> Any:
-    """``str(timedelta)`` (how the server writes an INTERVAL) back to a timedelta; other text stays text."""
+    """An INTERVAL as a timedelta, as DuckDB's own Python API returns it (a month counts 30 days).
+
+    Through Arrow an interval is (months, days, nanoseconds) — pyarrow's
+    MonthDayNano in-process, a 3-element array in JSON; older servers may send
+    ``str(timedelta)``. Text that is neither stays text.
+    """
+    if isinstance(v, (list, tuple)) and len(v) == 3 and all(isinstance(x, int) for x in v):
+        months, days, nanos = v
+        return _dt.timedelta(days=months * 30 + days, microseconds=nanos // 1000)
     if not isinstance(v, str):
         return v
     m = _INTERVAL.match(v.strip())
@@ -177,3 +185,13 @@ _DECODERS: dict[str, Callable[[Any], Any]] = {
 def decoder_for(type_name: str) -> Callable[[Any], Any] | None:
     """The function that turns a JSON value of this column type into its Python value (None: as is)."""
     return _DECODERS.get(base_type(type_name))
+
+
+# In-process rows are Python values already, except where Arrow's own Python form differs from
+# DuckDB's (the DB-API promises the same values on both transports).
+_NATIVE_FIXES: dict[str, Callable[[Any], Any]] = {"INTERVAL": _interval}
+
+
+def native_fix_for(type_name: str) -> Callable[[Any], Any] | None:
+    """For in-process rows: the conversion this column type needs (None for nearly every type)."""
+    return _NATIVE_FIXES.get(base_type(type_name))
