@@ -27,6 +27,7 @@ from .engine.lifecycle import ClientStateMachine
 from .engine.writer import PartitionedWriter
 from .errors import (
     IllegalStateException,
+    InvalidStateStorePartitionException,
     StreamsNotStartedException,
     StreamsStoppedException,
     UnknownStateStoreException,
@@ -133,6 +134,7 @@ class StreamsApp:
         self._generation: dict[str, int] = {n: 0 for n in self._specs}
         self._writers: dict[str, PartitionedWriter] = {}
         self._lock = threading.RLock()
+        self._start_lock = threading.Lock()
         self._handler: UncaughtHandler | None = None
         self._runtime: Runtime | None = None
         self._started_at: float | None = None
@@ -177,10 +179,11 @@ class StreamsApp:
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
         """CREATED -> REBALANCING, open the stores, start the runtime (or go RUNNING without one)."""
-        try:
-            moved = self._fsm.transition(State.REBALANCING)
-        except IllegalStateException:
-            moved = False
+        with self._start_lock:  # only from CREATED: Kafka's start() from RUNNING would silently "rebalance"
+            try:
+                moved = self.state is State.CREATED and self._fsm.transition(State.REBALANCING)
+            except IllegalStateException:
+                moved = False
         if not moved:
             raise IllegalStateException("The client is either already started or already stopped, cannot re-start")
         self._started_at = time.time()
@@ -369,6 +372,19 @@ class StreamsApp:
                     pos = pos.merge(parts[p].current_position())
                 out[name] = pos
         return out
+
+    def partition_store(self, name: str, partition: int) -> PartitionStore:
+        """The open store of one partition (fixtures write straight into it with ``apply_batch``)."""
+        self.spec(name)
+        with self._lock:
+            parts = self._stores.get(name)
+            if parts is None:
+                raise IllegalStateException(f"store {name!r} is not open (state {self.state})")
+            if partition not in parts:
+                raise InvalidStateStorePartitionException(
+                    f"The specified partition {partition} for store {name} does not exist."
+                )
+            return parts[partition]
 
     def hosting(self) -> tuple[dict[str, frozenset[int]], dict[str, frozenset[int]]]:
         """(hosted, standby) partitions per store."""
