@@ -102,6 +102,10 @@ def _placeholders(sql: str, root: exp.Expression) -> tuple[list[exp.Placeholder]
         line, col = node_position(sql, node)
         raise ParameterError("use ? or :name placeholders for parameters", line=line, col=col)
     found = sorted(root.find_all(exp.Placeholder), key=lambda p: p.meta.get("start", 0) if p._meta else 0)
+    for p in found:
+        if p.this and str(p.this).isdigit():
+            line, col = node_position(sql, p)
+            raise ParameterError(f"${p.this} parameters are not supported; use ? or :name placeholders", line=line, col=col)
     named = [p for p in found if p.this]
     if named and len(named) != len(found):
         raise ParameterError("cannot mix ? and :name placeholders in one statement")
@@ -286,7 +290,7 @@ def _role(spec: StoreSpec, column: str) -> str | None:
         return "key"
     if column == "_partition":
         return column
-    if column in spec.system_columns():
+    if column in spec.system_columns() and column != "rowtime":  # rowtime is never pushed
         return column
     return None
 
@@ -306,14 +310,26 @@ def _analyze_scope(sql: str, scope: Any, root: exp.Expression, by_table: dict[in
     stores = {alias: by_table[id(node)] for alias, node in local if id(node) in by_table}
     if not stores:
         return
-    columns_of = {alias: {c.name.lower() for c in scan.spec.columns()} | set(PSEUDO_COLUMNS) for alias, scan in stores.items()}
+    # visible name -> store column name, honouring ``AS s(a, b)`` renames
+    names_of: dict[str, dict[str, str]] = {}
+    for alias, node in local:
+        scan = stores.get(alias)
+        if scan is None:
+            continue
+        original = [c.name.lower() for c in scan.spec.columns()]
+        visible = list(original)
+        renamed = node.args.get("alias").columns if node.args.get("alias") is not None else []
+        for i, ident in enumerate(renamed[: len(visible)]):
+            visible[i] = ident.name.lower()
+        names_of[alias] = dict(zip(visible, original)) | {p: p for p in PSEUDO_COLUMNS}
+    columns_of = {alias: set(m) for alias, m in names_of.items()}
     only_stores = len(stores) == len(local)
     aliases = {a.alias.lower() for a in select.expressions if isinstance(a, exp.Alias)}
     lambda_vars = {i.name.lower() for lam in select.find_all(exp.Lambda) for i in lam.expressions}
     source_names = {alias for alias, _ in local}
 
     for column in scope.columns:
-        if isinstance(column.this, exp.Star):
+        if isinstance(column.this, exp.Star) or column.find_ancestor(exp.Select) is not select:
             continue
         qual, name = column.table.lower(), column.name.lower()
         if qual and qual in stores and name not in columns_of[qual]:
@@ -326,10 +342,10 @@ def _analyze_scope(sql: str, scope: Any, root: exp.Expression, by_table: dict[in
     def resolve(column: exp.Column) -> tuple[str, str] | None:
         qual, name = column.table.lower(), column.name.lower()
         if qual:
-            return (qual, name) if qual in stores else None
+            return (qual, names_of[qual].get(name, name)) if qual in stores else None
         owners = [a for a in stores if name in columns_of[a]]
         if len(owners) == 1 and (only_stores or len(local) == 1):
-            return owners[0], name
+            return owners[0], names_of[owners[0]][name]
         return None
 
     where_terms = conjuncts(select.args["where"].this) if select.args.get("where") else []
@@ -364,7 +380,9 @@ def _analyze_scope(sql: str, scope: Any, root: exp.Expression, by_table: dict[in
     alias, scan = next(iter(stores.items()))
     scan.all_consumed = consumed[alias] == len(where_terms)
     _order_and_limit(select, scan, resolve, param_index)
-    scan.fast_path = _fast_path(select, scan, alias)
+    table_alias = local[0][1].args.get("alias")
+    if not (table_alias is not None and table_alias.columns):  # renamed columns: let DuckDB project
+        scan.fast_path = _fast_path(select, scan, alias)
 
 
 def _unknown_column(sql: str, column: exp.Column, scan: ScanTemplate) -> None:

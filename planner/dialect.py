@@ -8,6 +8,7 @@ the planner sees them in the AST and the generator writes them back.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import sqlglot
@@ -154,6 +155,7 @@ class Dialect(DuckDB):
 
 
 _DIALECT = Dialect()
+_TOKEN_RE = re.compile(r"<Token token_type: [^,]*, text: (.*?), line: \d+, col: \d+, start: \d+, end: \d+, comments: \[.*?\]>")
 
 
 def parse_statement(sql: str) -> exp.Expression:
@@ -165,7 +167,7 @@ def parse_statement(sql: str) -> exp.Expression:
         statements = _DIALECT.parse(sql, error_level=ErrorLevel.IMMEDIATE)
     except ParseError as err:
         first = err.errors[0] if err.errors else {}
-        message = str(first.get("description") or err).split("\n")[0]
+        message = _TOKEN_RE.sub(lambda m: repr(m.group(1)), str(first.get("description") or err).split("\n")[0])
         raise SqlSyntaxError(f"syntax error: {message}", line=first.get("line"), col=first.get("col")) from None
     except TokenError as err:
         raise SqlSyntaxError(f"syntax error: {err}") from None

@@ -63,6 +63,7 @@ _TIME_TYPES = {
     exp.DType.TIMESTAMPLTZ: "TIMESTAMPTZ",
     exp.DType.DATE: "DATE",
 }
+_SPECIAL_TIMES = {"epoch", "infinity", "-infinity"}  # DuckDB reads these; left to it
 _INT_RE = re.compile(r"^[+-]?\d+$")
 
 
@@ -236,7 +237,14 @@ def _coerce(
             try:
                 return int(value.strip(), 10), op
             except ValueError:
+                pass
+            try:
+                number = Decimal(value.strip())
+            except InvalidOperation:
                 raise fail() from None
+            if not number.is_finite():
+                return NOT_PUSHABLE, op
+            return _coerce(number, "DECIMAL", target, op, column=column, what=what, line=line, col=col)
         raise fail()
     if target is SqlType.DOUBLE:
         if sql_type in ("INTEGER", "DECIMAL", "DOUBLE"):
@@ -261,13 +269,15 @@ def _coerce(
             return value + "\x00", ">="  # the least string greater than value, by code point
         return value, op
     if target is SqlType.BOOLEAN:
-        if sql_type == "BOOLEAN":
+        if sql_type == "BOOLEAN" or sql_type == "INTEGER":  # DuckDB casts integers to booleans (0 is false)
             return bool(value), op
         if sql_type == "VARCHAR" and value.strip().lower() in ("true", "false"):
             return value.strip().lower() == "true", op
         raise fail()
     if target is SqlType.TIMESTAMP:
         if sql_type in ("TIMESTAMP", "VARCHAR", "DATE") and isinstance(value, str):
+            if value.strip().lower() in _SPECIAL_TIMES:
+                return NOT_PUSHABLE, op
             try:
                 dt = _parse_naive_timestamp(value)
             except ValueError:
@@ -284,6 +294,8 @@ def _coerce(
         raise fail()
     if target is SqlType.DATE:
         if sql_type in ("DATE", "VARCHAR") and isinstance(value, str):
+            if value.strip().lower() in _SPECIAL_TIMES:
+                return NOT_PUSHABLE, op
             try:
                 d = date.fromisoformat(value.strip())
             except ValueError:

@@ -11,7 +11,7 @@ pre-filter: the answer is DuckDB's either way.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
@@ -79,6 +79,8 @@ def classify(node: exp.Expression, resolve: Resolver, params: dict[int, int]) ->
         ref = value_ref(right, params)
         if target is None or ref is None:
             return None
+        if ref.start is None and left.this._meta:  # NULL carries no position: point at the column
+            ref = replace(ref, start=left.this.meta.get("start"))
         if op == "=":
             return Constraint(target[0], target[1], "eq", (ref,))
         return Constraint(target[0], target[1], "range", bounds=((op, ref),))

@@ -66,8 +66,11 @@ class _Binder:
 
     def value(self, ref: ValueRef, target: SqlType, op: str, column: str, what: str) -> tuple[Any, str]:
         value, sql_type = resolve(ref, self.params)
-        line, col = _pos(self.sql, ref, self.t.start)
-        v, op2 = coerce_bound(value, sql_type, target, op, column=column, what=what, line=line, col=col)
+        try:
+            v, op2 = coerce_bound(value, sql_type, target, op, column=column, what=what, line=None, col=None)
+        except TypeMismatchError as err:
+            line, col = _pos(self.sql, ref, self.t.start)
+            raise TypeMismatchError(err.message, line=line, col=col) from None
         if v is NOT_PUSHABLE:
             self.exact = False
         elif op2 in (">", "<"):
