@@ -7,9 +7,11 @@ So the suite's fixture tables are made real stores and its writes become
 pipeline writes, through the suite's own hooks:
 
 - ``ddl1``/``ddl2`` (``create table dbapi20test_booze (name varchar(20))`` …)
-  are parsed here into ``StoreSpec``s (first column the key, the rest
-  values, 2 partitions) and the stores are created through
-  ``StoreTopology`` once per class.
+  are parsed here into key-value ``StoreSpec``s with 2 partitions, created
+  through ``StoreTopology`` once per class. The suite's tables declare no
+  primary key, so every declared column is a value column and the key is a
+  row number the harness assigns per insert (``row_id``, like a rowid):
+  duplicate names stay distinct rows, as in the suite's own database.
 - ``_connect`` (the suite's connection hook) returns our real Connection
   wrapped so that statements starting with CREATE / DROP / INSERT are
   carried out by this harness: INSERT rows are written with
@@ -63,13 +65,12 @@ _TOPIC = "dbapi20"
 
 
 def spec_from_ddl(ddl: str) -> StoreSpec:
-    """``create table t (a varchar(20), b varchar(30))`` -> a key-value store keyed by ``a``."""
+    """``create table t (a varchar(20), b varchar(30))`` -> a key-value store of (a, b) keyed by ``row_id``."""
     tree = sqlglot.parse_one(ddl, read="duckdb")
     assert isinstance(tree, exp.Create), ddl
     cols = [Column(c.name, SqlType.parse(c.args["kind"].this.value)) for c in tree.this.expressions]
-    key = Column(cols[0].name, cols[0].type, nullable=False)
-    return StoreSpec(tree.this.this.name, StoreKind.KEY_VALUE, key, tuple(cols[1:]), partitions=2,
-                     source_topics=(_TOPIC,))
+    return StoreSpec(tree.this.this.name, StoreKind.KEY_VALUE, Column("row_id", SqlType.BIGINT, nullable=False),
+                     tuple(cols), partitions=2, source_topics=(_TOPIC,))
 
 
 class Scratch:
@@ -80,6 +81,7 @@ class Scratch:
         self.specs = {s.name: s for s in specs}
         self.keys: dict[str, set[Any]] = {name: set() for name in self.specs}
         self.batch = 0
+        self.rows = 0
 
     def _write(self, store: str, changes: list[Change]) -> None:
         self.batch += 1
@@ -104,9 +106,10 @@ class Scratch:
             store = tree.this.name
             given = list(params or [])
             for row in tree.expression.expressions:
-                values = [self._value(v, given) for v in row.expressions]
-                self._write(store, [Change(values[0], tuple(values[1:]))])
-                self.keys[store].add(values[0])
+                values = tuple(self._value(v, given) for v in row.expressions)
+                self.rows += 1
+                self._write(store, [Change(self.rows, values)])
+                self.keys[store].add(self.rows)
         else:  # pragma: no cover - the suite writes nothing else
             raise AssertionError(f"unexpected write statement {sql!r}")
 
