@@ -168,7 +168,10 @@ def parse_statement(sql: str) -> exp.Expression:
     except ParseError as err:
         first = err.errors[0] if err.errors else {}
         message = _TOKEN_RE.sub(lambda m: repr(m.group(1)), str(first.get("description") or err).split("\n")[0])
-        raise SqlSyntaxError(f"syntax error: {message}", line=first.get("line"), col=first.get("col")) from None
+        col = first.get("col")
+        if col is not None and first.get("highlight"):  # sqlglot reports the token's last column
+            col = max(1, col - len(first["highlight"]) + 1)
+        raise SqlSyntaxError(f"syntax error: {message}", line=first.get("line"), col=col) from None
     except TokenError as err:
         raise SqlSyntaxError(f"syntax error: {err}") from None
     statements = [s for s in statements if s is not None]
