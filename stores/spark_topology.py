@@ -236,7 +236,7 @@ class Topology:
     def _spec(self, name: str, df: DataFrame, plan: str, kind: StoreKind, key: str,
               value_cols: tuple[str, ...], partitions: int | None, **extra: Any) -> StoreSpec:
         fields = {f.name: f.dataType for f in df.schema.fields}
-        topics = self._topics_of(plan)
+        topics = self._topics_of(df)
         if partitions is None:
             partitions = max((self._source_partitions(t) for t in topics), default=1)
         try:
@@ -246,8 +246,8 @@ class Topology:
         except ValueError as exc:
             raise TopologyError(str(exc)) from None
 
-    def _topics_of(self, plan: str) -> tuple[str, ...]:
-        ids = set(re.findall(re.escape(_STREAM_OPT) + r"=(\d+)", plan))
+    def _topics_of(self, df: DataFrame) -> tuple[str, ...]:
+        ids = _stream_ids(df)
         topics = {t for i in ids for t in self._streams.get(i, ())}
         if not topics:  # a DataFrame this topology did not make: assume every stream
             topics = {t for ts in self._streams.values() for t in ts}
@@ -261,6 +261,21 @@ class Topology:
 
 def _plan_text(df: DataFrame) -> str:
     return str(df._jdf.queryExecution().analyzed().toString())
+
+
+def _stream_ids(df: DataFrame) -> set[str]:
+    """The ``iqgate.stream`` option of every streaming source leaf in the plan (which topics feed a store)."""
+    ids = set()
+    leaves = df._jdf.queryExecution().analyzed().collectLeaves().iterator()
+    while leaves.hasNext():
+        leaf = leaves.next()
+        try:
+            sid = leaf.extraOptions().get(_STREAM_OPT)
+        except Exception:  # noqa: BLE001 - a leaf without options (a batch relation)
+            continue
+        if sid is not None:
+            ids.add(str(sid))
+    return ids
 
 
 def _is_aggregate(plan: str) -> bool:
