@@ -16,7 +16,6 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
-
 import planner
 from planner.plan import Plan, StatementKind, StoreScan
 from stores.position import Position, PositionBound, PositionError
@@ -120,8 +119,14 @@ class Gateway:
         session: Session | Mapping[str, Any] | None = None,
         max_rows: int | None = None,
         stream: bool = False,
+        arrow: bool = False,
     ) -> Result:
-        """Run one statement. ``stream=True`` lets large results reach the caller chunk by chunk (NDJSON)."""
+        """Run one statement.
+
+        ``stream=True`` lets large results reach the caller chunk by chunk
+        (NDJSON); ``arrow=True`` materializes Arrow instead of Python rows
+        (Arrow IPC). Either way the rows, limits and errors are the same.
+        """
         if not isinstance(text, str) or not text.strip():
             raise BadRequest("the SQL text is empty")
         settings = self._settings(session)
@@ -136,7 +141,7 @@ class Gateway:
             return self._show_tables()
         if kind is StatementKind.DESCRIBE:
             return self._describe(plan.describe or "")
-        return self._select(plan, settings, position, partial, wait_ms, max_rows, stream)
+        return self._select(plan, settings, position, partial, wait_ms, max_rows, stream, arrow)
 
     # -- planning ---------------------------------------------------------------------
     def _settings(self, session: Session | Mapping[str, Any] | None) -> dict[str, Any]:
@@ -163,7 +168,7 @@ class Gateway:
 
     # -- SELECT -----------------------------------------------------------------------
     def _select(self, plan: Plan, settings: Mapping[str, Any], position: Any, partial: bool | None,
-                wait_ms: int | None, max_rows: int | None, stream: bool) -> Result:
+                wait_ms: int | None, max_rows: int | None, stream: bool, arrow: bool) -> Result:
         cfg = self.config
         timeout_ms = min(cfg.statement_timeout_ms, _int_setting(settings, "statement_timeout_ms", cfg.statement_timeout_ms))
         deadline = time.monotonic() + timeout_ms / 1000
@@ -211,7 +216,7 @@ class Gateway:
                 raise _row_limit(limit_rows)
             return Result(columns=columns, position=merged, partitions=partitions, statement=StatementKind.SELECT,
                           rows=out, cursor_factory=self._pool.cursor)
-        return self._residual(plan, scans, merged, partitions, limit_rows, timeout_ms, deadline, stream)
+        return self._residual(plan, scans, merged, partitions, limit_rows, timeout_ms, deadline, stream, arrow)
 
     def _run_scan(self, scan: StoreScan, bound: Position, wait_ms: int,
                   deadline: float) -> list[tuple[StateQueryRequest, StateQueryResult]]:
@@ -247,28 +252,43 @@ class Gateway:
 
     def _residual(self, plan: Plan, scans: list[tuple[StoreScan, ScanRows]], position: Position,
                   partitions: list[PartitionOutcome], limit_rows: int, timeout_ms: int, deadline: float,
-                  stream: bool) -> Result:
+                  stream: bool, arrow: bool) -> Result:
+        """Run the residual SQL on a fresh cursor holding this request's scans; rows are DuckDB's own values."""
         cur = self._pool.cursor()
         remaining = max(0.001, deadline - time.monotonic())
         ticket = self._watchdog.arm(remaining, cur.interrupt)
         handed_over = False
+        sql = plan.residual_sql or ""
         try:
             for scan, rows in scans:
                 cur.register(scan.relation, rows.to_arrow(scan.include_failures))
-            rel = cur.sql(plan.residual_sql or "")
-            if rel is None:
-                raise SqlError("the residual SQL produced no result", code="SQL_ERROR")
-            columns = [(str(n), str(t)) for n, t in zip(rel.columns, rel.types)]
-            reader = rel.to_arrow_reader(self.config.ndjson_batch_rows if stream else 131_072)
-            batches = _limited(reader, limit_rows, timeout_ms, lambda: self._watchdog.disarm(ticket))
+            common = dict(position=position, partitions=partitions, statement=StatementKind.SELECT, cursor=cur,
+                          residual_sql=sql)
+            if arrow:
+                rel = cur.sql(sql)
+                columns = [(str(n), str(t)) for n, t in zip(rel.columns, rel.types)]
+                reader = rel.to_arrow_reader(131_072)
+                batches = []
+                seen = 0
+                for batch in reader:
+                    seen += batch.num_rows
+                    if seen > limit_rows:
+                        raise _row_limit(limit_rows)
+                    batches.append(batch)
+                table = pa.Table.from_batches(batches, schema=reader.schema)
+                return Result(columns=columns, table=table, **common)
+            cur.execute(sql)
+            columns = [(str(d[0]), str(d[1])) for d in cur.description or ()]
             if stream:
                 handed_over = True
-                return Result(columns=columns, position=position, partitions=partitions,
-                              statement=StatementKind.SELECT, batches=_SchemaIter(batches, reader.schema),
-                              cursor=cur)
-            table = pa.Table.from_batches(list(batches), schema=reader.schema)
-            return Result(columns=columns, position=position, partitions=partitions,
-                          statement=StatementKind.SELECT, table=table, cursor=cur)
+                chunks = _fetch_chunks(cur, self.config.ndjson_batch_rows, limit_rows, timeout_ms,
+                                       lambda: self._watchdog.disarm(ticket))
+                return Result(columns=columns, chunks=chunks, **common)
+            out = cur.fetchmany(limit_rows + 1)
+            if len(out) > limit_rows:
+                cur.abort()
+                raise _row_limit(limit_rows)
+            return Result(columns=columns, rows=out, **common)
         except duckdb.Error as exc:
             raise _duck_error(exc, timeout_ms) from exc
         finally:
@@ -306,34 +326,23 @@ class Gateway:
         return self._static(StatementKind.DESCRIBE, cols, rows)
 
 
-class _SchemaIter:
-    """An iterator of record batches that still knows its schema (an empty stream needs it)."""
-
-    def __init__(self, it: Iterator[pa.RecordBatch], schema: pa.Schema) -> None:
-        self._it = it
-        self.schema = schema
-
-    def __iter__(self) -> Iterator[pa.RecordBatch]:
-        return self._it
-
-
-def _limited(reader: pa.RecordBatchReader, limit_rows: int, timeout_ms: int, done: Any) -> Iterator[pa.RecordBatch]:
-    """Batches until the row limit; the limit is an error, never a silent truncation."""
+def _fetch_chunks(cur: duckdb.DuckDBPyConnection, size: int, limit_rows: int, timeout_ms: int,
+                  done: Any) -> Iterator[list[tuple[Any, ...]]]:
+    """Chunks of rows as DuckDB produces them; past the row limit it is an error, never a silent truncation."""
     seen = 0
     try:
         while True:
             try:
-                batch = reader.read_next_batch()
-            except StopIteration:
-                return
+                chunk = cur.fetchmany(size)
             except duckdb.Error as exc:
                 raise _duck_error(exc, timeout_ms) from exc
-            except pa.ArrowException as exc:
-                raise _duck_error(exc, timeout_ms) from exc
-            seen += batch.num_rows
+            if not chunk:
+                return
+            seen += len(chunk)
             if seen > limit_rows:
+                cur.abort()
                 raise _row_limit(limit_rows)
-            yield batch
+            yield chunk
     finally:
         done()
 

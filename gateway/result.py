@@ -47,10 +47,18 @@ class PartitionOutcome:
 
 
 class Result:
-    """Rows plus the consistency token. Either ``table`` (Arrow) or ``rows`` is given; the other is derived."""
+    """Rows plus the consistency token.
+
+    The rows come in one of three forms: Python tuples (DuckDB's own Python
+    values, or built straight from the stores on the fast path), an Arrow
+    table (when the caller asked for Arrow), or chunks still being fetched
+    (streaming). The other forms are derived on demand. For residual SQL the
+    scans stay registered on the request's cursor, so ``.relation`` is the
+    statement itself as a lazy DuckDB relation, joinable further.
+    """
 
     __slots__ = ("columns", "position", "partitions", "statement", "settings", "_table", "_rows",
-                 "_cursor_factory", "_cursor", "_relation", "_batches")
+                 "_cursor_factory", "_cursor", "_relation", "_chunks", "_sql")
 
     def __init__(
         self,
@@ -61,10 +69,11 @@ class Result:
         statement: StatementKind,
         table: pa.Table | None = None,
         rows: list[tuple[Any, ...]] | None = None,
+        chunks: Iterator[list[tuple[Any, ...]]] | None = None,
         cursor: duckdb.DuckDBPyConnection | None = None,
+        residual_sql: str | None = None,
         cursor_factory: Any = None,
         settings: Mapping[str, Any] | None = None,
-        batches: Iterator[pa.RecordBatch] | None = None,
     ) -> None:
         self.columns = columns
         self.position = position
@@ -73,32 +82,37 @@ class Result:
         self.settings = dict(settings or {})
         self._table = table
         self._rows = rows
+        self._chunks = chunks
         self._cursor = cursor
+        self._sql = residual_sql
         self._cursor_factory = cursor_factory
         self._relation: duckdb.DuckDBPyRelation | None = None
-        self._batches = batches
 
     # -- rows -----------------------------------------------------------------
     def rows(self) -> list[tuple[Any, ...]]:
         if self._rows is None:
-            self._rows = _table_rows(self.to_arrow())
+            if self._chunks is not None:
+                chunks, self._chunks = self._chunks, None
+                self._rows = [r for chunk in chunks for r in chunk]
+            else:
+                self._rows = _table_rows(self.to_arrow())
         return self._rows
 
     fetchall = rows
 
     @property
     def row_count(self) -> int:
-        if self._rows is not None:
-            return len(self._rows)
+        if self._rows is not None or self._chunks is not None:
+            return len(self.rows())
         return self.to_arrow().num_rows
 
     def to_arrow(self) -> pa.Table:
         if self._table is None:
-            if self._batches is not None:
-                batches, self._batches = self._batches, None
-                self._table = pa.Table.from_batches(list(batches), schema=self._stream_schema())
+            if self._sql is not None and self._cursor is not None:
+                self.rows()  # a stream still open on the cursor must end first
+                self._table = self._cursor.sql(self._sql).to_arrow_table()
             else:
-                self._table = _rows_table(self.columns, self._rows or [])
+                self._table = _rows_table(self.columns, self.rows())
         return self._table
 
     def iter_batches(self, max_rows: int = 1000) -> Iterator[list[tuple[Any, ...]]]:
@@ -108,24 +122,28 @@ class Result:
         raised from here, after earlier chunks were handed out: the HTTP layer
         sends them in-band.
         """
-        if self._batches is not None:
-            batches, self._batches = self._batches, None
-            for batch in batches:
-                yield from _chunks(_table_rows(pa.Table.from_batches([batch])), max_rows)
+        if self._chunks is not None:
+            chunks, self._chunks = self._chunks, None
+            done: list[tuple[Any, ...]] = []
+            for chunk in chunks:
+                done.extend(chunk)
+                yield from _chunks(chunk, max_rows)
+            self._rows = done
             return
         yield from _chunks(self.rows(), max_rows)
-
-    def _stream_schema(self) -> pa.Schema | None:
-        return getattr(self._batches, "schema", None)
 
     # -- DuckDB -----------------------------------------------------------------
     @property
     def relation(self) -> duckdb.DuckDBPyRelation:
-        """The rows as a DuckDB relation on this result's own cursor (joinable with ``cursor``'s other relations)."""
+        """The statement as a DuckDB relation on this result's own cursor (joinable with its other relations)."""
         if self._relation is None:
-            if self._cursor is None:
-                self._cursor = self._cursor_factory()
-            self._relation = self._cursor.from_arrow(self.to_arrow())
+            if self._sql is not None and self._cursor is not None:
+                self.rows()
+                self._relation = self._cursor.sql(self._sql)
+            else:
+                if self._cursor is None:
+                    self._cursor = self._cursor_factory()
+                self._relation = self._cursor.from_arrow(self.to_arrow())
         return self._relation
 
     @property
@@ -136,6 +154,11 @@ class Result:
         return self._cursor
 
     def close(self) -> None:
+        if self._chunks is not None:
+            close = getattr(self._chunks, "close", None)
+            if close is not None:
+                close()
+            self._chunks = None
         if self._cursor is not None:
             try:
                 self._cursor.close()
@@ -156,7 +179,7 @@ class Result:
 
     def __repr__(self) -> str:
         return (f"Result({self.statement.value}, columns={[c for c, _ in self.columns]}, "
-                f"rows={self.row_count}, position={self.position})")
+                f"position={self.position})")
 
 
 def _chunks(rows: list[tuple[Any, ...]], n: int) -> Iterator[list[tuple[Any, ...]]]:

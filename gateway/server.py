@@ -22,17 +22,26 @@ class ServerThread:
                                      channel_timeout=60, connection_limit=1000, clear_untrusted_proxy_headers=True)
         self.host = host
         self.port = int(self._server.effective_port)  # type: ignore[union-attr]
-        self._thread = threading.Thread(target=self._server.run, name="iqgate-http", daemon=True)
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="iqgate-http", daemon=True)
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    def _run(self) -> None:
+        try:
+            self._server.run()
+        except (OSError, ValueError):
+            if not self._closing:  # closing the sockets under the loop ends it this way; anything else is real
+                raise
 
     def start(self) -> ServerThread:
         self._thread.start()
         return self
 
     def close(self, timeout_s: float = 5.0) -> None:
+        self._closing = True
         self._server.close()
         self._thread.join(timeout_s)
 

@@ -14,7 +14,7 @@ from ..errors import NotAcceptable
 from .limits import parse_sql_request
 from .metrics import Metrics
 from .openapi import openapi_document
-from .renderers import JSON, MEDIA_TYPES, NDJSON, RENDERERS, dumps, position_header
+from .renderers import ARROW, JSON, MEDIA_TYPES, NDJSON, RENDERERS, dumps, position_header
 
 __all__ = ["register_views", "negotiate"]
 
@@ -35,7 +35,8 @@ def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metric
         media = negotiate(request.accept_mimetypes if request.headers.get("Accept") else None)
         req = parse_sql_request(request.get_data(cache=False), cfg.max_request_bytes)
         result = gateway.sql(req.sql, req.params, req.position, partial=req.partial, wait_ms=req.wait_ms,
-                             session=req.session, max_rows=req.max_rows, stream=media == NDJSON)
+                             session=req.session, max_rows=req.max_rows, stream=media == NDJSON,
+                             arrow=media == ARROW)
         failed = [p.failure_reason for p in result.partitions if p.failure_reason]
         if failed:
             metrics.partition_failures(failed)

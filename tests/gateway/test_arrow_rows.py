@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 import pytest
-from conftest import MINUTE, Shop
+from gwfixtures import MINUTE, Shop
 
 from gateway.arrow_rows import collect
 from stores.app import StreamsApp

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from conftest import MINUTE, REVENUE, Shop, make_app, make_shop
+from gwfixtures import MINUTE, REVENUE, Shop, make_app, make_shop
 
 import gateway.errors as ge
 from gateway import Gateway, GatewayConfig
@@ -55,8 +55,8 @@ def test_relation_is_duckdb_and_joinable_further(gw: Gateway, shop: Shop) -> Non
     doubled = sorted(rel.project("customer, revenue * 2 AS r2").fetchall())
     assert doubled == sorted((k, shop.revenue[k][0] * 2) for k in keys)
     other = out.cursor.sql("SELECT unnest(?::VARCHAR[]) AS customer", params=[keys[:2]])
-    joined = rel.join(other, "customer").aggregate("count(*)").fetchone()
-    assert joined == (2,)
+    joined = rel.join(other, "customer").aggregate("count(*)").fetchall()
+    assert joined == [(2,)]
 
 
 def test_residual_filter_and_aggregate_over_a_scan(gw: Gateway, shop: Shop) -> None:

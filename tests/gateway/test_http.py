@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 
 import pyarrow as pa
-from conftest import Http, Shop, serve_gateway
+from gwfixtures import Http, Shop, serve_gateway
 
 from gateway import Gateway
 from gateway.http import create_app
@@ -168,7 +168,7 @@ def test_concurrent_clients_get_their_own_answers(server: Http, shop: Shop) -> N
 
 
 def test_wait_ms_over_http_reads_your_write(tmp_path, shop: Shop) -> None:  # noqa: ANN001
-    from conftest import REVENUE, make_app
+    from gwfixtures import REVENUE, make_app
 
     from stores.protocol import Change
 

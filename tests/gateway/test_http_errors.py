@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REVENUE, Http, Shop, make_app, serve_gateway
+from gwfixtures import REVENUE, Http, Shop, make_app, serve_gateway
 
 import gateway.errors as ge
 from gateway import Gateway, GatewayConfig
@@ -42,7 +42,7 @@ def check(status: int, hdrs: dict[str, str], body: object, want_status: int, wan
     ("INSERT INTO revenue VALUES ('x', 1, 1)", 400, "READ_ONLY", ge.SqlError),
     ("SELECT * FROM read_csv('/etc/passwd')", 400, "FORBIDDEN_FUNCTION", ge.SqlError),
     ("SELECT * FROM read_parquet('http://127.0.0.1:9/x.parquet')", 400, "FORBIDDEN_FUNCTION", ge.SqlError),
-    ("SELECT * FROM 'data.csv'", 400, None, ge.ProgrammingError),
+    ("SELECT * FROM 'data.csv'", 404, "UNKNOWN_STORE", ge.UnknownStoreError),
     ("COPY revenue TO '/tmp/out.csv'", 400, "READ_ONLY", ge.SqlError),
     ("SET max_rows = 'lots'", 400, "INVALID_SETTING", ge.SqlError),
     ("SELECT * FROM revenue AS OF POSITION '{bad'", 400, "INVALID_POSITION", ge.SqlError),
