@@ -113,8 +113,10 @@ class Connection:
         transport = self._live()
         bound = self._bound.merge(self._position) if self._monotonic else self._bound
         outcome = transport.execute(sql, params, bound if not bound.is_empty() else None)
-        with self._lock:
-            self._position = self._position.merge(outcome.position)
+        pos = outcome.position
+        if pos != self._position:  # the common case (nothing new) skips rebuilding the position
+            with self._lock:
+                self._position = self._position.merge(pos)
         return outcome
 
     def _forget(self, cursor: Cursor) -> None:

@@ -77,7 +77,8 @@ class Cursor:
 
     @property
     def partitions(self) -> list[PartitionInfo]:
-        """Per store partition outcome of the last result (failures included when partial results are on)."""
+        """Per store partition outcome of the last result: store, partition, failure_reason, failure_message,
+        position, is_failure (failures are included when partial results are on)."""
         return list(self._outcome.partitions) if self._outcome is not None else []
 
     @property
@@ -96,9 +97,9 @@ class Cursor:
         conn = self._live_connection()
         if not isinstance(operation, str):
             raise ProgrammingError(f"the operation must be a SQL string, got {type(operation).__name__}")
-        if parameters is not None and (isinstance(parameters, (str, bytes)) or not isinstance(
-            parameters, (Sequence, Mapping)
-        )):
+        if parameters is not None and type(parameters) not in (list, tuple, dict) and (
+            isinstance(parameters, (str, bytes)) or not isinstance(parameters, (Sequence, Mapping))
+        ):
             raise ProgrammingError(
                 f"parameters must be a sequence (qmark style) or a mapping, got {type(parameters).__name__}"
             )

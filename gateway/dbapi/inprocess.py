@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.errors import Error, GatewayInternalError, translate
 
-from .outcome import Outcome, PartitionInfo
+from .outcome import Outcome
 from .types import native_fix_for
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class InProcessTransport:
                 sql, params=params, position=bound, partial=self._partial, wait_ms=self._wait_ms,
                 session=self._session,
             )
-            statement = str(getattr(result.statement, "value", result.statement))
+            statement = result.statement.value
             if statement == "set":
                 return Outcome(statement, [], [], result.position, [], dict(result.settings))
             rows = result.rows()
@@ -61,9 +61,7 @@ class InProcessTransport:
                     tuple(f(v) if f is not None and v is not None else v for f, v in zip(fixes, r, strict=False))
                     for r in rows
                 ]
-            close = getattr(result, "close", None)
-            if close is not None:
-                close()  # rows are Python values now: give the DuckDB cursor back
+            result.close()  # rows are Python values now: give the DuckDB cursor back
         except Exception as exc:  # noqa: BLE001 - every failure reaches the caller as a PEP 249 class
             raise as_dbapi_error(exc) from exc
         return Outcome(
@@ -71,10 +69,8 @@ class InProcessTransport:
             columns=columns,
             rows=rows if isinstance(rows, list) else list(rows),
             position=result.position,
-            partitions=[
-                PartitionInfo(p.store, p.partition, p.failure_reason, p.failure_message, p.position)
-                for p in result.partitions
-            ],
+            # The engine's PartitionOutcome has PartitionInfo's fields and is_failure: no copy needed.
+            partitions=result.partitions,
         )
 
     def settings(self) -> dict[str, Any]:

@@ -34,13 +34,17 @@ class PartitionInfo(NamedTuple):
 
 @dataclass(slots=True)
 class Outcome:
-    """Columns as ``(name, type_name)``; rows as tuples of Python values; the position the rows were read at."""
+    """Columns as ``(name, type_name)``; rows as tuples of Python values; the position the rows were read at.
+
+    ``partitions`` holds PartitionInfo (remote) or the engine's
+    PartitionOutcome (in-process): both have the same fields and ``is_failure``.
+    """
 
     statement: str
     columns: list[tuple[str, str]]
     rows: list[tuple[Any, ...]]
     position: Position
-    partitions: list[PartitionInfo] = field(default_factory=list)
+    partitions: list[Any] = field(default_factory=list)
     settings: Mapping[str, Any] | None = None
 
 
