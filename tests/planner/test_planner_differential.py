@@ -1,0 +1,142 @@
+"""Pushdown never changes the answer: plan → reference stores → residual SQL equals DuckDB on the raw rows.
+
+The reference store (reference_store.py) answers requests with IQv2
+semantics, including the gateway's ordered merge and pushed LIMIT, so a
+predicate pushed too far, a bound off by one, a wrong partition or a LIMIT
+pushed past a filter shows up as a different result.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import planner
+from reference_store import ReferenceStore, run_direct, run_plan
+from stores.schema import Column, SqlType, StoreKind, StoreSpec
+
+T0 = 1_704_067_200_000  # 2024-01-01 00:00:00 UTC
+
+
+def _kv(name: str, key_type: SqlType, partitions: int = 4) -> StoreSpec:
+    return StoreSpec(name, StoreKind.KEY_VALUE, Column("k", key_type),
+                     (Column("v", SqlType.VARCHAR), Column("n", SqlType.BIGINT)), partitions=partitions)
+
+
+def _stores() -> dict[str, ReferenceStore]:
+    rnd = random.Random(7)
+    letters = ["a", "b", "b\x00", "ba", "c", "m", "ma", "z", "é", "Z", ""]
+    specs = {
+        "ints": _kv("ints", SqlType.BIGINT),
+        "strs": _kv("strs", SqlType.VARCHAR, 3),
+        "dbls": _kv("dbls", SqlType.DOUBLE),
+        "tss": _kv("tss", SqlType.TIMESTAMP),
+        "wins": StoreSpec("wins", StoreKind.WINDOW, Column("key", SqlType.VARCHAR), (Column("cnt", SqlType.BIGINT),),
+                          partitions=2, window_size_ms=60_000),
+        "sess": StoreSpec("sess", StoreKind.SESSION, Column("user", SqlType.VARCHAR), (Column("clicks", SqlType.BIGINT),),
+                          partitions=2),
+    }
+    keys = {
+        "ints": sorted(set(rnd.randrange(-30, 60) for _ in range(50))),
+        "strs": letters,
+        "dbls": [0.5, 1.0, 1.0000000000000002, 1.5, 1.9999999999999998, 2.0, 2.5, -3.25],
+        "tss": [T0 - 1, T0, T0 + 1, T0 + 999, T0 + 86_399_999, T0 + 86_400_000, T0 + 86_400_001],
+    }
+    data: dict[str, list[dict]] = {}
+    for name, ks in keys.items():
+        data[name] = [{"k": k, "v": rnd.choice(["x", "y", None]), "n": rnd.randrange(0, 100)} for k in ks]
+    data["wins"] = [
+        {"key": key, "window_start": T0 + m * 60_000, "window_end": T0 + (m + 1) * 60_000, "cnt": rnd.randrange(1, 9)}
+        for key in ("a", "b", "c", "d") for m in range(0, 12, rnd.choice([1, 2, 3]))
+    ]
+    data["sess"] = [
+        {"user": u, "window_start": T0 + i * 100_000, "window_end": T0 + i * 100_000 + rnd.randrange(0, 50_000),
+         "clicks": rnd.randrange(1, 20)}
+        for u in ("u1", "u2", "u3") for i in range(3)
+    ]
+    return {name: ReferenceStore(specs[name], rows) for name, rows in data.items()}
+
+
+STORES = _stores()
+CATALOG = {name: s.spec for name, s in STORES.items()}
+
+QUERIES: list[tuple[str, list | None]] = [
+    ("SELECT k, v, n FROM ints WHERE k = 5", None),
+    ("SELECT k FROM ints WHERE k IN (1, 2, 3, 99, -7)", None),
+    ("SELECT k FROM ints WHERE k = 1 OR k = 7 OR k = 8", None),
+    ("SELECT k, n FROM ints WHERE k > 10 AND k < 20", None),
+    ("SELECT k FROM ints WHERE k BETWEEN -5 AND 5", None),
+    ("SELECT k FROM ints WHERE k > 1.5 AND k <= 9.9", None),
+    ("SELECT k FROM ints WHERE k = 1.5", None),
+    ("SELECT k FROM ints WHERE k >= 30 ORDER BY k DESC LIMIT 3", None),
+    ("SELECT k, v FROM ints ORDER BY k LIMIT 5 OFFSET 2", None),
+    ("SELECT k FROM ints WHERE v = 'x' ORDER BY k LIMIT 4", None),
+    ("SELECT k FROM ints WHERE k < 20 ORDER BY k DESC, v LIMIT 4", None),
+    ("SELECT v, count(*), sum(n) FROM ints WHERE k < 25 GROUP BY v", None),
+    ("SELECT a.k, b.k FROM ints a JOIN ints b ON a.n = b.k WHERE a.k > 0 AND b.k < 40", None),
+    ("SELECT a.k, b.k FROM ints a LEFT JOIN ints b ON b.k = a.n AND b.k < 10 WHERE a.k BETWEEN 0 AND 20", None),
+    ("SELECT k FROM ints WHERE k IN (1, 5, 10, 20) AND k > 2 AND k <= 10", None),
+    ("SELECT k FROM ints WHERE k = ?", [5]),
+    ("SELECT k FROM ints WHERE k BETWEEN ? AND ? AND v IS NOT NULL", [-10, 10]),
+    ("WITH c AS (SELECT * FROM ints WHERE k < 0) SELECT count(*) FROM c", None),
+    ("SELECT k FROM ints WHERE n > (SELECT min(n) FROM ints WHERE k > 40)", None),
+    ("SELECT k FROM strs WHERE k > 'b' ORDER BY k LIMIT 3", None),
+    ("SELECT k FROM strs WHERE k < 'm' ORDER BY k DESC LIMIT 3", None),
+    ("SELECT k FROM strs WHERE k >= 'b' AND k <= 'ma'", None),
+    ("SELECT k FROM strs WHERE k IN ('a', 'zz', 'é', '')", None),
+    ("SELECT k FROM dbls WHERE k > 1.0 AND k < 2", None),
+    ("SELECT k FROM dbls WHERE k IN (2, 2.5)", None),
+    ("SELECT k FROM dbls WHERE k >= -4 ORDER BY k LIMIT 2", None),
+    ("SELECT k FROM tss WHERE k > TIMESTAMP '2024-01-01 00:00:00' AND k < '2024-01-02'", None),
+    ("SELECT k FROM tss WHERE k = '2024-01-01 00:00:00.999'", None),
+    ("SELECT k FROM tss WHERE k <= TIMESTAMP '2024-01-01 00:00:00'", None),
+    ("SELECT key, window_start, cnt FROM wins WHERE key = 'a' AND window_start >= TIMESTAMP '2024-01-01 00:02:00' "
+     "AND window_start < TIMESTAMP '2024-01-01 00:07:00'", None),
+    ("SELECT key, window_start FROM wins WHERE window_start BETWEEN '2024-01-01 00:03:00' AND '2024-01-01 00:06:00'", None),
+    ("SELECT key, window_end FROM wins WHERE key IN ('b', 'c') AND window_end > TIMESTAMP '2024-01-01 00:05:00' "
+     "AND window_end <= TIMESTAMP '2024-01-01 00:09:00'", None),
+    ("SELECT key, count(*) FROM wins WHERE key > 'b' GROUP BY key", None),
+    ("SELECT user, window_start, clicks FROM sess WHERE user IN ('u1', 'u3') AND window_end > TIMESTAMP '2024-01-01 00:01:00'", None),
+]
+
+
+@pytest.mark.parametrize(("sql", "params"), QUERIES, ids=[q for q, _ in QUERIES])
+def test_pushdown_keeps_the_answer(sql: str, params: list | None) -> None:
+    plan = planner.plan(sql, CATALOG, params=params)
+    got = sorted(map(repr, run_plan(plan, STORES)))
+    want = sorted(map(repr, run_direct(sql, STORES, params)))
+    assert got == want
+    if "ORDER BY" in sql:  # order matters too
+        assert run_plan(plan, STORES) == run_direct(sql, STORES, params)
+
+
+PARTITION_QUERIES = [
+    "SELECT k, _partition FROM ints WHERE _partition = 2",
+    "SELECT k FROM ints WHERE _partition IN (0, 3) AND k > 5",
+    "SELECT k FROM ints WHERE k IN (1, 2, 3, 4, 5, 6) AND _partition = 1",
+    "SELECT count(*) FROM ints WHERE _partition IN (1, 2)",
+]
+
+
+@pytest.mark.parametrize("sql", PARTITION_QUERIES)
+def test_partition_selection_keeps_the_answer(sql: str) -> None:
+    plan = planner.plan(sql, CATALOG)
+    assert sorted(run_plan(plan, STORES)) == sorted(run_direct(sql, STORES, with_partition=True))
+
+
+def test_partition_beyond_range_is_a_failure_row_not_data() -> None:
+    plan = planner.plan("SELECT _partition, _failure_reason FROM ints WHERE _partition = 99", CATALOG)
+    assert run_plan(plan, STORES) == [(99, "DOES_NOT_EXIST")]
+    # without naming the failure columns, the failed partition contributes no rows
+    plan = planner.plan("SELECT k FROM ints WHERE _partition = 99", CATALOG)
+    assert run_plan(plan, STORES) == []
+
+
+def test_star_never_shows_pseudo_columns() -> None:
+    key = STORES["ints"].rows[0]["k"]
+    plan = planner.plan("SELECT *, _partition AS p FROM ints WHERE k = ?", CATALOG, params=[key])
+    rows = run_plan(plan, STORES)
+    direct = run_direct("SELECT *, _partition AS p FROM ints WHERE k = ?", STORES, [key], with_partition=True)
+    assert len(rows) == 1 and len(rows[0]) == 4  # k, v, n, p
+    assert rows == [tuple(direct[0][:3]) + (direct[0][4],)]
