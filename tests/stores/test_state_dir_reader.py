@@ -1,0 +1,149 @@
+"""StateDirReader: the read-only Queryable over another app's state directory."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from typing import Any
+
+import pytest
+from iqv2_fixture import INPUT_POSITION, WS, spec_for, write_fixture
+
+from stores import layout
+from stores.errors import UnknownStateStoreException
+from stores.position import Position
+from stores.protocol import Change, Queryable
+from stores.query import KeyQuery, RangeQuery, WindowKeyQuery
+from stores.reader import StateDirReader
+from stores.request import StateQueryRequest
+from stores.result import FailureReason
+from stores.schema import StoreKind
+from stores.state import State
+
+
+def req(name: str, q: Any) -> StateQueryRequest:
+    return StateQueryRequest.in_store(name).with_query(q)
+
+
+@pytest.fixture
+def running(make_app: Any) -> Any:
+    specs = [spec_for(StoreKind.KEY_VALUE, "kv"), spec_for(StoreKind.WINDOW, "w")]
+    app = make_app(specs, hosted_partitions={"kv": {0}, "w": {0, 1}}, standby_partitions={"kv": {1}})
+    write_fixture(app, "kv", StoreKind.KEY_VALUE)
+    write_fixture(app, "w", StoreKind.WINDOW)
+    return app
+
+
+def test_reader_answers_like_the_app(running: Any) -> None:
+    reader = StateDirReader(running.state_dir)
+    assert isinstance(reader, Queryable)
+    assert reader.state is State.RUNNING
+    assert set(reader.catalog()) == {"kv", "w"}
+    assert reader.catalog()["w"] == running.catalog()["w"]
+    for r in (req("kv", KeyQuery.with_key(2)), req("kv", RangeQuery.with_no_bounds()).with_partitions({0, 1, 5}),
+              req("w", WindowKeyQuery.with_key_and_window_start_range(2, WS, 2 * WS))):
+        mine, theirs = reader.query(r), running.query(r)
+        assert set(mine.partition_results) == set(theirs.partition_results)
+        for p, a in mine.partition_results.items():
+            b = theirs.partition_results[p]
+            assert a.is_success == b.is_success and a.position == b.position
+            if a.is_success:
+                ra, rb = a.result, b.result
+                assert (list(ra) if hasattr(ra, "__iter__") and not isinstance(ra, tuple) else ra) == (
+                    list(rb) if hasattr(rb, "__iter__") and not isinstance(rb, tuple) else rb)
+            else:
+                assert a.failure_reason == b.failure_reason
+    assert reader.positions() == {"kv": INPUT_POSITION, "w": INPUT_POSITION}
+    with pytest.raises(UnknownStateStoreException):
+        reader.query(req("nope", KeyQuery.with_key(1)))
+    reader.close()
+
+
+def test_require_active_follows_the_writer(running: Any) -> None:
+    reader = StateDirReader(running.state_dir)
+    res = reader.query(req("kv", KeyQuery.with_key(1)).require_active())
+    assert res.partition_results[0].is_success
+    assert res.partition_results[1].failure_reason is FailureReason.NOT_ACTIVE
+    assert "was not active" in res.partition_results[1].failure_message
+    running.close(timeout_s=10)
+    assert reader.state is State.NOT_RUNNING
+    after = reader.query(req("kv", KeyQuery.with_key(1)).require_active())
+    assert after.partition_results[0].failure_message == (
+        "Query requires a running active task, but partition was in state NOT_RUNNING and was active.")
+    plain = reader.query(req("kv", KeyQuery.with_key(1)))  # the files stay readable after the writer stopped
+    assert plain.partition_results[1].result == (3,)
+
+
+def test_missing_app_json_and_partition_file(running: Any) -> None:
+    running.close(timeout_s=10)
+    layout.app_json_path(running.state_dir).unlink()
+    layout.partition_path(running.state_dir, "kv", 1).unlink()
+    reader = StateDirReader(running.state_dir)
+    assert reader.state is State.NOT_RUNNING
+    res = reader.query(req("kv", KeyQuery.with_key(2)))
+    assert set(res.partition_results) == {0}  # all-partitions: only the local ones
+    res = reader.query(req("kv", KeyQuery.with_key(1)).with_partitions({0, 1, 2}))
+    assert res.partition_results[0].is_success
+    assert res.partition_results[1].failure_reason is FailureReason.NOT_PRESENT
+    assert res.partition_results[2].failure_reason is FailureReason.DOES_NOT_EXIST
+
+
+def test_dead_writer_reads_as_not_running(running: Any) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(timeout=30)
+    path = layout.app_json_path(running.state_dir)
+    info = json.loads(path.read_text())
+    info["pid"] = dead.pid
+    layout.write_json_atomic(path, info)
+    reader = StateDirReader(running.state_dir)
+    assert reader.app_info().claimed is State.RUNNING
+    assert reader.state is State.NOT_RUNNING
+
+
+def test_catalog_picks_up_new_stores(make_app: Any, tmp_path: Any) -> None:
+    state_dir = tmp_path / "shared"
+    make_app([spec_for(StoreKind.KEY_VALUE, "a")], state_dir=state_dir)
+    reader = StateDirReader(state_dir)
+    assert set(reader.catalog()) == {"a"}
+    with pytest.raises(UnknownStateStoreException):
+        reader.query(req("b", KeyQuery.with_key(1)))
+    other = make_app([spec_for(StoreKind.KEY_VALUE, "b")], state_dir=state_dir)
+    other.writer("b").write_batch(1, [Change(1, (10,))], Position.from_map({"input-topic": {0: 0}}))
+    res = reader.query(req("b", KeyQuery.with_key(1)))  # an unknown name triggers a rescan
+    assert res.only_partition_result().result == (10,)
+    assert set(reader.catalog()) == {"a", "b"}
+
+
+def test_reader_errors(tmp_path: Any) -> None:
+    with pytest.raises(FileNotFoundError):
+        StateDirReader(tmp_path / "nope")
+    d = tmp_path / "bad"
+    (d / "stores" / "x").mkdir(parents=True)
+    (d / "stores" / "x" / "store.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not a valid store spec"):
+        StateDirReader(d).catalog()
+    empty = StateDirReader(tmp_path)
+    assert empty.catalog() == {} and empty.state is State.NOT_RUNNING
+
+
+def test_reader_from_many_threads(running: Any) -> None:
+    reader = StateDirReader(running.state_dir)
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(200):
+                res = reader.query(req("kv", KeyQuery.with_key(4)))
+                assert res.only_partition_result().result == (9,)
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors and not any(t.is_alive() for t in threads)
+    reader.close()
