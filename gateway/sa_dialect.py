@@ -224,9 +224,9 @@ class IqgateDialect(default.DefaultDialect):
         """No transactions: each statement reads at its own position."""
 
     def _get_server_version_info(self, connection: Any) -> tuple[int, ...]:
-        raw = connection.connection.dbapi_connection if hasattr(connection.connection, "dbapi_connection") \
-            else connection.connection.connection
-        version = str(getattr(raw, "server_version", "") or "0")
+        # connection.connection is our DB-API connection (1.4 at first connect) or a pool proxy that
+        # forwards attribute access to it (2.x): either way server_version reaches ours.
+        version = str(getattr(connection.connection, "server_version", "") or "0")
         return tuple(int(p) for p in re.findall(r"\d+", version)[:3]) or (0,)
 
     def _get_default_schema_name(self, connection: Any) -> str:
@@ -245,8 +245,10 @@ class IqgateDialect(default.DefaultDialect):
         if schema not in (None, "main"):
             raise sa_exc.NoSuchTableError(f"schema {schema!r} (the gateway has one schema, 'main')")
 
+    # No annotations on the cached methods: SQLAlchemy 1.4's reflection.cache re-creates the signature from
+    # the annotation strings and breaks on subscripted ones.
     @reflection.cache
-    def _stores(self, connection: Any, **kw: Any) -> dict[str, str | None]:
+    def _stores(self, connection, **kw):  # type: ignore[no-untyped-def]
         """Store name -> kind, from SHOW TABLES."""
         names, rows = self._rows(connection, "SHOW TABLES")
         name_i = _pick(names, ("name", "store", "table_name", "table"), 0)
@@ -255,7 +257,7 @@ class IqgateDialect(default.DefaultDialect):
                 for r in rows}
 
     @reflection.cache
-    def _describe(self, connection: Any, table_name: str, **kw: Any) -> list[dict[str, Any]]:
+    def _describe(self, connection, table_name, **kw):  # type: ignore[no-untyped-def]
         """One dict per column of ``DESCRIBE <store>``: name, type, key flag, nullable."""
         if table_name not in self._stores(connection, **kw):
             raise sa_exc.NoSuchTableError(table_name)

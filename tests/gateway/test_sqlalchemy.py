@@ -162,7 +162,8 @@ def test_pool_checkin_and_ping(engine: sa.Engine) -> None:
     for _ in range(3):  # checkin calls rollback; pre-ping runs SELECT 1 on checkout
         with engine.connect() as conn:
             assert conn.exec_driver_sql("SELECT 1").scalar_one() == 1
-    assert engine.dialect.server_version_info is not None
+    info = engine.dialect.server_version_info
+    assert info and all(isinstance(p, int) for p in info)
 
 
 def test_in_process_without_a_gateway_is_a_clear_error() -> None:
