@@ -195,7 +195,7 @@ def _analyze_query(sql: str, root: exp.Expression, catalog: Mapping[str, StoreSp
             index=len(scans), relation=f"__iq_scan_{len(scans)}", store=store, spec=spec,
             alias=table.alias_or_name, start=_start(table),
         )
-        _version(sql, table, scan)
+        _version(sql, table, scan, param_index)
         scans.append(scan)
         by_table[id(table)] = scan
 
@@ -244,7 +244,7 @@ def _start(node: exp.Expression) -> int:
     return 1 << 60
 
 
-def _version(sql: str, table: exp.Table, scan: ScanTemplate) -> None:
+def _version(sql: str, table: exp.Table, scan: ScanTemplate, param_index: dict[int, int]) -> None:
     version = table.args.get("version")
     if version is None:
         return
@@ -256,9 +256,7 @@ def _version(sql: str, table: exp.Table, scan: ScanTemplate) -> None:
         )
     if str(version.args.get("kind", "")).upper() != "AS OF":
         raise UnsupportedSqlError("only FOR SYSTEM_TIME AS OF <timestamp> is supported", line=line, col=col)
-    ref = value_ref(version.expression, {})
-    if ref is None and isinstance(version.expression, exp.Placeholder):
-        ref = None
+    ref = value_ref(version.expression, param_index)
     if ref is None:
         raise UnsupportedSqlError("FOR SYSTEM_TIME AS OF needs a timestamp literal (TIMESTAMP '…')", line=line, col=col)
     scan.as_of = ref

@@ -1,0 +1,198 @@
+"""The planner's public contract: entry points, plan kinds, parameters, cache, settings, dialect."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import date, datetime, timezone
+
+import pytest
+import sqlglot
+
+import planner
+from planner.plan import PSEUDO_COLUMNS, StatementKind
+from planner_catalog import CATALOG
+from stores.partitioner import partition_for_key
+from stores.position import Position, PositionBound
+from stores.query import KeyQuery, RangeQuery, VersionedKeyQuery
+from stores.schema import SqlType
+
+
+def test_public_names() -> None:
+    assert callable(planner.plan) and callable(planner.explain_text)
+    assert issubclass(planner.Dialect, sqlglot.Dialect)
+    for name in ("position_bound", "partial_results", "table_scans", "max_rows", "wait_for_bound_ms", "statement_timeout_ms"):
+        setting = planner.SESSION_SETTINGS[name]
+        assert isinstance(setting.default, setting.type) and setting.doc
+    assert planner.SESSION_SETTINGS["partial_results"].default is False
+    assert planner.SESSION_SETTINGS["table_scans"].default is True
+    assert planner.SESSION_SETTINGS["wait_for_bound_ms"].default == 0
+
+
+def test_dialect_round_trips_extensions() -> None:
+    sql = "SELECT v FROM mystore WHERE k = 1 AS OF POSITION '{\"events\": {\"0\": 41}}'"
+    tree = sqlglot.parse_one(sql, read=planner.Dialect)
+    assert tree.sql(dialect=planner.Dialect) == sql
+    explain = sqlglot.parse_one("EXPLAIN SELECT 1", read=planner.Dialect)
+    assert explain.sql(dialect=planner.Dialect) == "EXPLAIN SELECT 1"
+    # an ordinary alias named "of" still parses
+    assert sqlglot.parse_one("SELECT k AS of FROM t AS of", read=planner.Dialect).sql(dialect=planner.Dialect) == "SELECT k AS of FROM t AS of"
+
+
+def test_select_plan_shape() -> None:
+    plan = planner.plan("SELECT v FROM mystore WHERE k IN (1, 2)", CATALOG)
+    assert plan.kind is StatementKind.SELECT
+    (scan,) = plan.scans
+    assert scan.relation == "__iq_scan_0" and scan.store == "mystore"
+    assert [r.query for r in scan.requests] == [KeyQuery.with_key(1), KeyQuery.with_key(2)]
+    for r in scan.requests:
+        assert r.store_name == "mystore"
+        assert r.partitions == frozenset({partition_for_key(r.query.key, 4, SqlType.BIGINT)})
+        assert r.position_bound.is_unbounded()
+    assert plan.fast_path == ("v",)
+    assert '"__iq_scan_0"' in plan.residual_sql
+
+
+def test_range_requests_name_every_partition_explicitly() -> None:
+    plan = planner.plan("SELECT * FROM mystore WHERE k > 3", CATALOG)
+    (request,) = plan.scans[0].requests
+    assert request.partitions == frozenset(range(4))
+    assert request.query == RangeQuery.with_range(4, None)
+    assert not plan.scans[0].full_scan
+
+
+@pytest.mark.parametrize(
+    ("store", "literal", "key"),
+    [
+        ("mystore", "42", 42), ("int_store", "'7'", 7), ("str_store", "'c42'", "c42"), ("dbl_store", "2.5", 2.5),
+        ("bool_store", "true", True), ("ts_store", "TIMESTAMP '2024-01-01 00:00:01'", 1_704_067_201_000),
+        ("date_store", "DATE '1970-01-11'", 10),
+    ],
+)
+def test_key_lookup_goes_to_the_writers_partition_for_every_key_type(store: str, literal: str, key: object) -> None:
+    spec = CATALOG[store]
+    plan = planner.plan(f"SELECT * FROM {store} WHERE k = {literal}", CATALOG)
+    (request,) = plan.scans[0].requests
+    assert request.query.key == key
+    assert request.partitions == frozenset({partition_for_key(key, spec.partitions, spec.key.type)})
+
+
+def test_position_bound_from_clause_and_session() -> None:
+    plan = planner.plan("SELECT * FROM mystore WHERE k = 1 AS OF POSITION '{\"events\": {\"0\": 41}}'", CATALOG)
+    expected = PositionBound.at(Position.from_map({"events": {0: 41}}))
+    assert plan.position_bound == expected
+    assert all(r.position_bound == expected for r in plan.scans[0].requests)
+    plan = planner.plan("SELECT * FROM mystore WHERE k = 1", CATALOG, session={"position_bound": {"events": {"1": 3}}})
+    assert plan.position_bound == PositionBound.at(Position.from_map({"events": {1: 3}}))
+
+
+def test_statement_kinds() -> None:
+    assert planner.plan("SHOW TABLES", CATALOG).kind is StatementKind.SHOW_TABLES
+    describe = planner.plan("DESCRIBE Revenue", CATALOG)
+    assert describe.kind is StatementKind.DESCRIBE and describe.describe == "revenue"
+    setting = planner.plan("SET partial_results = true, max_rows = 10", CATALOG)
+    assert setting.kind is StatementKind.SET and dict(setting.settings) == {"partial_results": True, "max_rows": 10}
+    explained = planner.plan("EXPLAIN SELECT v FROM mystore WHERE k = 1", CATALOG)
+    assert explained.kind is StatementKind.EXPLAIN and explained.inner.kind is StatementKind.SELECT
+    assert explained.explain == planner.explain_text(explained.inner) == planner.explain_text(explained)
+    assert explained.explain.splitlines()[-2] == "residual:"
+
+
+def test_parameters_are_bound_after_the_cache() -> None:
+    planner.clear_cache()
+    a = planner.plan("SELECT v FROM mystore WHERE k = ?", CATALOG, params=[1])
+    b = planner.plan("SELECT v FROM mystore WHERE k = ?", CATALOG, params=[2])
+    info = planner.cache_info()
+    assert info["misses"] == 1 and info["hits"] == 1
+    assert a.scans[0].requests[0].query.key == 1 and b.scans[0].requests[0].query.key == 2
+    assert a.residual_sql.endswith("k = 1") and b.residual_sql.endswith("k = 2")
+
+
+def test_catalog_change_invalidates_the_cached_template() -> None:
+    sql = "SELECT * FROM mystore WHERE k > 0"
+    planner.plan(sql, CATALOG)
+    wider = dict(CATALOG, mystore=dataclasses.replace(CATALOG["mystore"], partitions=8))
+    assert planner.plan(sql, wider).scans[0].requests[0].partitions == frozenset(range(8))
+    without = {k: v for k, v in CATALOG.items() if k != "mystore"}
+    with pytest.raises(planner.UnknownStoreError):
+        planner.plan(sql, without)
+
+
+def test_parameter_types() -> None:
+    plan = planner.plan("SELECT * FROM ts_store WHERE k = ?", CATALOG, params=[datetime(2024, 1, 1, 1, tzinfo=timezone.utc)])
+    assert plan.scans[0].requests[0].query.key == 1_704_070_800_000
+    assert plan.residual_sql.endswith("k = TIMESTAMP '2024-01-01 01:00:00'")
+    plan = planner.plan("SELECT * FROM date_store WHERE k = ?", CATALOG, params=[date(1970, 1, 3)])
+    assert plan.scans[0].requests[0].query.key == 2
+    plan = planner.plan("SELECT * FROM mystore WHERE k = 1 AND v = ? AND n = ?", CATALOG, params=[None, 1.5])
+    assert plan.residual_sql.endswith("v = NULL AND n = 1.5")
+    with pytest.raises(planner.ParameterError, match="unsupported parameter type"):
+        planner.plan("SELECT * FROM mystore WHERE k = 1 AND v = ?", CATALOG, params=[object()])
+    with pytest.raises(planner.ParameterError, match="NUL"):
+        planner.plan("SELECT * FROM mystore WHERE k = 1 AND v = ?", CATALOG, params=["a\x00"])
+
+
+def test_as_of_parameter_for_versioned_store() -> None:
+    plan = planner.plan("SELECT * FROM last_order FOR SYSTEM_TIME AS OF ? WHERE key = ?", CATALOG,
+                        params=[datetime(2024, 1, 1), "c1"])
+    assert plan.scans[0].requests[0].query == VersionedKeyQuery.with_key("c1").as_of(1_704_067_200_000)
+
+
+def test_named_parameters_may_repeat() -> None:
+    plan = planner.plan("SELECT * FROM mystore WHERE k = :id OR n = :id", CATALOG, params={"id": 3})
+    assert plan.residual_sql.endswith("k = 3 OR n = 3")
+
+
+def test_include_failures_only_when_named() -> None:
+    assert not planner.plan("SELECT * FROM mystore", CATALOG).scans[0].include_failures
+    plan = planner.plan("SELECT _failure_message FROM mystore", CATALOG)
+    assert plan.scans[0].include_failures
+    assert "_failure_reason\" IS NULL" not in plan.residual_sql
+
+
+def test_pseudo_columns_never_in_select_star_of_residual() -> None:
+    plan = planner.plan("SELECT * FROM mystore", CATALOG)
+    inner = plan.residual_sql.split("FROM")[1]
+    assert not any(p in inner.split("WHERE")[0] for p in PSEUDO_COLUMNS)
+
+
+def test_errors_carry_code_line_and_column() -> None:
+    with pytest.raises(planner.UnknownStoreError) as info:
+        planner.plan("SELECT *\nFROM revenu", CATALOG)
+    err = info.value
+    assert (err.line, err.col, err.code) == (2, 6, "UNKNOWN_STORE")
+    assert "did you mean 'revenue'" in err.message
+
+
+def test_unknown_session_setting() -> None:
+    with pytest.raises(planner.InvalidSettingError, match="known settings"):
+        planner.plan("SELECT * FROM mystore WHERE k = 1", CATALOG, session={"nope": 1})
+
+
+def test_non_string_sql() -> None:
+    with pytest.raises(TypeError):
+        planner.plan(b"SELECT 1", CATALOG)  # type: ignore[arg-type]
+
+
+def test_statement_without_stores_needs_no_scan() -> None:
+    plan = planner.plan("SELECT 1 + 1 AS two", CATALOG)
+    assert plan.scans == () and plan.residual_sql == "SELECT 1 + 1 AS two"
+
+
+def test_parameters_on_non_select_statements_are_refused() -> None:
+    with pytest.raises(planner.ParameterError):
+        planner.plan("SHOW TABLES", CATALOG, params=[1])
+
+
+def test_two_position_clauses_are_refused() -> None:
+    with pytest.raises(planner.UnsupportedSqlError, match="only once"):
+        planner.plan("SELECT 1 AS OF POSITION '{}' UNION SELECT 2 AS OF POSITION '{}'", CATALOG)
+
+
+def test_forbidden_scalar_function_inside_cte() -> None:
+    with pytest.raises(planner.ForbiddenFunctionError, match="read_blob"):
+        planner.plan("WITH x AS (SELECT read_blob('f') AS b) SELECT * FROM x", CATALOG)
+
+
+def test_write_inside_a_cte_is_refused() -> None:
+    with pytest.raises((planner.ReadOnlyError, planner.SqlSyntaxError)):
+        planner.plan("WITH x AS (DELETE FROM mystore RETURNING *) SELECT * FROM x", CATALOG)
