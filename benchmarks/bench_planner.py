@@ -1,0 +1,74 @@
+"""Planner speed: a cached point lookup against sqlglot's bare parse of the same text.
+
+The goal (issue 4) is <= 100 us p50 for planning a point lookup once its
+template is cached; the parse of the same statement is measured in the same
+run, so the ratio shows what the cache saves on this machine.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import sqlglot
+
+import planner
+from benchmarks.common import Figure, percentile, time_calls
+from stores.schema import Column, SqlType, StoreKind, StoreSpec
+
+CATALOG = {
+    "mystore": StoreSpec("mystore", StoreKind.KEY_VALUE, Column("k", SqlType.BIGINT),
+                         (Column("v", SqlType.VARCHAR), Column("n", SqlType.BIGINT)), partitions=8),
+    "revenue": StoreSpec("revenue", StoreKind.TIMESTAMPED_KEY_VALUE, Column("customer", SqlType.VARCHAR),
+                         (Column("total", SqlType.DOUBLE),), partitions=8),
+}
+POINT = "SELECT v, n FROM mystore WHERE k = ?"
+JOIN = ("SELECT m.v, sum(r.total) FROM mystore m JOIN revenue r ON r.customer = m.v "
+        "WHERE m.k BETWEEN ? AND ? GROUP BY m.v ORDER BY 2 DESC LIMIT 10")
+
+
+def run(quick: bool) -> list[Figure]:
+    n = 2_000 if quick else 20_000
+    counter = iter(range(10**9))
+
+    def cached_point() -> None:
+        planner.plan(POINT, CATALOG, params=[next(counter)])
+
+    def bare_parse() -> None:
+        sqlglot.parse_one(POINT, read="duckdb")
+
+    def uncached_point() -> None:
+        planner.clear_cache()
+        planner.plan(POINT, CATALOG, params=[1])
+
+    def cached_join() -> None:
+        planner.plan(JOIN, CATALOG, params=[1, 100])
+
+    planner.clear_cache()
+    point = percentile(time_calls(cached_point, n), 50) * 1e6
+    parse = percentile(time_calls(bare_parse, max(200, n // 10)), 50) * 1e6
+    cold = percentile(time_calls(uncached_point, max(100, n // 20), warmup=10), 50) * 1e6
+    join = percentile(time_calls(cached_join, n), 50) * 1e6
+    return [
+        Figure("plan cached point lookup p50", point, "us", baseline=parse, baseline_name="sqlglot parse_one p50",
+               goal="<= 100 us", met=point <= 100),
+        Figure("plan uncached point lookup p50", cold, "us", baseline=parse, baseline_name="sqlglot parse_one p50",
+               note="parse + analysis + residual SQL generation"),
+        Figure("plan cached join+aggregate p50", join, "us", baseline=parse, baseline_name="sqlglot parse_one p50"),
+    ]
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv
+    for f in run(quick):
+        ratio = f"{f.ratio:.3f}x" if f.ratio is not None else "-"
+        met = {True: "met", False: "NOT met", None: ""}[f.met]
+        print(f"{f.name:38s} {f.value:9.1f} {f.unit}  vs {f.baseline_name} {f.baseline:9.1f} {f.unit}  "
+              f"ratio {ratio}  {f.goal} {met} {f.note}")
+
+
+if __name__ == "__main__":
+    main()
