@@ -214,6 +214,14 @@ class IqgateDialect(default.DefaultDialect):
             cur.close()
         return True
 
+    def is_disconnect(self, e: Exception, connection: Any, cursor: Any) -> bool:
+        """Unreachable server or closed connection: the pool then drops the connection (pre-ping, retries)."""
+        from gateway import dbapi
+
+        if isinstance(e, dbapi.OperationalError) and str(e).startswith("cannot reach the gateway"):
+            return True
+        return isinstance(e, dbapi.InterfaceError) and "is closed" in str(e)
+
     def do_commit(self, dbapi_connection: Any) -> None:
         """The gateway only reads: nothing to commit."""
 

@@ -350,3 +350,58 @@ def test_remote_parameters_of_every_type_are_encoded(world: dict[str, Any]) -> N
     assert cur.fetchone() == (dt.datetime(2024, 1, 2, 3, 4, 5), dt.date(2024, 1, 2), decimal.Decimal("1.25"), 7)
     with pytest.raises(dbapi.InterfaceError, match="cannot send"):
         cur.execute("SELECT ?", [object()])
+
+
+def test_position_bound_session_setting(connect: Connect) -> None:
+    cur = connect().cursor()
+    cur.execute("""SET position_bound = '{"shop": {"0": 999}}'""")
+    with pytest.raises(errors.NotUpToBoundError):
+        cur.execute("SELECT name FROM orders WHERE customer = 1")
+    cur.execute("SET position_bound = ''")
+    assert cur.execute("SELECT name FROM orders WHERE customer = 1").fetchall() == [("ada",)]
+
+
+def test_remote_retryable_error_carries_retry_after(world: dict[str, Any]) -> None:
+    cur = dbapi.connect(world["url"], position={"shop": {0: 999}}).cursor()
+    with pytest.raises(errors.NotUpToBoundError) as info:
+        cur.execute("SELECT name FROM orders WHERE customer = 1")
+    assert info.value.retry_after == float(world["gw"].config.retry_after_s)
+    assert info.value.http_status == 503
+
+
+# -- KIP-216: the application's state reaches DB-API callers as OperationalError subclasses ------------------
+def test_app_states_map_to_operational_errors(tmp_path: Path) -> None:
+    app = make_app(tmp_path, [ORDERS])
+    gw = Gateway(app)
+    try:
+        app.writer("orders").write_batch(1, [], Position.from_map({"shop": {0: 1}}))
+        with serve(gw) as url:
+            remote, local = dbapi.connect(url).cursor(), dbapi.connect(gateway=gw).cursor()
+            for cur in (remote, local):
+                assert cur.execute("SELECT count(*) FROM orders").fetchone() == (0,)
+            app.close()
+            for cur in (remote, local):
+                with pytest.raises(dbapi.OperationalError) as info:
+                    cur.execute("SELECT name FROM orders WHERE customer = 1")
+                assert isinstance(info.value, (errors.StreamsStoppedError, errors.StateStoreNotAvailableError))
+                assert not info.value.retryable
+    finally:
+        gw.close()
+        app.close()
+
+
+def test_app_not_started_is_retryable(tmp_path: Path) -> None:
+    from stores.app import StoreTopology, StreamsApp
+
+    app = StreamsApp(StoreTopology([ORDERS]), application_id="dbapi-created", state_dir=tmp_path / "state",
+                     coordination_base=tmp_path / "coord")
+    gw = Gateway(app)
+    try:
+        with serve(gw) as url:
+            for conn in (dbapi.connect(url), dbapi.connect(gateway=gw)):
+                with pytest.raises(dbapi.OperationalError) as info:
+                    conn.cursor().execute("SELECT name FROM orders WHERE customer = 1")
+                assert isinstance(info.value, errors.StreamsNotStartedError) and info.value.retryable
+    finally:
+        gw.close()
+        app.close()

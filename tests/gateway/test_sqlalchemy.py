@@ -170,3 +170,19 @@ def test_in_process_without_a_gateway_is_a_clear_error() -> None:
     eng = sa.create_engine("iqgate://")
     with pytest.raises(sa_exc.InterfaceError, match="exactly one"):
         eng.connect()
+
+
+def test_unreachable_server_counts_as_a_disconnect() -> None:
+    import socket
+
+    from gateway import dbapi
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    eng = sa.create_engine(f"iqgate://127.0.0.1:{port}?timeout=2")
+    with pytest.raises(sa_exc.OperationalError) as info:
+        eng.connect().exec_driver_sql("SELECT 1")
+    assert info.value.connection_invalidated
+    assert isinstance(info.value.orig, dbapi.OperationalError)
+    assert not eng.dialect.is_disconnect(dbapi.ProgrammingError("bad SQL"), None, None)
