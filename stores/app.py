@@ -133,6 +133,7 @@ class StreamsApp:
         self._stores: dict[str, dict[int, PartitionStore]] = {}
         self._generation: dict[str, int] = {n: 0 for n in self._specs}
         self._writers: dict[str, PartitionedWriter] = {}
+        self._views: dict[str, tuple[dict[int, PartitionStore], frozenset[int]]] = {}
         self._lock = threading.RLock()
         self._start_lock = threading.Lock()
         self._handler: UncaughtHandler | None = None
@@ -215,6 +216,7 @@ class StreamsApp:
                                       synchronous=self._synchronous)
                     for p in range(spec.partitions)
                 }
+            self._views = {}
 
     def _close_stores(self) -> None:
         with self._lock:
@@ -224,6 +226,7 @@ class StreamsApp:
                     s.close()
             self._stores = {}
             self._writers = {}
+            self._views = {}
 
     def close(self, timeout_s: float | None = None) -> bool:
         """Shut down; True once NOT_RUNNING (or already ERROR), False if ``timeout_s`` passed first."""
@@ -413,6 +416,7 @@ class StreamsApp:
                 if h[n] != old_h[n] or s[n] != old_s[n]:
                     self._generation[n] += 1
             self._hosting = (h, s)
+            self._views = {}
         self._write_app_json(self.state)
         if was_running:
             self.mark_running()
@@ -432,6 +436,7 @@ class StreamsApp:
                 for p in range(spec.partitions)
             }
             self._writers.pop(name, None)
+            self._views.pop(name, None)
 
     # -- IQv2 --------------------------------------------------------------------------------
     def query(self, request: StateQueryRequest) -> StateQueryResult:
@@ -446,12 +451,20 @@ class StreamsApp:
             raise StreamsStoppedException(
                 f"KafkaStreams has been stopped ({state}). This instance can no longer serve queries."
             )
-        hosted, standby = self._hosting
-        name = spec.name
-        stores = self._stores.get(name, {})
-        act = hosted[name]
-        local = {p: stores[p] for p in act | standby[name] if p in stores}
-        return run_request(request, spec, local, act, state is State.RUNNING, str(state))
+        local, act = self._local_view(spec.name)
+        return run_request(request, spec, local, act, state is State.RUNNING, state.value)
+
+    def _local_view(self, name: str) -> tuple[dict[int, PartitionStore], frozenset[int]]:
+        """(hosted and standby open partition stores, active partitions), cached until stores or hosting change."""
+        view = self._views.get(name)
+        if view is None:
+            with self._lock:
+                hosted, standby = self._hosting
+                stores = self._stores.get(name, {})
+                view = ({p: stores[p] for p in sorted(hosted[name] | standby[name]) if p in stores}, hosted[name])
+                if stores:
+                    self._views[name] = view
+        return view
 
     # -- IQv1 handles ---------------------------------------------------------------------
     def store(self, name: str, store_type: Any, partition: int | None = None) -> Any:
