@@ -46,8 +46,7 @@ def build(spark: Any, log: Any, *, trigger: str = "100 milliseconds") -> Any:
                   .groupBy(F.window("timestamp", "1 minute"), "key")
                   .agg(F.sum("amount").alias("revenue"), F.count("*").alias("orders")),
             key="key", window="window")
-    t.versioned_table("last_order", orders.select("key", "amount", "item", "timestamp"),
-                      key="key", timestamp="timestamp")
+    t.versioned_table("last_order", orders, key="key", timestamp="timestamp")
     return t
 
 

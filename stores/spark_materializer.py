@@ -88,7 +88,7 @@ def _projection(decl: Any) -> list[Any]:
     if decl.window_col is not None:
         cols.append(ms(F.col(decl.window_col)["start"]).alias("__ws"))
         cols.append(ms(F.col(decl.window_col)["end"]).alias("__we"))
-    if decl.shape == "latest":
+    if decl.shape in ("latest", "versioned"):
         for c in ("topic", "partition", "offset"):
             if c in types:
                 cols.append(F.col(c).alias(f"__{c}"))
@@ -99,7 +99,8 @@ def rows_to_changes(decl: Any, data: Mapping[str, list[Any]], batch_ts: int | No
     """Column lists (from Arrow) → Changes in the order the store must apply them.
 
     ``latest``: one change per key, the last record in log order; all-null
-    values delete. ``versioned``: every record, all-null values as
+    values delete. ``versioned``: every record in log order (so of two
+    versions with one timestamp the later record wins), all-null values as
     tombstones. Aggregates: one change per emitted row.
     """
     keys = data["__k"]
@@ -109,7 +110,7 @@ def rows_to_changes(decl: Any, data: Mapping[str, list[Any]], batch_ts: int | No
     ts = data.get("__ts")
     ws, we = data.get("__ws"), data.get("__we")
     rows = range(n)
-    if decl.shape == "latest" and "__offset" in data:
+    if decl.shape in ("latest", "versioned") and "__offset" in data:
         tp, pp, op = data.get("__topic"), data["__partition"], data["__offset"]
         rows = sorted(rows, key=lambda i: (tp[i] if tp else "", pp[i], op[i]))
     out: list[Change] = []
