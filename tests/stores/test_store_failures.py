@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any
 
 import pytest
 from iqv2_fixture import INPUT_POSITION, TOPIC, fixture_changes, spec_for
 
 from stores import layout
+from stores.engine.base import EXISTS_CHECK_S
 from stores.position import Position, PositionBound
 from stores.protocol import Change
 from stores.query import (
@@ -132,6 +134,7 @@ def test_store_exception_when_the_file_fails(fixture_app: Any, kind: StoreKind, 
     if how == "gone":  # the reader's open connections must notice, not go on reading an unlinked file
         assert app.close(timeout_s=10)
         os.unlink(path)
+        time.sleep(EXISTS_CHECK_S * 1.5)  # stores re-check that their file exists at most this often
     else:  # the last connection to close checkpoints the WAL into the main file: breaking it breaks the data
         reader.close()
         assert app.close(timeout_s=10)
