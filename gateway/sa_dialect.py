@@ -8,7 +8,8 @@ is imported when an engine is created.
 Reflection runs ``SHOW TABLES`` and ``DESCRIBE <store>`` through the DB-API,
 so it works the same over HTTP and in-process. Stores are the tables of the
 one schema ``main``: their SQL columns with types, the key column as the
-primary key, the store kind as the table comment; pseudo-columns
+primary key (with the window bounds or the version start for window,
+session and versioned stores), the store kind as the table comment; pseudo-columns
 (``_partition``, ``_position``, ``_failure_*``) are left out, as from
 ``SELECT *``. There are no views, foreign keys, indexes or constraints.
 
@@ -68,6 +69,13 @@ _SIMPLE_TYPES: dict[str, Any] = {
     "TIMESTAMP_S": sqltypes.DateTime,
     "BLOB": sqltypes.LargeBinary,
     "INTERVAL": sqltypes.Interval,
+}
+
+# Columns that, with the key, identify a row of a store of this kind (StoreKind values; DESIGN §4).
+_ROW_IDENTITY: dict[str, tuple[str, ...]] = {
+    "window": ("window_start", "window_end"),
+    "session": ("window_start", "window_end"),
+    "versioned": ("valid_from",),
 }
 
 _DECIMAL = re.compile(r"^(?:DECIMAL|NUMERIC)\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
@@ -318,8 +326,18 @@ class IqgateDialect(default.DefaultDialect):
         ]
 
     def get_pk_constraint(self, connection: Any, table_name: str, schema: str | None = None, **kw: Any) -> dict:
+        """The store key, plus what makes a row unique in the store's kind (window bounds, version start).
+
+        An ORM or BI tool that took the key alone as the identity of a window
+        or versioned store's rows would fold different windows/versions of one
+        key into one object.
+        """
         self._check_schema(schema)
-        cols = [c["name"] for c in self._describe(connection, table_name, **kw) if c["key"]]
+        described = self._describe(connection, table_name, **kw)
+        names = {c["name"] for c in described}
+        cols = [c["name"] for c in described if c["key"]]
+        extra = _ROW_IDENTITY.get(self._stores(connection, **kw).get(table_name) or "", ())
+        cols += [n for n in extra if n in names and n not in cols]
         return {"constrained_columns": cols, "name": None}
 
     def get_foreign_keys(self, connection: Any, table_name: str, schema: str | None = None, **kw: Any) -> list:

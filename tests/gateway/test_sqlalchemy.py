@@ -18,13 +18,26 @@ from sqlalchemy import exc as sa_exc
 
 from gateway.engine import Gateway
 from gateway.sa_dialect import IqgateDialect, sa_type_for
+from stores.position import Position
+from stores.protocol import Change
+from stores.schema import Column, SqlType, StoreKind, StoreSpec
 from test_dbapi_fixtures import LATE, ORDER_ROWS, ORDERS, fill_orders, make_app, serve
+
+CLICKS = StoreSpec(
+    name="clicks_per_min", kind=StoreKind.WINDOW, key=Column("page", SqlType.VARCHAR, nullable=False),
+    values=(Column("clicks", SqlType.BIGINT),), partitions=1, source_topics=("shop",), window_size_ms=60_000,
+)
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    app = make_app(tmp_path_factory.mktemp("sa"), [ORDERS, LATE])
+    app = make_app(tmp_path_factory.mktemp("sa"), [ORDERS, LATE, CLICKS])
     pos = fill_orders(app)
+    # Two windows of one key: rows only a (key, window) primary key tells apart.
+    app.writer("clicks_per_min").write_batch(1, [
+        Change("home", (3,), window_start=0, window_end=60_000),
+        Change("home", (5,), window_start=60_000, window_end=120_000),
+    ], Position.from_map({"shop": {0: 10}}))
     gw = Gateway(app)
     with serve(gw) as url:
         yield {"gw": gw, "url": url, "pos": pos}
@@ -88,7 +101,7 @@ def test_reflection(engine: sa.Engine) -> None:
     insp = sa.inspect(engine)
     assert insp.get_schema_names() == ["main"]
     assert insp.default_schema_name == "main"
-    assert insp.get_table_names() == ["late_orders", "orders"]
+    assert insp.get_table_names() == ["clicks_per_min", "late_orders", "orders"]
     assert insp.get_view_names() == []
     assert insp.has_table("orders") and not insp.has_table("nowhere")
     assert not insp.has_table("orders", schema="other")
@@ -186,3 +199,15 @@ def test_unreachable_server_counts_as_a_disconnect() -> None:
     assert info.value.connection_invalidated
     assert isinstance(info.value.orig, dbapi.OperationalError)
     assert not eng.dialect.is_disconnect(dbapi.ProgrammingError("bad SQL"), None, None)
+
+
+def test_window_store_primary_key_includes_the_window(engine: sa.Engine) -> None:
+    insp = sa.inspect(engine)
+    assert insp.get_pk_constraint("clicks_per_min")["constrained_columns"] == ["page", "window_start", "window_end"]
+    assert insp.get_table_comment("clicks_per_min") == {"text": "window"}
+    md = sa.MetaData()
+    clicks = sa.Table("clicks_per_min", md, autoload_with=engine)
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(clicks.c.clicks).where(clicks.c.page == "home")
+                            .order_by(clicks.c.window_start)).all()
+    assert [r[0] for r in rows] == [3, 5]
