@@ -29,7 +29,7 @@ from .literals import ValueRef, value_ref
 from .plan import FAILURE_COLUMNS, PSEUDO_COLUMNS, StatementKind
 from .positions import line_col, node_position
 from .predicates import Constraint, classify, conjuncts
-from .residual import wrap_store, rewrite_stars
+from .residual import OPAQUE_TABLE_ARGS, rewrite_stars, unsupported_table_args, wrap_store
 from .statements import plan_describe, plan_set, plan_show
 
 __all__ = ["ScanTemplate", "Template", "analyze"]
@@ -37,6 +37,11 @@ __all__ = ["ScanTemplate", "Template", "analyze"]
 _NONCE = secrets.token_hex(4)
 _SLOT_RE = re.compile(rf"__iqp{_NONCE}_(\d+)__")
 _HARMLESS_TABLE_FUNCTIONS = (exp.GenerateSeries, exp.Unnest, exp.Explode)
+_MODIFIER_NAMES = {
+    "when": "AT (…)", "changes": "CHANGES (…)", "ordinality": "WITH ORDINALITY", "only": "ONLY",
+    "hints": "table hints", "partition": "PARTITION (…)", "rows_from": "ROWS FROM", "indexed": "INDEXED BY",
+    "system_time": "FOR SYSTEM_TIME", "format": "FORMAT", "pattern": "PATTERN",
+}
 _ROW_CHANGING = (exp.AggFunc, exp.Window, exp.Unnest, exp.Explode, exp.Subquery)
 
 
@@ -91,7 +96,7 @@ def analyze(sql: str, statement: exp.Expression, catalog: Mapping[str, StoreSpec
         return plan_set(sql, statement, explain)
     if not isinstance(statement, (exp.Select, exp.SetOperation, exp.Subquery)):
         line, col = (1, 1)
-        raise ReadOnlyError(f"{ALLOWED}; got {statement_name(statement)}", line=line, col=col)
+        raise ReadOnlyError(f"{ALLOWED}; got {statement_name(statement, sql)}", line=line, col=col)
     check_read_only(sql, statement)
     check_functions(sql, statement)
     return _analyze_query(sql, statement, catalog, explain)
@@ -189,6 +194,14 @@ def _analyze_query(sql: str, root: exp.Expression, catalog: Mapping[str, StoreSp
         found = find_store(catalog, table.name)
         if found is None:
             raise unknown_store(catalog, table.name, line=line, col=col)
+        extra = unsupported_table_args(table)
+        if extra:
+            raise UnsupportedSqlError(
+                f"store {found[0]}: {', '.join(_MODIFIER_NAMES.get(e, e.upper()) for e in extra)} "
+                "on a store is not supported",
+                line=line,
+                col=col,
+            )
         store, spec = found
         template.deps[store] = spec
         scan = ScanTemplate(
@@ -305,7 +318,9 @@ def _analyze_scope(sql: str, scope: Any, root: exp.Expression, by_table: dict[in
     if not isinstance(select, exp.Select):
         return
     local = _local_sources(select)
-    stores = {alias: by_table[id(node)] for alias, node in local if id(node) in by_table}
+    # a pivoted or sampled store is not what WHERE sees: treat it like any other relation
+    stores = {alias: by_table[id(node)] for alias, node in local
+              if id(node) in by_table and not any(node.args.get(a) for a in OPAQUE_TABLE_ARGS)}
     if not stores:
         return
     # visible name -> store column name, honouring ``AS s(a, b)`` renames

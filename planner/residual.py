@@ -12,7 +12,19 @@ from typing import Any
 
 from sqlglot import exp
 
-__all__ = ["wrap_store", "rewrite_stars"]
+__all__ = ["wrap_store", "rewrite_stars", "CARRIED_TABLE_ARGS", "OPAQUE_TABLE_ARGS"]
+
+# Table modifiers the wrapping subquery takes over unchanged.
+CARRIED_TABLE_ARGS = ("pivots", "sample", "laterals", "joins")
+# Of those, the ones after which the store's rows are no longer what WHERE sees
+# (so nothing is pushed into that store's scan).
+OPAQUE_TABLE_ARGS = ("pivots", "sample")
+_HANDLED = {"this", "alias", "db", "catalog", "version", *CARRIED_TABLE_ARGS}
+
+
+def unsupported_table_args(table: exp.Table) -> list[str]:
+    """Table modifiers the planner cannot carry into the residual SQL (so it refuses them)."""
+    return [k for k, v in table.args.items() if v and k not in _HANDLED]
 
 
 def wrap_store(table: exp.Table, scan: Any, exposed: tuple[str, ...]) -> exp.Subquery:
@@ -25,7 +37,11 @@ def wrap_store(table: exp.Table, scan: Any, exposed: tuple[str, ...]) -> exp.Sub
         alias = exp.TableAlias(this=exp.to_identifier(scan.alias, quoted=True))
     else:
         alias = alias.copy()
-    return exp.Subquery(this=inner, alias=alias)
+    wrapped = exp.Subquery(this=inner, alias=alias)
+    for arg in CARRIED_TABLE_ARGS:  # PIVOT/UNPIVOT, TABLESAMPLE, ... apply to the wrapped relation alike
+        if table.args.get(arg):
+            wrapped.set(arg, table.args[arg])
+    return wrapped
 
 
 def _exclude(star: exp.Star, names: tuple[str, ...]) -> None:
