@@ -1,0 +1,317 @@
+"""``iqgate``: serve | sql | explain | produce | demo.
+
+Every command reports bad input as one line on stderr naming what was wrong
+and exits non-zero (2 for usage and SQL errors, 1 for failures at run time),
+so scripts can tell "fix your command" from "try again".
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from .config import GatewayConfig
+from .errors import GatewayError
+from .http.renderers import dumps, json_default
+
+__all__ = ["main"]
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+# -- output ---------------------------------------------------------------------------------
+def _cell(v: Any) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, (list, dict)):
+        return dumps(v)
+    return str(json_default(v))
+
+
+def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO) -> None:
+    """A plain text table, numbers right-aligned, like psql's."""
+    cells = [[str(_cell(v)) for v in r] for r in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    numeric = [all(isinstance(r[i], (int, float)) and not isinstance(r[i], bool) for r in rows if r[i] is not None)
+               for i in range(len(columns))]
+    out.write(" | ".join(c.ljust(w) for c, w in zip(columns, widths)) + "\n")
+    out.write("-+-".join("-" * w for w in widths) + "\n")
+    for r in cells:
+        out.write(" | ".join(v.rjust(w) if numeric[i] else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths)))
+                  + "\n")
+    out.write(f"({len(rows)} row{'s' if len(rows) != 1 else ''})\n")
+
+
+def print_result(body: dict[str, Any], fmt: str, out: TextIO) -> None:
+    columns = [c["name"] for c in body["columns"]]
+    if fmt == "json":
+        out.write(dumps(body) + "\n")
+    elif fmt == "csv":
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(columns)
+        for r in body["rows"]:
+            w.writerow(["" if v is None else (dumps(v) if isinstance(v, (list, dict)) else v) for v in r])
+    else:
+        print_table(columns, body["rows"], out)
+        failed = [p for p in body.get("partitions", []) if p.get("failure_reason")]
+        for p in failed:
+            out.write(f"partition {p['store']}/{p['partition']} failed: {p['failure_reason']}: "
+                      f"{p['failure_message']}\n")
+        if body.get("position"):
+            out.write(f"position: {json.dumps(body['position'], separators=(',', ':'))}\n")
+
+
+# -- running SQL: against a server or a state directory -----------------------------------------
+def _post(url: str, payload: dict[str, Any], token: str | None, timeout_s: float) -> dict[str, Any]:
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url.rstrip("/") + "/v1/sql", data=json.dumps(payload).encode(), headers=headers,
+                                 method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        raw = err.read()
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = raw.decode(errors="replace")
+        raise GatewayError.from_error_body(err.code, body) from None
+    except urllib.error.URLError as err:
+        raise ConnectionError(f"cannot reach the iqgate server at {url}: {err.reason}") from None
+
+
+def _run_sql(args: argparse.Namespace, text: str) -> dict[str, Any]:
+    params = [_param(p) for p in args.param] or None
+    try:
+        position = json.loads(args.position) if args.position else None
+    except ValueError as exc:
+        raise SystemExit(f"iqgate: --position is not JSON: {exc}") from None
+    if args.state_dir:
+        from .engine import Gateway
+
+        gw = Gateway.open(args.state_dir)
+        try:
+            res = gw.sql(text, params, position, partial=args.partial or None, wait_ms=args.wait_ms)
+            body = {"columns": [{"name": n, "type": t} for n, t in res.columns], "rows": res.rows(),
+                    "row_count": res.row_count, "position": res.position.to_json_map(),
+                    "partitions": [p.to_json() for p in res.partitions], "statement": res.statement.value}
+            return json.loads(dumps(body))
+        finally:
+            gw.close()
+    payload: dict[str, Any] = {"sql": text}
+    if params is not None:
+        payload["params"] = params
+    if position is not None:
+        payload["position"] = position
+    if args.partial:
+        payload["partial"] = True
+    if args.wait_ms is not None:
+        payload["wait_ms"] = args.wait_ms
+    return _post(args.url, payload, args.token, args.timeout)
+
+
+def _param(text: str) -> Any:
+    """``--param`` values are JSON when they parse as JSON (numbers, true, null), else strings."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    body = _run_sql(args, args.sql)
+    print_result(body, args.format, sys.stdout)
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    text = args.sql if args.sql.lstrip().upper().startswith("EXPLAIN") else f"EXPLAIN {args.sql}"
+    body = _run_sql(args, text)
+    for row in body["rows"]:
+        print(row[0])
+    return 0
+
+
+# -- produce ---------------------------------------------------------------------------------------
+def cmd_produce(args: argparse.Namespace) -> int:
+    """JSON lines ``{"key", "value", "timestamp"?}`` from stdin into a topic; all or nothing."""
+    from stores.eventlog import EventLog
+
+    log = EventLog(args.log)
+    if args.partitions is not None:
+        log.create_topic(args.topic, partitions=args.partitions, exist_ok=True)
+    elif not log.has_topic(args.topic):
+        raise SystemExit(f"iqgate produce: topic {args.topic!r} does not exist in {args.log}; "
+                         "pass --partitions N to create it")
+    records = []
+    for lineno, line in enumerate(sys.stdin, start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError as exc:
+            raise SystemExit(f"iqgate produce: stdin line {lineno} is not JSON: {exc}; nothing was written") from None
+        if not isinstance(rec, dict) or "key" not in rec or not set(rec) <= {"key", "value", "timestamp"}:
+            raise SystemExit(f"iqgate produce: stdin line {lineno} must be an object with \"key\", \"value\" and "
+                             f"optionally \"timestamp\" (epoch ms); got {line.strip()[:80]!r}; nothing was written")
+        records.append((rec["key"], rec.get("value"), rec.get("timestamp")))
+    try:
+        written = log.append_batch(args.topic, records)
+    except Exception as exc:  # noqa: BLE001 - the log validates everything before writing anything
+        raise SystemExit(f"iqgate produce: {exc}; nothing was written") from None
+    last: dict[str, dict[str, int]] = {args.topic: {}}
+    for p, o in written:
+        last[args.topic][str(p)] = max(o, last[args.topic].get(str(p), -1))
+    print(json.dumps({"records": len(written), "position": last}))
+    return 0
+
+
+# -- serve and demo ------------------------------------------------------------------------------------
+def _config(args: argparse.Namespace) -> GatewayConfig:
+    return GatewayConfig(auth_token=args.token, max_rows=args.max_rows, statement_timeout_ms=args.statement_timeout_ms,
+                         table_scans=not args.no_table_scans)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .engine import Gateway
+    from .http import create_app
+    from .server import serve
+
+    if args.pipeline is None:
+        if not args.state_dir:
+            raise SystemExit("iqgate serve: give a pipeline file, or --state-dir DIR to serve its stores read-only")
+        gw = Gateway.open(args.state_dir, **_config_kwargs(args))
+        print(f"iqgate: serving {args.state_dir} read-only on http://{args.host}:{args.port}", file=sys.stderr)
+        serve(create_app(gw), args.host, args.port, args.threads)
+        return 0
+    from stores.eventlog import EventLog
+
+    from .hosting import load_pipeline, start_pipeline
+
+    module = load_pipeline(args.pipeline)
+    base = Path(args.data_dir)
+    log = EventLog(args.log_dir or base / "log")
+    app = start_pipeline(module, log, Path(args.state_dir or base / "state"))
+    try:
+        gw = Gateway(app, config=_config(args))
+        print(f"iqgate: pipeline {module.APPLICATION_ID} running; http://{args.host}:{args.port}", file=sys.stderr)
+        serve(create_app(gw), args.host, args.port, args.threads)
+    finally:
+        app.close()
+    return 0
+
+
+def _config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    c = _config(args)
+    return {"auth_token": c.auth_token, "max_rows": c.max_rows, "statement_timeout_ms": c.statement_timeout_ms,
+            "table_scans": c.table_scans}
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(args)
+
+
+# -- argument parsing --------------------------------------------------------------------------------------
+def _sql_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sql", help="the statement")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--url", default=DEFAULT_URL, help=f"iqgate server (default {DEFAULT_URL})")
+    where.add_argument("--state-dir", help="read this state directory directly (read-only) instead of a server")
+    p.add_argument("--param", action="append", default=[], help="a positional parameter (JSON or text); repeatable")
+    p.add_argument("--position", help='position bound as JSON, e.g. {"orders": {"0": 41}}')
+    p.add_argument("--partial", action="store_true", help="return data beside failed partitions")
+    p.add_argument("--wait-ms", type=int, help="wait up to this long for the stores to reach --position")
+    p.add_argument("--token", help="bearer token of the server")
+    p.add_argument("--timeout", type=float, default=60.0, help="HTTP timeout in seconds")
+
+
+def _server_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--threads", type=int, default=8, help="HTTP worker threads")
+    p.add_argument("--token", help="require Authorization: Bearer TOKEN")
+    p.add_argument("--max-rows", type=int, default=1_000_000)
+    p.add_argument("--statement-timeout-ms", type=int, default=30_000)
+    p.add_argument("--no-table-scans", action="store_true", help="refuse queries that must scan whole stores")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="iqgate", description="SQL over the live state stores of a streaming "
+                                     "pipeline, with the Kafka Streams IQv2 contract.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run a pipeline file and serve its stores, or serve a state dir read-only")
+    serve.add_argument("pipeline", nargs="?", help="pipeline file (APPLICATION_ID, TOPICS, build(spark, log))")
+    serve.add_argument("--data-dir", default="data", help="where the log and state live (default ./data)")
+    serve.add_argument("--log-dir", help="event log directory (default DATA_DIR/log)")
+    serve.add_argument("--state-dir", help="state directory (default DATA_DIR/state); alone: serve it read-only")
+    _server_args(serve)
+    serve.set_defaults(fn=cmd_serve)
+
+    sql = sub.add_parser("sql", help="run a statement and print the result")
+    _sql_args(sql)
+    sql.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    sql.set_defaults(fn=cmd_sql)
+
+    explain = sub.add_parser("explain", help="show the IQv2 requests and the residual SQL of a statement")
+    _sql_args(explain)
+    explain.set_defaults(fn=cmd_explain)
+
+    produce = sub.add_parser("produce", help="append JSON lines from stdin to a topic of the event log")
+    produce.add_argument("topic")
+    produce.add_argument("--log", default="data/log", help="event log directory (default ./data/log)")
+    produce.add_argument("--partitions", type=int, help="create the topic with this many partitions if missing")
+    produce.set_defaults(fn=cmd_produce)
+
+    demo = sub.add_parser("demo", help="the shop pipeline end to end: events, Spark, stores, HTTP, example queries")
+    demo.add_argument("--dir", default="demo-data", help="working directory (default ./demo-data)")
+    demo.add_argument("--orders", type=int, default=5_000, help="synthetic orders to load")
+    demo.add_argument("--customers", type=int, default=100)
+    demo.add_argument("--once", action="store_true", help="print the example answers and exit instead of serving")
+    demo.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the pipeline to load")
+    _server_args(demo)
+    demo.set_defaults(fn=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args) or 0)
+    except GatewayError as exc:
+        where = f" at line {exc.line}, column {exc.col}" if exc.line is not None else ""
+        print(f"iqgate: {exc.code}{where}: {exc.message}", file=sys.stderr)
+        return 1 if exc.retryable or exc.http_status >= 500 else 2
+    except (ConnectionError, json.JSONDecodeError, OSError) as exc:
+        print(f"iqgate: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - a pipeline that fails to load or run: one line, not a traceback
+        from .hosting import PipelineError
+
+        if not isinstance(exc, PipelineError):
+            raise
+        print(f"iqgate: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""Hosting a pipeline file in this process: Spark, the pipeline's stores, the StreamsApp (``iqgate serve|demo``).
+
+This is the one place in ``gateway`` that starts Spark, and it does so only
+when a command asks for a pipeline: the Spark modules are looked up by name
+at call time, so importing the gateway (the serving path, ``serve
+--state-dir``, the HTTP app, the DB-API) never loads pyspark.
+
+A pipeline file defines ``APPLICATION_ID``, ``TOPICS = {topic: partitions}``
+and ``build(spark, log) -> Topology`` (see examples/shop_pipeline.py).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from stores.eventlog import EventLog
+from stores.position import Position
+from stores.state import State
+
+__all__ = ["PipelineError", "load_pipeline", "start_pipeline", "caught_up", "wait_caught_up"]
+
+
+class PipelineError(Exception):
+    """A pipeline file that does not follow the convention, or a pipeline that did not come up."""
+
+
+def load_pipeline(path: str | Path) -> ModuleType:
+    """Import a pipeline file and check it defines what ``serve`` needs, naming anything missing."""
+    p = Path(path)
+    if not p.is_file():
+        raise PipelineError(f"pipeline file {str(p)!r} does not exist")
+    spec = importlib.util.spec_from_file_location(f"iqgate_pipeline_{p.stem}", p)
+    if spec is None or spec.loader is None:
+        raise PipelineError(f"{str(p)!r} is not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    missing = [n for n in ("APPLICATION_ID", "TOPICS", "build") if not hasattr(module, n)]
+    if missing:
+        raise PipelineError(f"pipeline file {str(p)!r} must define {', '.join(missing)} "
+                            "(APPLICATION_ID, TOPICS = {topic: partitions}, build(spark, log) -> Topology)")
+    topics = module.TOPICS
+    if not isinstance(topics, dict) or not all(isinstance(t, str) and isinstance(n, int) and n > 0
+                                               for t, n in topics.items()):
+        raise PipelineError(f"pipeline file {str(p)!r}: TOPICS must map topic names to partition counts > 0")
+    if not callable(module.build):
+        raise PipelineError(f"pipeline file {str(p)!r}: build must be a function build(spark, log)")
+    return module
+
+
+def spark_session() -> Any:
+    """The process's SparkSession (started on first use; several seconds)."""
+    return importlib.import_module("stores.spark_session").get_or_create()
+
+
+def start_pipeline(module: ModuleType, log: EventLog, state_dir: Path, spark: Any | None = None) -> Any:
+    """Create the topics, build the topology on Spark and start a StreamsApp over it."""
+    from stores.app import StreamsApp
+
+    for topic, partitions in module.TOPICS.items():
+        log.create_topic(topic, partitions=partitions, exist_ok=True)
+    topology = module.build(spark if spark is not None else spark_session(), log)
+    app = StreamsApp(topology, application_id=module.APPLICATION_ID, state_dir=str(state_dir))
+    app.start()
+    return app
+
+
+def caught_up(app: Any, log: EventLog) -> tuple[int, int]:
+    """(records applied by the slowest store, records in the log), summed over the source partitions."""
+    ends = {t: log.last_offsets(t) for t in log.list_topics()}
+    total = sum(o + 1 for parts in ends.values() for o in parts.values())
+    positions: dict[str, Position] = app.positions()
+    specs = app.catalog()
+    done = total
+    for name, pos in positions.items():
+        topics = specs[name].source_topics or tuple(ends)
+        applied = sum(min((pos.offset(t, p) or -1), o) + 1 for t in topics for p, o in ends.get(t, {}).items())
+        wanted = sum(o + 1 for t in topics for o in ends.get(t, {}).values())
+        done = min(done, total - (wanted - applied))
+    return done, total
+
+
+def wait_caught_up(app: Any, log: EventLog, timeout_s: float,
+                   progress: Callable[[int, int], None] | None = None) -> None:
+    """Block until every store has applied the whole log (and the app is RUNNING), or raise after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    for _ in range(1_000_000):  # bounded; the clock ends it
+        state = app.state
+        if state in (State.ERROR, State.PENDING_ERROR, State.NOT_RUNNING):
+            raise PipelineError(f"the pipeline stopped while loading (state {state})")
+        done, total = caught_up(app, log)
+        if progress is not None:
+            progress(done, total)
+        if done >= total and state is State.RUNNING:
+            return
+        if time.monotonic() > deadline:
+            raise PipelineError(f"the pipeline applied {done} of {total} records within {timeout_s:.0f} s")
+        time.sleep(0.25)
