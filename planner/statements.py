@@ -19,24 +19,23 @@ from .literals import value_ref
 from .plan import StatementKind
 from .positions import node_position
 from .settings import validate_setting
+from .template import Template
 
 __all__ = ["plan_show", "plan_describe", "plan_set"]
 
 
-def _template(**kw: Any) -> Any:
-    from .analyze import Template  # the template type lives with the analyser
-
+def _template(**kw: Any) -> Template:
     return Template(**kw)
 
 
-def plan_show(sql: str, node: exp.Show, explain: bool) -> Any:
+def plan_show(sql: str, node: exp.Show, explain: bool) -> Template:
     what = str(node.this or "").upper()
     if what not in ("TABLES", "ALL TABLES"):
         raise UnsupportedSqlError(f"only SHOW TABLES is supported; got SHOW {what}", line=1, col=1)
     return _template(kind=StatementKind.SHOW_TABLES, explain=explain)
 
 
-def plan_describe(sql: str, node: exp.Describe, catalog: Mapping[str, StoreSpec], explain: bool) -> Any:
+def plan_describe(sql: str, node: exp.Describe, catalog: Mapping[str, StoreSpec], explain: bool) -> Template:
     table = node.this
     if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
         raise UnsupportedSqlError("DESCRIBE takes a store name: DESCRIBE <store>", line=1, col=1)
@@ -49,7 +48,7 @@ def plan_describe(sql: str, node: exp.Describe, catalog: Mapping[str, StoreSpec]
     return _template(kind=StatementKind.DESCRIBE, explain=explain, describe=found[0], deps={found[0]: found[1]})
 
 
-def plan_set(sql: str, node: exp.Set, explain: bool) -> Any:
+def plan_set(sql: str, node: exp.Set, explain: bool) -> Template:
     if node.args.get("unset"):
         raise UnsupportedSqlError("UNSET is not supported; SET the setting to its default instead", line=1, col=1)
     settings: dict[str, Any] = {}

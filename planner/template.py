@@ -1,0 +1,56 @@
+"""Analysed statements, ready to bind: what the plan cache holds.
+
+A template depends only on the statement text and the catalog entries it
+read (``deps``); parameter values, the position bound and session switches
+are applied by ``bind`` on every call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from stores.query import ResultOrder
+from stores.schema import StoreSpec
+
+from .literals import ValueRef
+from .plan import StatementKind
+from .predicates import Constraint
+
+__all__ = ["ScanTemplate", "Template"]
+
+
+@dataclass
+class ScanTemplate:
+    """One store reference, with what its scope lets the planner push into IQv2."""
+
+    index: int
+    relation: str
+    store: str
+    spec: StoreSpec
+    alias: str
+    start: int | None
+    constraints: list[Constraint] = field(default_factory=list)
+    as_of: ValueRef | None = None
+    all_consumed: bool = False
+    order: ResultOrder | None = None
+    limit: ValueRef | None = None
+    offset: ValueRef | None = None
+    include_failures: bool = False
+    fast_path: tuple[str, ...] | None = None
+
+
+@dataclass
+class Template:
+    kind: StatementKind
+    explain: bool = False
+    scans: tuple[ScanTemplate, ...] = ()
+    chunks: tuple[str | int, ...] = ()
+    slot_keys: tuple[int | str, ...] = ()
+    position_json: str | None = None
+    param_mode: str | None = None
+    param_count: int = 0
+    param_names: frozenset[str] = frozenset()
+    deps: dict[str, StoreSpec] = field(default_factory=dict)
+    describe: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
