@@ -106,8 +106,7 @@ class PartitionStore:
         self._conns_lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._closed = False
-        self._pos_text: str | None = None
-        self._pos: Position = Position.empty()
+        self._pos_cache: tuple[str | None, Position] = (None, Position.empty())
         self._wconn: sqlite3.Connection | None = None
         self._sql_cache: dict[Any, str] = {}
         self.vcols = ", ".join(f"v{i}" for i in range(self.codec.n))
@@ -198,11 +197,11 @@ class PartitionStore:
     # -- snapshots ---------------------------------------------------------------
     def position_of(self, text: str) -> Position:
         """Parse the stored position JSON once per change, not once per read."""
-        if text != self._pos_text:
-            pos = Position.from_json(text)
-            self._pos, self._pos_text = pos, text
-            return pos
-        return self._pos
+        cached_text, cached = self._pos_cache  # one tuple: threads never pair one text with another position
+        if text != cached_text:
+            cached = Position.from_json(text)
+            self._pos_cache = (text, cached)
+        return cached
 
     def snapshot(self, sql: str, params: Sequence[Any]) -> tuple[Position, list[Any]]:
         """Rows and the position from ONE read transaction, so they always agree."""

@@ -32,6 +32,13 @@ _AFFINITY = {
 }
 
 
+# the Python type that already is a column's canonical form (TIMESTAMP/DATE ints too): no coercion needed
+_CANONICAL: dict[SqlType, type] = {
+    SqlType.BIGINT: int, SqlType.INTEGER: int, SqlType.DATE: int, SqlType.TIMESTAMP: int,
+    SqlType.BOOLEAN: bool, SqlType.DOUBLE: float, SqlType.VARCHAR: str,
+}
+
+
 def affinity(t: SqlType) -> str:
     return _AFFINITY[t]
 
@@ -81,6 +88,8 @@ class ValueCodec:
         self.key_type = spec.key.type
         self.coerce_query_key = key_coercer(spec.key.type)
         self._key_is_bool = spec.key.type is SqlType.BOOLEAN
+        self._key_fast = _CANONICAL[spec.key.type]
+        self._fast = [_CANONICAL[c.type] for c in spec.values]
 
     # -- reads ---------------------------------------------------------------
     def value(self, row: Sequence[Any], start: int = 0) -> tuple[Any, ...]:
@@ -97,6 +106,8 @@ class ValueCodec:
 
     # -- writes --------------------------------------------------------------
     def write_key(self, key: Any, where: str) -> Any:
+        if type(key) is self._key_fast:
+            return key
         try:
             return coerce_key(self.key_type, key)
         except KeyTypeError as exc:
@@ -119,7 +130,10 @@ class ValueCodec:
                 f"({', '.join(self.spec.value_names())})"
             )
         out = []
-        for col, v in zip(self.columns, value):
+        for col, fast, v in zip(self.columns, self._fast, value):
+            if type(v) is fast:
+                out.append(v)
+                continue
             if v is None:
                 if not col.nullable:
                     raise BatchError(f"{where}: value column {col.name!r} is NOT NULL but got None")

@@ -56,15 +56,19 @@ def _fetch_point(store: KeyValueStore, key: Any) -> tuple[Position, Any]:
     return store.point(sql, (key,))
 
 
-def _fetch_range(store: KeyValueStore, r: _Range) -> tuple[Position, list[Any]]:
+def _fetch_range(store: KeyValueStore, r: _Range, with_ts: bool = False) -> tuple[Position, list[Any]]:
     if r.empty:
         return store.current_position(), []
     sql = store.cached_sql(
-        ("range", r.lo is not None, r.hi is not None, r.descending),
-        lambda: store.range_sql(r.lo is not None, r.hi is not None, r.descending),
+        ("range", r.lo is not None, r.hi is not None, r.descending, with_ts),
+        lambda: store.range_sql(r.lo is not None, r.hi is not None, r.descending, with_ts),
     )
     params = tuple(b for b in (r.lo, r.hi) if b is not None)
     return store.snapshot(sql, params)
+
+
+def _fetch_ts_range(store: KeyValueStore, r: _Range) -> tuple[Position, list[Any]]:
+    return _fetch_range(store, r, with_ts=True)
 
 
 def _build_value(store: KeyValueStore, _key: Any, row: Any) -> Any:
@@ -81,7 +85,7 @@ def _build_vat(store: KeyValueStore, _key: Any, row: Any) -> Any:
 
 def _build_range(store: KeyValueStore, _r: _Range, rows: list[Any]) -> RowIterator:
     codec = store.codec
-    return RowIterator(rows, lambda row: KeyValue(codec.key(row[0]), codec.value(row, 2)), ("key", "timestamp"))
+    return RowIterator(rows, lambda row: KeyValue(codec.key(row[0]), codec.value(row, 1)), ("key",))
 
 
 def _build_ts_range(store: KeyValueStore, _r: _Range, rows: list[Any]) -> RowIterator:
@@ -103,14 +107,15 @@ class KeyValueStore(PartitionStore):
     def ddl(self) -> Sequence[str]:
         return [f"CREATE TABLE IF NOT EXISTS kv ({self.key_decl()} PRIMARY KEY, ts INTEGER{self.value_decls()}) WITHOUT ROWID"]
 
-    def range_sql(self, has_lo: bool, has_hi: bool, descending: bool) -> str:
+    def range_sql(self, has_lo: bool, has_hi: bool, descending: bool, with_ts: bool) -> str:
         where = []
         if has_lo:
             where.append("k >= ?")
         if has_hi:
             where.append("k <= ?")
         cond = f" WHERE {' AND '.join(where)}" if where else ""
-        return f"SELECT k, ts, {self.vcols} FROM kv{cond} ORDER BY k {'DESC' if descending else 'ASC'}"
+        ts = "ts, " if with_ts else ""
+        return f"SELECT k, {ts}{self.vcols} FROM kv{cond} ORDER BY k {'DESC' if descending else 'ASC'}"
 
     def apply_changes(self, c: sqlite3.Connection, changes: Sequence[Change], observed: int | None) -> int | None:
         upsert = self.cached_sql(
@@ -137,5 +142,5 @@ class TimestampedKeyValueStore(KeyValueStore):
     HANDLERS = {
         **KeyValueStore.HANDLERS,
         TimestampedKeyQuery: Handler(_prep_key, _fetch_point, _build_vat),
-        TimestampedRangeQuery: Handler(_prep_range, _fetch_range, _build_ts_range),
+        TimestampedRangeQuery: Handler(_prep_range, _fetch_ts_range, _build_ts_range),
     }
