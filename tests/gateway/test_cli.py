@@ -1,0 +1,155 @@
+"""The ``iqgate`` command: sql/explain against a server and a state dir, produce, serve --state-dir, errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from gwfixtures import Http, Shop
+
+from gateway.cli import main
+from gateway.hosting import PipelineError, load_pipeline
+from stores.app import StreamsApp
+from stores.eventlog import EventLog
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_sql_json_against_a_server(server: Http, shop: Shop, capsys: pytest.CaptureFixture[str]) -> None:
+    c = sorted(shop.revenue)[4]
+    rc = main(["sql", "SELECT customer, orders FROM revenue WHERE customer = ?", "--param", c,
+               "--url", server.url, "--format", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["rows"] == [[c, shop.revenue[c][1]]]
+
+
+def test_sql_table_and_csv(server: Http, shop: Shop, capsys: pytest.CaptureFixture[str]) -> None:
+    sql = "SELECT customer, orders FROM revenue ORDER BY customer LIMIT 3"
+    assert main(["sql", sql, "--url", server.url]) == 0
+    text = capsys.readouterr().out
+    first = sorted(shop.revenue)[0]
+    lines = text.splitlines()
+    assert lines[0].split("|")[0].strip() == "customer" and "(3 rows)" in text
+    assert lines[2].split("|")[0].strip() == first and lines[2].split("|")[1].strip() == str(shop.revenue[first][1])
+    assert main(["sql", sql, "--url", server.url, "--format", "csv"]) == 0
+    rows = list(csv.reader(io.StringIO(capsys.readouterr().out)))
+    assert rows == [["customer", "orders"]] + [[k, str(shop.revenue[k][1])] for k in sorted(shop.revenue)[:3]]
+
+
+def test_sql_on_a_state_dir_and_explain(shop_app: StreamsApp, shop: Shop, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["sql", "SELECT count(*) AS n FROM revenue", "--state-dir", str(shop_app.state_dir), "--format",
+               "json"])
+    assert rc == 0 and json.loads(capsys.readouterr().out)["rows"] == [[len(shop.revenue)]]
+    assert main(["explain", "SELECT * FROM revenue WHERE customer = 'c01'", "--state-dir",
+                 str(shop_app.state_dir)]) == 0
+    assert "KeyQuery" in capsys.readouterr().out
+
+
+def test_errors_exit_codes_and_messages(server: Http, shop: Shop, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sql", "SELECT customer\nFROM revenue WHERE = 1", "--url", server.url]) == 2
+    err = capsys.readouterr().err
+    assert "SQL_SYNTAX_ERROR at line 2" in err
+    ahead = json.dumps({"orders": {"0": shop.position.offset("orders", 0) + 9}})
+    assert main(["sql", "SELECT * FROM revenue", "--url", server.url, "--position", ahead]) == 1
+    assert "NOT_UP_TO_BOUND" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="--position is not JSON"):
+        main(["sql", "SELECT 1", "--url", server.url, "--position", "{x"])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    assert main(["sql", "SELECT 1", "--url", dead, "--timeout", "5"]) == 1
+    assert "cannot reach" in capsys.readouterr().err
+
+
+def _stdin(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+
+
+def test_produce_appends_and_prints_the_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    lines = [{"key": f"c{i}", "value": {"amount": i * 1.5}, "timestamp": 1_700_000_000_000 + i} for i in range(6)]
+    _stdin(monkeypatch, "\n".join(json.dumps(x) for x in lines) + "\n\n")
+    assert main(["produce", "orders", "--log", str(tmp_path / "log"), "--partitions", "2"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    log = EventLog(tmp_path / "log")
+    recs = [r for p in range(2) for r in log.read("orders", p)]
+    assert out["records"] == 6 and sorted(r.key for r in recs) == sorted(x["key"] for x in lines)
+    assert out["position"] == {"orders": {str(p): o for p, o in log.last_offsets("orders").items()}}
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ('{"key": "a", "value": {"x": 1}}\nnot json\n', "line 2 is not JSON"),
+    ('{"key": "a"}\n{"value": {"x": 1}}\n', "line 2 must be an object"),
+    ('{"key": "a", "value": {}, "extra": 1}\n', "line 1 must be an object"),
+])
+def test_produce_writes_nothing_on_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str,
+                                             needle: str) -> None:
+    log = EventLog(tmp_path / "log")
+    log.create_topic("orders", partitions=2)
+    _stdin(monkeypatch, text)
+    with pytest.raises(SystemExit, match=needle):
+        main(["produce", "orders", "--log", str(tmp_path / "log")])
+    assert sum(log.end_offsets("orders").values()) == 0
+
+
+def test_produce_needs_an_existing_topic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _stdin(monkeypatch, '{"key": "a", "value": {}}\n')
+    with pytest.raises(SystemExit, match="does not exist"):
+        main(["produce", "nope", "--log", str(tmp_path / "log")])
+
+
+def test_serve_needs_a_pipeline_or_a_state_dir() -> None:
+    with pytest.raises(SystemExit, match="pipeline file, or --state-dir"):
+        main(["serve"])
+
+
+def test_pipeline_file_convention_is_checked(tmp_path: Path) -> None:
+    with pytest.raises(PipelineError, match="does not exist"):
+        load_pipeline(tmp_path / "missing.py")
+    bad = tmp_path / "bad.py"
+    bad.write_text("APPLICATION_ID = 'x'\n")
+    with pytest.raises(PipelineError, match="must define TOPICS, build"):
+        load_pipeline(bad)
+    bad.write_text("APPLICATION_ID = 'x'\nTOPICS = {'t': 0}\ndef build(spark, log): pass\n")
+    with pytest.raises(PipelineError, match="TOPICS must map"):
+        load_pipeline(bad)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_read_only_server_processes_on_one_state_dir(shop_app: StreamsApp, shop: Shop) -> None:
+    """``iqgate serve --state-dir`` worker processes read the same store files while the app holds them."""
+    ports = [_free_port(), _free_port()]
+    procs = [subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--state-dir", str(shop_app.state_dir),
+                               "--port", str(p), "--threads", "2"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE) for p in ports]
+    try:
+        for port, proc in zip(ports, procs):
+            http = Http(f"http://127.0.0.1:{port}")
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+                try:
+                    with urllib.request.urlopen(f"{http.url}/v1/ping", timeout=2):
+                        break
+                except OSError:
+                    time.sleep(0.2)
+            status, _, body = http.sql("SELECT customer, revenue, orders FROM revenue ORDER BY customer")
+            assert status == 200
+            assert [tuple(r) for r in body["rows"]] == [(k, *shop.revenue[k]) for k in sorted(shop.revenue)]
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(10)
