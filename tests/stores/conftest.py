@@ -20,6 +20,7 @@ def make_app(tmp_path: Path) -> Iterator[Callable[..., StreamsApp]]:
 
     def make(specs: list[StoreSpec], *, start: bool = True, state_dir: Path | None = None,
              app_id: str | None = None, **kw: object) -> StreamsApp:
+        kw.setdefault("synchronous", "NORMAL")  # crash-safe for process kills; FULL fsyncs cost test time
         app = StreamsApp(
             StoreTopology(specs), app_id or f"test-{uuid.uuid4().hex[:8]}", state_dir or tmp_path / f"state{len(apps)}",
             coordination_base=tmp_path / "coord", shutdown_poll_s=0.05, **kw,  # type: ignore[arg-type]
