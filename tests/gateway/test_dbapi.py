@@ -405,3 +405,77 @@ def test_app_not_started_is_retryable(tmp_path: Path) -> None:
     finally:
         gw.close()
         app.close()
+
+
+# -- a misbehaving server (or a proxy in front of it) --------------------------------------------------------
+@pytest.fixture()
+def canned_server() -> Iterator[tuple[str, list[tuple[int, str, bytes]]]]:
+    """A stdlib HTTP server on 127.0.0.1 answering each POST with the next canned (status, type, body)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    answers: list[tuple[int, str, bytes]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            status, ctype, body = answers.pop(0)
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", answers
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_answers_that_are_not_results_are_operational_errors(
+    canned_server: tuple[str, list[tuple[int, str, bytes]]]
+) -> None:
+    url, answers = canned_server
+    cur = dbapi.connect(url).cursor()
+    cases = [
+        ((200, "text/html", b"<html>proxy login</html>"), "not JSON"),
+        ((200, "application/json", b'{"hello": 1}'), "not a result"),
+        ((200, "application/json", b'{"columns": [], "rows": [], "position": {"t": {"0": -4}}}'), "malformed"),
+        ((200, "application/json", b'{"columns": [], "rows": [], "partitions": [{"store": "s"}]}'), "malformed"),
+    ]
+    for answer, match in cases:
+        answers.append(answer)
+        with pytest.raises(dbapi.OperationalError, match=match):
+            cur.execute("SELECT 1")
+    answers.append((502, "text/html", b"<html>bad gateway</html>"))
+    with pytest.raises(errors.GatewayInternalError, match="without an error body") as info:
+        cur.execute("SELECT 1")
+    assert info.value.http_status == 502
+
+
+def test_remote_parameters_that_json_cannot_carry(world: dict[str, Any]) -> None:
+    cur = dbapi.connect(world["url"]).cursor()
+    with pytest.raises(dbapi.InterfaceError, match="cannot be encoded as JSON"):
+        cur.execute("SELECT ?", [float("nan")])
+
+
+def test_unexpected_failures_still_raise_pep249_classes() -> None:
+    from gateway.dbapi.inprocess import as_dbapi_error
+    from planner.errors import SqlSyntaxError
+    from stores.errors import StreamsRebalancingException
+
+    syntax = as_dbapi_error(SqlSyntaxError("bad", line=1, col=3))
+    assert isinstance(syntax, dbapi.ProgrammingError) and (syntax.code, syntax.col) == ("SQL_SYNTAX_ERROR", 3)
+    rebalancing = as_dbapi_error(StreamsRebalancingException("moving"))
+    assert isinstance(rebalancing, dbapi.OperationalError) and rebalancing.retryable
+    assert isinstance(as_dbapi_error(TypeError("sql() got an unexpected keyword")), dbapi.InterfaceError)
+    internal = as_dbapi_error(RuntimeError("boom"))
+    assert isinstance(internal, dbapi.InternalError) and "RuntimeError: boom" in str(internal)

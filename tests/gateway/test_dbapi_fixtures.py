@@ -91,12 +91,13 @@ def serve(gw: Gateway, config: GatewayConfig | None = None) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{server.effective_port}"
     finally:
-        # server.close() alone leaves waitress's wake-up trigger in the loop's map, so the loop
-        # would never end: close every channel (bounded), then stop the worker threads.
-        for _ in range(100):
-            if not server._map:
-                break
+        # server.close() alone leaves waitress's wake-up trigger in the loop's map, so the loop would
+        # not end; closing channels from this thread races the loop's select(). So the loop thread
+        # itself closes every channel (its map empties and loop() returns), then the workers stop.
+        def close_all() -> None:
             for channel in list(server._map.values()):
                 channel.handle_close()
-        server.task_dispatcher.shutdown()
+
+        server.trigger.pull_trigger(close_all)
         thread.join(timeout=5)
+        server.task_dispatcher.shutdown()

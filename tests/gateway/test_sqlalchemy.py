@@ -211,3 +211,17 @@ def test_window_store_primary_key_includes_the_window(engine: sa.Engine) -> None
         rows = conn.execute(sa.select(clicks.c.clicks).where(clicks.c.page == "home")
                             .order_by(clicks.c.window_start)).all()
     assert [r[0] for r in rows] == [3, 5]
+
+
+def test_other_schemas_do_not_exist(engine: sa.Engine) -> None:
+    insp = sa.inspect(engine)
+    with pytest.raises(sa_exc.NoSuchTableError, match="one schema"):
+        insp.get_columns("orders", schema="sales")
+    with pytest.raises(sa_exc.NoSuchTableError, match="one schema"):
+        insp.get_table_names(schema="sales")
+
+
+def test_non_literal_limit_stays_a_parameter() -> None:
+    t = sa.table("orders", sa.column("customer"))
+    sql = str(sa.select(t.c.customer).limit(sa.bindparam("n")).compile(dialect=IqgateDialect()))
+    assert sql.rstrip().endswith("LIMIT ?")
