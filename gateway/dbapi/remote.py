@@ -165,7 +165,7 @@ class RemoteTransport:
         return resp.status, resp.headers, payload
 
     def _outcome(self, payload: Any) -> Outcome:
-        if not isinstance(payload, dict) or "columns" not in payload and payload.get("statement") != "set":
+        if not isinstance(payload, dict) or ("columns" not in payload and payload.get("statement") != "set"):
             raise OperationalError(f"the gateway's answer is not a result: {str(payload)[:200]!r}")
         columns = [(str(c["name"]), str(c["type"])) for c in payload.get("columns") or []]
         decoders = [decoder_for(t) for _, t in columns]
