@@ -85,7 +85,7 @@ def run(quick: bool) -> list[Figure]:
 
         def rate(fn) -> float:  # noqa: ANN001
             best = float("inf")
-            for _ in range(3 if quick else 2):
+            for _ in range(5 if quick else 3):
                 t = time.perf_counter()
                 rows = fn()
                 best = min(best, time.perf_counter() - t)
