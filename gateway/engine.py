@@ -130,7 +130,8 @@ class Gateway:
         if not isinstance(text, str) or not text.strip():
             raise BadRequest("the SQL text is empty")
         settings = self._settings(session)
-        plan = self._plan(text, params, settings)
+        catalog = self.catalog()
+        plan = self._plan(text, params, settings, catalog)
         kind = plan.kind
         if kind is StatementKind.SET:
             return self._set(plan, session, settings)
@@ -141,7 +142,7 @@ class Gateway:
             return self._show_tables()
         if kind is StatementKind.DESCRIBE:
             return self._describe(plan.describe or "")
-        return self._select(plan, settings, position, partial, wait_ms, max_rows, stream, arrow)
+        return self._select(plan, catalog, settings, position, partial, wait_ms, max_rows, stream, arrow)
 
     # -- planning ---------------------------------------------------------------------
     def _settings(self, session: Session | Mapping[str, Any] | None) -> dict[str, Any]:
@@ -157,9 +158,11 @@ class Gateway:
             s["table_scans"] = False
         return s
 
-    def _plan(self, text: str, params: Any, settings: Mapping[str, Any]) -> Plan:
+    def _plan(self, text: str, params: Any, settings: Mapping[str, Any],
+              catalog: Mapping[str, StoreSpec] | None = None) -> Plan:
         try:
-            return planner.plan(text, self.catalog(), params=params, session=settings)
+            return planner.plan(text, self.catalog() if catalog is None else catalog, params=params,
+                                session=settings)
         except Exception as exc:  # noqa: BLE001 - planner and store errors become gateway errors
             mapped = translate(exc)
             if mapped is None:
@@ -167,7 +170,8 @@ class Gateway:
             raise mapped from exc
 
     # -- SELECT -----------------------------------------------------------------------
-    def _select(self, plan: Plan, settings: Mapping[str, Any], position: Any, partial: bool | None,
+    def _select(self, plan: Plan, catalog: Mapping[str, StoreSpec], settings: Mapping[str, Any], position: Any,
+                partial: bool | None,
                 wait_ms: int | None, max_rows: int | None, stream: bool, arrow: bool) -> Result:
         cfg = self.config
         timeout_ms = min(cfg.statement_timeout_ms, _int_setting(settings, "statement_timeout_ms", cfg.statement_timeout_ms))
@@ -187,7 +191,6 @@ class Gateway:
         bound = bound.merge(_bound_from(settings.get("position_bound")))
         bound = bound.merge(_bound_from(position))
 
-        catalog = self.catalog()
         scans: list[tuple[StoreScan, ScanRows]] = []
         merged = Position.empty()
         outcomes: dict[tuple[str, int], PartitionOutcome] = {}

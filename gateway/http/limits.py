@@ -39,7 +39,7 @@ def parse_sql_request(raw: bytes, max_bytes: int) -> SqlRequest:
     if not raw.strip():
         raise BadRequest('the request body is empty; send JSON such as {"sql": "SELECT ..."}')
     try:
-        body = json.loads(raw)
+        body = json.loads(raw.decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         line = getattr(exc, "lineno", None)
         col = getattr(exc, "colno", None)

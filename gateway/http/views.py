@@ -18,6 +18,9 @@ from .renderers import ARROW, JSON, MEDIA_TYPES, NDJSON, RENDERERS, dumps, posit
 
 __all__ = ["register_views", "negotiate"]
 
+# Accept headers common clients send that need no parsing (the point-lookup path is latency-bound).
+_JSON_ACCEPTS = frozenset({"*/*", "application/json", JSON})
+
 
 def negotiate(accept: Any) -> str:
     """The media type to answer with; JSON when the client accepts anything (or says nothing)."""
@@ -32,7 +35,8 @@ def negotiate(accept: Any) -> str:
 def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metrics) -> None:
     @app.post("/v1/sql")
     def sql() -> Response:
-        media = negotiate(request.accept_mimetypes if request.headers.get("Accept") else None)
+        accept = request.headers.get("Accept")
+        media = JSON if not accept or accept in _JSON_ACCEPTS else negotiate(request.accept_mimetypes)
         req = parse_sql_request(request.get_data(cache=False), cfg.max_request_bytes)
         result = gateway.sql(req.sql, req.params, req.position, partial=req.partial, wait_ms=req.wait_ms,
                              session=req.session, max_rows=req.max_rows, stream=media == NDJSON,

@@ -1,0 +1,158 @@
+"""Gateway speed: HTTP point lookups under 8 concurrent clients, and the in-process Python API.
+
+Figures (each beside a baseline measured in the same run):
+
+- HTTP ``POST /v1/sql`` point lookup, 8 keep-alive clients: requests/s
+  against ``GET /v1/ping`` (a no-op endpoint of the same app on the same
+  waitress server), goal >= 0.5x; p50 <= 2 ms and p99 <= 10 ms.
+- ``Gateway.sql(...).rows()`` point lookup p50 against sqlglot's bare parse of
+  the same SQL, goal <= 200 us.
+
+The load generator runs in a child process (so its GIL is not the server's),
+talks only to 127.0.0.1, and is bounded in request count and in time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import sqlglot
+
+from benchmarks.common import Figure, percentile, time_calls
+
+__all__ = ["run"]
+
+SQL = "SELECT name, amount FROM bench_kv WHERE id = ?"
+CLIENTS = 8
+
+
+def _load(port: int, method: str, path: str, bodies: list[bytes], clients: int, per_client: int,
+          max_s: float) -> tuple[float, list[float], int]:
+    """In a child process: ``clients`` threads, each one keep-alive connection; returns (elapsed, latencies, errors)."""
+    lat: list[list[float]] = [[] for _ in range(clients)]
+    errors = [0] * clients
+    start = threading.Barrier(clients + 1)
+    deadline = [0.0]
+
+    def client(i: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        headers = {"Content-Type": "application/json"}
+        start.wait()
+        clock = time.perf_counter
+        for j in range(per_client):
+            body = bodies[(i * per_client + j) % len(bodies)] if bodies else None
+            t0 = clock()
+            conn.request(method, path, body=body, headers=headers)
+            resp = conn.getresponse()
+            resp.read()
+            lat[i].append(clock() - t0)
+            if resp.status != 200:
+                errors[i] += 1
+            if t0 > deadline[0]:
+                break
+        conn.close()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    t0 = time.perf_counter()
+    deadline[0] = t0 + max_s
+    start.wait()
+    for t in threads:
+        t.join(max_s + 60)
+    elapsed = time.perf_counter() - t0
+    return elapsed, [x for xs in lat for x in xs], sum(errors)
+
+
+def _setup(tmp: Path, n_keys: int):  # noqa: ANN202 - local helper
+    from gateway.engine import Gateway
+    from stores.app import StoreTopology, StreamsApp
+    from stores.position import Position
+    from stores.protocol import Change
+    from stores.schema import Column, SqlType, StoreKind, StoreSpec
+
+    spec = StoreSpec("bench_kv", StoreKind.KEY_VALUE, Column("id", SqlType.BIGINT, nullable=False),
+                     (Column("name", SqlType.VARCHAR), Column("amount", SqlType.DOUBLE)), partitions=4,
+                     source_topics=("bench",))
+    app = StreamsApp(StoreTopology([spec]), application_id="bench-gateway", state_dir=tmp / "state",
+                     coordination_base=tmp / "coord")
+    app.start()
+    app.writer("bench_kv").write_batch(1, [Change(k, (f"n{k}", k * 0.25)) for k in range(n_keys)],
+                                       Position.from_map({"bench": {0: n_keys}}))
+    return app, Gateway(app)
+
+
+def _http_figures(port: int, n_keys: int, per_client: int, max_s: float) -> list[Figure]:
+    ctx = multiprocessing.get_context("spawn")
+    bodies = [json.dumps({"sql": SQL, "params": [k % n_keys]}).encode() for k in range(0, 7919 * 50, 7919)]
+    with ctx.Pool(1) as pool:
+        pool.apply(_load, (port, "GET", "/v1/ping", [], CLIENTS, 20, 10.0))  # warm-up both paths
+        pool.apply(_load, (port, "POST", "/v1/sql", bodies, CLIENTS, 20, 10.0))
+        p_el, p_lat, p_err = pool.apply(_load, (port, "GET", "/v1/ping", [], CLIENTS, per_client, max_s))
+        s_el, s_lat, s_err = pool.apply(_load, (port, "POST", "/v1/sql", bodies, CLIENTS, per_client, max_s))
+    ping_rps = len(p_lat) / p_el
+    sql_rps = len(s_lat) / s_el
+    p50 = percentile(s_lat, 50) * 1e3
+    p99 = percentile(s_lat, 99) * 1e3
+    note = f"{CLIENTS} clients, {len(s_lat)} requests, {s_err + p_err} non-200"
+    return [
+        Figure("HTTP /v1/sql point lookup throughput", sql_rps, "req/s", ping_rps, "GET /v1/ping (no-op) req/s",
+               ">= 0.5x", sql_rps >= 0.5 * ping_rps and s_err == 0, note),
+        Figure("HTTP /v1/sql point lookup p50", p50, "ms", percentile(p_lat, 50) * 1e3, "ping p50", "<= 2 ms",
+               p50 <= 2.0, note),
+        Figure("HTTP /v1/sql point lookup p99", p99, "ms", percentile(p_lat, 99) * 1e3, "ping p99", "<= 10 ms",
+               p99 <= 10.0, note),
+    ]
+
+
+def run(quick: bool) -> list[Figure]:
+    import logging
+
+    from gateway.http import create_app
+    from gateway.server import ServerThread
+
+    n_keys, n_calls, per_client, max_s = (1_000, 1_000, 150, 10.0) if quick else (20_000, 5_000, 1_000, 30.0)
+    with tempfile.TemporaryDirectory(prefix="iqgate-bench-gateway-") as d:
+        app, gw = _setup(Path(d), n_keys)
+        try:
+            keys = iter(range(10**9))
+
+            def lookup() -> None:
+                rows = gw.sql(SQL, params=[next(keys) % n_keys]).rows()
+                assert len(rows) == 1
+
+            def parse() -> None:
+                sqlglot.parse_one(SQL, read="duckdb")
+
+            base = percentile(time_calls(parse, n_calls), 50) * 1e6
+            ours = percentile(time_calls(lookup, n_calls), 50) * 1e6
+            figures = [Figure("Gateway.sql point lookup p50 (Python API)", ours, "us", base, "sqlglot parse_one p50",
+                              "<= 200 us", ours <= 200, f"{n_keys} keys, 4 partitions, fast path (no DuckDB)")]
+            residual = percentile(time_calls(lambda: gw.sql(
+                "SELECT count(*) FROM bench_kv WHERE id = ? AND amount >= 0", params=[next(keys) % n_keys]).rows(),
+                max(100, n_calls // 5)), 50) * 1e6
+            figures.append(Figure("Gateway.sql point lookup + residual DuckDB p50", residual, "us", ours,
+                                  "fast path p50", "", None, "same lookup, aggregate in DuckDB"))
+            logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # backlog notes are expected under load
+            with ServerThread(create_app(gw), threads=8) as server:
+                figures += _http_figures(server.port, n_keys, per_client, max_s)
+            return figures
+        finally:
+            gw.close()
+            app.close()
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    from benchmarks.run import render
+
+    print(render(run(args.quick)))
