@@ -479,3 +479,25 @@ def test_unexpected_failures_still_raise_pep249_classes() -> None:
     assert isinstance(as_dbapi_error(TypeError("sql() got an unexpected keyword")), dbapi.InterfaceError)
     internal = as_dbapi_error(RuntimeError("boom"))
     assert isinstance(internal, dbapi.InternalError) and "RuntimeError: boom" in str(internal)
+
+
+def test_threads_share_a_connection_with_a_cursor_each(connect: Connect, world: dict[str, Any]) -> None:
+    """threadsafety = 2: one connection, one cursor per thread (bounded: 4 threads x 25 lookups)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    conn = connect()
+    names = {r[0]: r[1] for r in ORDER_ROWS}
+
+    def work(i: int) -> list[bool]:
+        cur = conn.cursor()
+        out = []
+        for n in range(25):
+            key = (i + n) % 5 + 1
+            out.append(cur.execute("SELECT name FROM orders WHERE customer = ?", [key]).fetchall() == [(names[key],)])
+        cur.close()
+        return out
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = [ok for chunk in pool.map(work, range(4), timeout=60) for ok in chunk]
+    assert len(results) == 100 and all(results)
+    assert conn.position == world["pos"]
