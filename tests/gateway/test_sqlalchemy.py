@@ -225,3 +225,16 @@ def test_non_literal_limit_stays_a_parameter() -> None:
     t = sa.table("orders", sa.column("customer"))
     sql = str(sa.select(t.c.customer).limit(sa.bindparam("n")).compile(dialect=IqgateDialect()))
     assert sql.rstrip().endswith("LIMIT ?")
+
+
+def test_url_position_bound_reaches_the_server(world: dict[str, Any]) -> None:
+    host = world["url"].removeprefix("http://")
+    ahead = sa.create_engine(f'iqgate://{host}?position={{"shop":{{"0":999}}}}&wait_ms=10')
+    with pytest.raises(sa_exc.OperationalError, match="NOT_UP_TO_BOUND"):
+        with ahead.connect() as conn:
+            conn.exec_driver_sql("SELECT name FROM orders WHERE customer = 1")
+    caught_up = sa.create_engine(f'iqgate://{host}?position={{"shop":{{"0":10}}}}')
+    with caught_up.connect() as conn:
+        assert conn.exec_driver_sql("SELECT name FROM orders WHERE customer = 1").scalar_one() == "ada"
+    ahead.dispose()
+    caught_up.dispose()
