@@ -18,6 +18,7 @@ from stores.query import (
     KeyQuery,
     MultiVersionedKeyQuery,
     RangeQuery,
+    TimestampedRangeQuery,
     VersionedKeyQuery,
     WindowKeyQuery,
     WindowRangeQuery,
@@ -219,3 +220,29 @@ def test_fixture_helper_covers_every_kind() -> None:
         per = fixture_changes(kind)
         assert per[0] and per[1]
         assert all(ch.key % 2 == p for p, chs in per.items() for ch in chs)
+
+
+def test_raw_rows_fast_path(make_app: Any) -> None:
+    spec = StoreSpec("raw", StoreKind.TIMESTAMPED_KEY_VALUE, Column("k", SqlType.VARCHAR),
+                     (Column("n", SqlType.BIGINT), Column("ok", SqlType.BOOLEAN)), partitions=1)
+    app = make_app([spec])
+    app.writer("raw").write_batch(0, [Change("b", (2, True), 20), Change("a", (1, False), 10)],
+                                  Position.from_map({"t": {0: 0}}))
+    res = app.query(req("raw", RangeQuery.with_no_bounds())).partition_results[0].result
+    assert res.row_columns == ("key",)
+    assert next(res) == ("a", (1, False))
+    assert res.remaining_rows() == [("b", 2, 1)]  # raw: the stored forms, BOOLEAN as 0/1
+    assert not res.has_next() and res.remaining_rows() == []
+    ts = app.query(req("raw", TimestampedRangeQuery.with_no_bounds())).partition_results[0].result
+    assert ts.row_columns == ("key", "timestamp") and ts.remaining_rows() == [("a", 10, 1, 0), ("b", 20, 2, 1)]
+
+
+def test_a_file_of_another_kind_is_refused(make_app: Any, tmp_path: Any) -> None:
+    from stores.engine import open_partition
+
+    kv = spec_for(StoreKind.KEY_VALUE, "s")
+    open_partition(kv, 0, tmp_path / "p.db").close()
+    with pytest.raises(ValueError, match="holds a key_value store, not window"):
+        open_partition(spec_for(StoreKind.WINDOW, "s"), 0, tmp_path / "p.db")
+    with pytest.raises(FileNotFoundError):
+        open_partition(kv, 0, tmp_path / "missing.db", read_only=True)
