@@ -68,7 +68,11 @@ class Gateway:
         return self.source.state
 
     def catalog(self) -> Mapping[str, StoreSpec]:
-        return self.source.catalog()
+        try:
+            return self.source.catalog()
+        except Exception as exc:  # noqa: BLE001 - e.g. a corrupt store.json in a state dir
+            mapped = translate(exc)
+            raise (mapped or GatewayInternalError(f"cannot read the store catalog: {exc}")) from exc
 
     def session(self, **settings: Any) -> Session:
         """Per-connection SET settings; pass it as ``session=`` (or call ``session.sql``)."""
