@@ -229,10 +229,15 @@ class StreamsApp:
             self._views = {}
 
     def close(self, timeout_s: float | None = None) -> bool:
-        """Shut down; True once NOT_RUNNING (or already ERROR), False if ``timeout_s`` passed first."""
+        """Shut down; True once NOT_RUNNING (or already ERROR), False if ``timeout_s`` passed first.
+
+        Called from a state listener it starts the shutdown but does not wait (it would wait for itself).
+        """
         if timeout_s is not None and timeout_s < 0:
             raise ValueError("Timeout can't be negative.")
         state = self.state
+        if self._fsm.in_listener():
+            timeout_s = 0.0  # a listener waiting for a later state would wait for itself
         if state in (State.ERROR, State.PENDING_ERROR):
             log.warning("stream-client %s: close() in %s is a no-op: the client is (going to) ERROR",
                         self.application_id, state)

@@ -44,6 +44,7 @@ class ClientStateMachine:
         self._state = State.CREATED
         self._cond = threading.Condition()
         self._listener: StateListener | None = None
+        self._local = threading.local()
         self._on_change = on_change  # called under the lock (persisting app.json keeps transition order)
 
     @property
@@ -71,11 +72,18 @@ class ClientStateMachine:
             self._cond.notify_all()
         listener = self._listener
         if listener is not None:
+            self._local.depth = getattr(self._local, "depth", 0) + 1
             try:
                 listener(new, old)
             except Exception:  # noqa: BLE001 - a faulty listener must not break the state machine
                 log.exception("stream-client %s: state listener failed on %s -> %s", self.client_id, old, new)
+            finally:
+                self._local.depth -= 1
         return True
+
+    def in_listener(self) -> bool:
+        """Is this thread inside a state-listener call? Then it must not wait for a later state."""
+        return getattr(self._local, "depth", 0) > 0
 
     def wait_for(self, targets: set[State], timeout_s: float | None) -> bool:
         """Block until the state is one of ``targets``; False on timeout."""

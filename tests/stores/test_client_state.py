@@ -361,3 +361,17 @@ def test_bad_app_arguments(tmp_path: Path, kwargs: dict[str, Any], match: str) -
         StreamsApp(StoreTopology([]), " ", tmp_path)
     with pytest.raises(ValueError, match="duplicate"):
         StoreTopology([spec_for(StoreKind.KEY_VALUE, "kv"), spec_for(StoreKind.WINDOW, "kv")])
+
+
+@pytest.mark.parametrize("on", [S.RUNNING, S.PENDING_SHUTDOWN])
+def test_close_from_a_listener_does_not_wait_for_itself(tmp_path: Path, on: State) -> None:
+    app = _app(tmp_path)
+    returned: list[bool] = []
+    app.set_state_listener(lambda n, o: returned.append(app.close()) if n is on else None)
+    t = threading.Thread(target=lambda: (app.start(), app.close()) if on is S.PENDING_SHUTDOWN else app.start(),
+                         daemon=True)
+    t.start()
+    t.join(timeout=20)
+    assert not t.is_alive()
+    assert returned == [False]  # shutdown started, not yet finished when the listener returned
+    assert _wait(app, S.NOT_RUNNING)
