@@ -21,7 +21,7 @@ from stores.schema import StoreKind, StoreSpec
 
 from .catalog import find_store, unknown_store
 from .dialect import Explain, PositionClause, position_literal_json
-from .errors import ParameterError, ReadOnlyError, UnsupportedSqlError
+from .errors import InvalidSettingError, ParameterError, ReadOnlyError, UnsupportedSqlError
 from .guard import ALLOWED, check_functions, check_read_only, statement_name
 from .literals import value_ref
 from .plan import FAILURE_COLUMNS, PSEUDO_COLUMNS, StatementKind
@@ -54,6 +54,8 @@ def analyze(sql: str, statement: exp.Expression, catalog: Mapping[str, StoreSpec
         return plan_describe(sql, statement, catalog, explain)
     if isinstance(statement, exp.Set):
         return plan_set(sql, statement, explain)
+    if isinstance(statement, exp.Command) and str(statement.this).upper() in ("SET", "RESET"):
+        raise InvalidSettingError("expected SET <setting> = <value>", line=1, col=1)
     if not isinstance(statement, (exp.Select, exp.SetOperation, exp.Subquery)):
         line, col = (1, 1)
         raise ReadOnlyError(f"{ALLOWED}; got {statement_name(statement, sql)}", line=line, col=col)

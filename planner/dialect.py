@@ -168,6 +168,7 @@ def parse_statement(sql: str) -> exp.Expression:
     except ParseError as err:
         first = err.errors[0] if err.errors else {}
         message = _TOKEN_RE.sub(lambda m: repr(m.group(1)), str(first.get("description") or err).split("\n")[0])
+        message = message.replace("'SENTINEL'", "the end of the statement")
         col = first.get("col")
         if col is not None and first.get("highlight"):  # sqlglot reports the token's last column
             col = max(1, col - len(first["highlight"]) + 1)

@@ -64,6 +64,11 @@ _TIME_TYPES = {
     exp.DType.DATE: "DATE",
 }
 _SPECIAL_TIMES = {"epoch", "infinity", "-infinity"}  # DuckDB reads these; left to it
+_INT_LIMITS = {
+    SqlType.BIGINT: (-(2**63), 2**63 - 1),
+    SqlType.INTEGER: (-(2**31), 2**31 - 1),
+    SqlType.TIMESTAMP: (-(2**63), 2**63 - 1),
+}
 _INT_RE = re.compile(r"^[+-]?\d+$")
 
 
@@ -194,11 +199,20 @@ def coerce_bound(
     inclusive bound (``k > 5`` is ``k >= 6``).
     """
     v, op2 = _coerce(value, sql_type, target, op, column=column, what=what, line=line, col=col)
-    if isinstance(v, int) and not isinstance(v, bool) and target in (SqlType.BIGINT, SqlType.INTEGER, SqlType.TIMESTAMP):
+    if isinstance(v, int) and not isinstance(v, bool) and target in _INT_LIMITS:
         if op2 == ">":
-            return v + 1, ">="
-        if op2 == "<":
-            return v - 1, "<="
+            v, op2 = v + 1, ">="
+        elif op2 == "<":
+            v, op2 = v - 1, "<="
+        lo, hi = _INT_LIMITS[target]
+        if lo <= v <= hi:
+            return v, op2
+        # beyond the column's range: the bound is either always true (clamp) or never true
+        if op2 == ">=" and v < lo:
+            return lo, op2
+        if op2 == "<=" and v > hi:
+            return hi, op2
+        return NO_MATCH, op2
     return v, op2
 
 

@@ -47,8 +47,11 @@ def cache_info() -> dict[str, int]:
 
 
 def _normalize(sql: str) -> str:
-    """The cache key: surrounding whitespace and a trailing ';' do not make a new statement."""
-    text = sql.strip()
+    """The cache key: trailing whitespace and ';' do not make a new statement.
+
+    Leading text is kept so error lines and columns match what the user sent.
+    """
+    text = sql.rstrip()
     while text.endswith(";"):
         text = text[:-1].rstrip()
     return text
@@ -82,7 +85,7 @@ def plan(
 ) -> Plan:
     """Plan one statement. Raises a PlanningError subclass naming the problem and, where known, its place.
 
-    Line and column refer to ``sql`` with surrounding whitespace removed.
+    Line and column (1-based) refer to ``sql`` as given.
     """
     if not isinstance(sql, str):
         raise TypeError(f"sql must be a string, got {type(sql).__name__}")

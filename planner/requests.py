@@ -100,6 +100,7 @@ def bind_scan(sql: str, t: Any, params: Any, bound: PositionBound, session: dict
     keys: list[Any] | None = None
     key_range, ws, we, vf, vt = _Range(), _Range(), _Range(), _Range(), _Range()
     partitions: set[int] | None = None
+    impossible = False  # a bound no row can meet (beyond the column's range)
     time_ranges = {"window_start": ws, "window_end": we, "valid_from": vf, "valid_to": vt}
     for c in t.constraints:
         if c.column == "_partition":
@@ -133,9 +134,8 @@ def bind_scan(sql: str, t: Any, params: Any, bound: PositionBound, session: dict
         for op, ref in c.bounds:
             v, op2 = b.value(ref, target, op, name, what)
             if v is NO_MATCH:
-                rng.add(">=", MAX_MS) if c.column != "key" else None
-                continue
-            if v is not NOT_PUSHABLE:
+                impossible = True
+            elif v is not NOT_PUSHABLE:
                 rng.add(op2, v)
     if keys is not None and key_range.bounded:
         keys = [k for k in keys if key_range.contains(k)]
@@ -188,7 +188,12 @@ def bind_scan(sql: str, t: Any, params: Any, bound: PositionBound, session: dict
             raise _needs_key(sql, t, "versioned stores can only be queried by key (IQv2 has no scan of versioned stores)")
         as_of = None
         if t.as_of is not None:
-            as_of, _ = b.value(t.as_of, SqlType.TIMESTAMP, "=", "FOR SYSTEM_TIME AS OF", "value")
+            try:
+                as_of, _ = b.value(t.as_of, SqlType.TIMESTAMP, "=", "FOR SYSTEM_TIME AS OF", "value")
+            except TypeMismatchError as err:
+                value, _t = resolve(t.as_of, params)
+                raise TypeMismatchError(f"FOR SYSTEM_TIME AS OF needs a timestamp; {value!r} is not one",
+                                        line=err.line, col=err.col) from None
             if as_of is NOT_PUSHABLE or as_of is NO_MATCH:
                 line, col = _pos(sql, t.as_of, t.start)
                 raise UnsupportedSqlError("FOR SYSTEM_TIME AS OF needs a timestamp without a time zone offset, in whole milliseconds", line=line, col=col)
@@ -210,6 +215,8 @@ def bind_scan(sql: str, t: Any, params: Any, bound: PositionBound, session: dict
             else:
                 queries.append((VersionedKeyQuery.with_key(k), ps))
 
+    if impossible:
+        queries, full_scan = [], False
     requests = []
     for q, ps in queries:
         r = StateQueryRequest.in_store(t.store).with_query(q).with_partitions(ps).with_position_bound(bound)
