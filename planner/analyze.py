@@ -141,8 +141,6 @@ def _analyze_query(sql: str, root: exp.Expression, catalog: Mapping[str, StoreSp
         line, col = node_position(sql, table)
         if table.args.get("db") or table.args.get("catalog"):
             raise unknown_store(catalog, table.sql(dialect="duckdb"), line=line, col=col)
-        if scope is None:
-            raise UnsupportedSqlError(f"store {table.name!r} is referenced where no rows can be read from it", line=line, col=col)
         found = find_store(catalog, table.name)
         if found is None:
             raise unknown_store(catalog, table.name, line=line, col=col)
