@@ -88,9 +88,13 @@ def _check_partitions(
 class StreamsApp:
     """One application instance: stores, state machine, queries.
 
-    ``hosted_partitions`` (default: all) are the active partitions this
-    instance serves, ``standby_partitions`` the standby copies (they answer
-    unless ``require_active``); any other partition is NOT_PRESENT.
+    ``hosted_partitions`` are the active partitions this instance serves (a
+    store not named there: every partition that is not a standby),
+    ``standby_partitions`` the standby copies (they answer unless
+    ``require_active``); any other partition is NOT_PRESENT. Hosting only
+    decides what this instance serves: the files of every partition are
+    opened, and ``writer(name)`` writes all of them (the pipeline computes
+    every partition).
     """
 
     def __init__(
@@ -120,11 +124,10 @@ class StreamsApp:
             self._specs[s.name] = s
         hosted = _check_partitions(self._specs, hosted_partitions, "hosted_partitions")
         standby = _check_partitions(self._specs, standby_partitions, "standby_partitions") or {}
-        if hosted is None:
-            hosted = {n: frozenset(range(s.partitions)) - standby.get(n, frozenset()) for n, s in self._specs.items()}
-        for n in self._specs:
-            hosted.setdefault(n, frozenset())
+        hosted = dict(hosted or {})
+        for n, s in self._specs.items():  # a store not named hosts every partition that is not a standby
             standby.setdefault(n, frozenset())
+            hosted.setdefault(n, frozenset(range(s.partitions)) - standby[n])
             both = sorted(hosted[n] & standby[n])
             if both:
                 raise ValueError(f"store {n!r}: partitions {both} cannot be both hosted (active) and standby")

@@ -375,3 +375,13 @@ def test_close_from_a_listener_does_not_wait_for_itself(tmp_path: Path, on: Stat
     assert not t.is_alive()
     assert returned == [False]  # shutdown started, not yet finished when the listener returned
     assert _wait(app, S.NOT_RUNNING)
+
+
+def test_stores_not_named_in_hosting_host_everything_but_standbys(tmp_path: Path) -> None:
+    specs = [spec_for(StoreKind.KEY_VALUE, "a"), spec_for(StoreKind.KEY_VALUE, "b", partitions=3)]
+    app = StreamsApp(StoreTopology(specs), "h", tmp_path, hosted_partitions={"a": {1}},
+                     standby_partitions={"b": {2}}, coordination_base=tmp_path / "coord")
+    hosted, standby = app.hosting()
+    assert hosted == {"a": frozenset({1}), "b": frozenset({0, 1})}
+    assert standby == {"a": frozenset(), "b": frozenset({2})}
+    app.close()
