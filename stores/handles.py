@@ -172,6 +172,7 @@ class _View:
 
     def _result(self, res: QueryResult) -> Any:
         if res.is_failure:
+            self._stores()  # a store closed by a state change or a move raises the KIP-216 exception for that
             raise InvalidStateStoreException(f"State store {self.name}: {res.failure_reason}: {res.failure_message}")
         return res.result
 

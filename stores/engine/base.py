@@ -212,8 +212,14 @@ class PartitionStore:
         try:
             rows = c.execute(sql, params).fetchall()
             text = c.execute("SELECT position FROM meta").fetchone()[0]
-        finally:
-            c.execute("COMMIT")
+        except BaseException:
+            if c.in_transaction:
+                try:
+                    c.execute("ROLLBACK")
+                except sqlite3.Error:  # pragma: no cover - the original error is the one to report
+                    pass
+            raise
+        c.execute("COMMIT")
         return self.position_of(text), rows
 
     def point(self, sql: str, params: Sequence[Any]) -> tuple[Position, Any]:

@@ -218,3 +218,15 @@ def test_session_view(make_app: Any) -> None:
     assert [kv.value[0] for kv in store.find_sessions(2, t4 + 1, 2**62)] == [5]
     with pytest.raises(TypeError):
         store.fetch(None)
+
+
+def test_store_failure_under_a_handle(kv_app: Any) -> None:
+    store = kv_app.store("kv", KV)
+    kv_app.partition_store("kv", 0).close()  # the file's store fails, the app itself is fine
+    with pytest.raises(InvalidStateStoreException, match="STORE_EXCEPTION") as ei:
+        store.get(0)
+    assert type(ei.value) is InvalidStateStoreException
+    kv_app.reopen_store("kv")
+    with pytest.raises(StateStoreMigratedException):
+        store.get(0)
+    assert kv_app.store("kv", KV).get(0) == (1,)
