@@ -146,6 +146,8 @@ def bind_scan(sql: str, t: Any, params: Any, bound: PositionBound, session: dict
         if we.hi is not None:
             ws.add("<=", we.hi - size)
 
+    if partitions is not None and not partitions:
+        impossible = True  # e.g. _partition = -1: no partition can hold a row
     all_parts = partitions if partitions is not None else set(range(spec.partitions))
     queries: list[tuple[Any, frozenset[int]]] = []
     full_scan = False
