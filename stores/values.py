@@ -99,6 +99,8 @@ class KeyValueIterator(Generic[T]):
         if not self.has_next():
             raise StopIteration("no more items")
         item = self._items[self._i]
+        if not isinstance(item, tuple):  # e.g. VersionedRecord: Kafka's VersionedRecordIterator has no keys either
+            raise TypeError(f"{type(item).__name__} items have no key to peek at")
         return item[0]
 
     def remaining(self) -> list[T]:

@@ -163,3 +163,5 @@ def test_values() -> None:
     it.close()
     with pytest.raises(ValueError, match="closed"):
         next(it)
+    with pytest.raises(TypeError, match="VersionedRecord items have no key"):
+        KeyValueIterator([VersionedRecord((1,), 5)]).peek_next_key()
