@@ -7,6 +7,7 @@ log → Spark → store writer → stores → planner → engine → HTTP.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -116,3 +117,23 @@ def test_demo_pipeline_over_http_matches_the_oracle(spark, tmp_path: Path) -> No
             assert mine["rows"][0][1] == pytest.approx(want[3][1] + 1000.0)
     finally:
         app.close()
+
+
+def test_demo_command_loads_serves_and_answers(spark, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: ANN001
+    """``iqgate demo --once``: events appended, pipeline caught up, server up, example answers printed."""
+    from gateway.cli import main
+
+    rc = main(["demo", "--dir", str(tmp_path / "demo"), "--orders", "300", "--customers", "15", "--once",
+               "--port", "0", "--timeout", "600"])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err[-3000:]
+    assert "loading events: 300/300" in captured.err
+    assert "stores caught up with 300/300 events" in captured.err
+    log = EventLog(tmp_path / "demo" / "log")
+    assert sum(log.end_offsets("orders").values()) == 300
+    # every example printed a table with at least one row, and the position of the whole log
+    assert captured.out.count("-- ") == 5
+    assert "(0 rows)" not in captured.out
+    last = {str(p): o for p, o in log.last_offsets("orders").items()}
+    assert f"position: {json.dumps({'orders': last}, separators=(',', ':'))}" in captured.out
+    assert "curl -s http://127.0.0.1:" in captured.out
