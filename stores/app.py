@@ -429,6 +429,20 @@ class StreamsApp:
         if was_running:
             self.mark_running()
 
+    def reset_store(self, name: str) -> None:
+        """Empty every partition of a store (data, position, last batch id), e.g. to rebuild it from the log.
+
+        Each partition resets in one transaction; existing handles go stale.
+        """
+        self.spec(name)
+        with self._lock:
+            parts = self._stores.get(name)
+            if parts is None:
+                raise IllegalStateException(f"store {name!r} is not open (state {self.state})")
+            for s in parts.values():
+                s.reset()
+            self._generation[name] += 1
+
     def reopen_store(self, name: str) -> None:
         """Close and reopen a store's files (as a task migration would); existing handles go stale."""
         spec = self.spec(name)

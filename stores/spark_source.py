@@ -40,7 +40,7 @@ EPOCHS_KEY = "@epochs"
 MISSING_SOURCE_TOPIC = "MISSING_SOURCE_TOPIC"
 SOURCE_TRUNCATED = "SOURCE_TRUNCATED"
 METADATA_COLUMNS = ("timestamp", "topic", "partition", "offset")
-_SPLIT = 250_000  # records per Spark task: bounds a task's memory and spreads a backlog over cores
+_SPLIT = 200_000  # records per Spark task: bounds a task's memory and spreads a backlog over cores
 
 _SUPPORTED = (BooleanType, DateType, DoubleType, FloatType, IntegerType, LongType, ShortType,
               StringType, TimestampType, TimestampNTZType)
@@ -118,11 +118,15 @@ def stream_schema(value_schema: StructType, key_type: str = "string") -> StructT
 
 
 class _Slice(InputPartition):
-    """One task's work: a contiguous offset range of one log partition."""
+    """One task's work: contiguous offset ranges ``(topic, partition, start, end, epoch)`` of log partitions.
 
-    def __init__(self, topic: str, partition: int, start: int, end: int, epoch: str | None) -> None:
-        super().__init__((topic, partition, start, end))
-        self.topic, self.partition, self.start, self.end, self.epoch = topic, partition, start, end, epoch
+    Small batches go in one task (a task per log partition would pay a
+    Python worker round trip each); big ones are cut at ``_SPLIT`` records.
+    """
+
+    def __init__(self, ranges: list[tuple[str, int, int, int, str | None]]) -> None:
+        super().__init__(tuple(ranges))
+        self.ranges = ranges
 
 
 class IqLogDataSource(DataSource):
@@ -213,13 +217,21 @@ class IqLogStreamReader(DataSourceStreamReader):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         epochs = end.get(EPOCHS_KEY, {})
         out: list[InputPartition] = []
+        current: list[tuple[str, int, int, int, str | None]] = []
+        room = _SPLIT
         for t in self.topics:
             for p, e in sorted(((int(p), int(e)) for p, e in end.get(t, {}).items())):
                 s = int(start.get(t, {}).get(str(p), 0))
                 while s < e:
-                    stop = min(e, s + _SPLIT)
-                    out.append(_Slice(t, p, s, stop, epochs.get(t)))
+                    stop = min(e, s + room)
+                    current.append((t, p, s, stop, epochs.get(t)))
+                    room -= stop - s
                     s = stop
+                    if room == 0:
+                        out.append(_Slice(current))
+                        current, room = [], _SPLIT
+        if current:
+            out.append(_Slice(current))
         return out
 
     def commit(self, end: dict) -> None:
@@ -231,15 +243,15 @@ class IqLogStreamReader(DataSourceStreamReader):
 
         sl: _Slice = partition  # type: ignore[assignment]
         log = self._log()
-        try:
-            if sl.epoch is not None and log.epoch(sl.topic) != sl.epoch:
-                raise RuntimeError(f"{SOURCE_TRUNCATED}: topic {sl.topic!r} was recreated while being read")
-            rows = log.read_raw(sl.topic, sl.partition, sl.start, sl.end)
-            convert = _row_converter(self.schema)
-            for off, key, value, ts in rows:
-                yield convert(key, value, ts, sl.topic, sl.partition, off)
-        except UnknownTopicError as exc:
-            raise RuntimeError(f"{MISSING_SOURCE_TOPIC}: {exc}") from None
+        convert = _row_converter(self.schema)
+        for topic, part, start, end, epoch in sl.ranges:
+            try:
+                if epoch is not None and log.epoch(topic) != epoch:
+                    raise RuntimeError(f"{SOURCE_TRUNCATED}: topic {topic!r} was recreated while being read")
+                for off, key, value, ts in log.read_raw(topic, part, start, end):
+                    yield convert(key, value, ts, topic, part, off)
+            except UnknownTopicError as exc:
+                raise RuntimeError(f"{MISSING_SOURCE_TOPIC}: {exc}") from None
 
 
 def _admit(avail: dict[tuple[str, int], tuple[int, int]], budget: int) -> dict[tuple[str, int], tuple[int, int]]:

@@ -96,7 +96,6 @@ class PartitionStore:
         self.partition = partition
         self.path = Path(path)
         self._path_str = str(self.path)
-        self._checked_at = -1e9
         self.read_only = read_only
         self.codec = ValueCodec(spec)
         self._topics = frozenset(spec.source_topics) or None
@@ -146,14 +145,38 @@ class PartitionStore:
             raise
         return c
 
+    def _check_file(self, now: float) -> None:
+        """An open connection would go on reading a deleted or replaced file: notice both.
+
+        Gone -> FileNotFoundError (STORE_EXCEPTION); replaced (new inode) ->
+        this thread reconnects to the new file. Done at most every
+        EXISTS_CHECK_S per thread, since a stat per query costs 2-4 us.
+        """
+        loc = self._local
+        try:
+            ino = os.stat(self._path_str).st_ino
+        except FileNotFoundError:
+            raise FileNotFoundError(f"file {self.path} is gone") from None
+        c = getattr(loc, "conn", None)
+        if c is not None and getattr(loc, "ino", ino) != ino:
+            with self._conns_lock:
+                if c in self._conns:
+                    self._conns.remove(c)
+            c.close()
+            loc.conn = None
+        loc.checked_at = now
+
     def _conn(self) -> sqlite3.Connection:
         """This thread's read connection (sqlite3 connections are not shared across threads)."""
         c = getattr(self._local, "conn", None)
         if c is None:
             if self._closed:
                 raise StoreClosedError(f"store {self.name!r} partition {self.partition} is closed")
-            if not self.path.exists():
-                raise FileNotFoundError(f"store {self.name!r} partition {self.partition}: file {self.path} is gone")
+            try:
+                self._local.ino = os.stat(self._path_str).st_ino
+            except FileNotFoundError:
+                raise FileNotFoundError(
+                    f"store {self.name!r} partition {self.partition}: file {self.path} is gone") from None
             c = sqlite3.connect(
                 f"{self.path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None,
                 check_same_thread=False, timeout=30.0,
@@ -260,10 +283,8 @@ class PartitionStore:
             else:
                 try:
                     now = time.monotonic()
-                    if now - self._checked_at > EXISTS_CHECK_S:  # an open connection would read an unlinked file
-                        if not os.path.exists(self._path_str):
-                            raise FileNotFoundError(f"file {self.path} is gone")
-                        self._checked_at = now
+                    if now - getattr(self._local, "checked_at", -1e9) > EXISTS_CHECK_S:
+                        self._check_file(now)
                     position, raw = handler.fetch(self, prepared)
                 except Exception as exc:  # noqa: BLE001 - store failures are data (STORE_EXCEPTION)
                     res = self._store_exception(exc, self._safe_position())
@@ -336,6 +357,28 @@ class PartitionStore:
     def apply_changes(self, c: sqlite3.Connection, changes: Sequence[Change], observed: int | None) -> int | None:
         """Write canonical changes inside the open transaction; return the new observed stream time."""
         raise NotImplementedError
+
+    def reset(self) -> None:
+        """Empty the partition and forget its position and last batch, in one transaction.
+
+        For rebuilding a store from its source (e.g. its checkpoint is gone):
+        readers, in this process or others, see the old or the empty store,
+        and a reader holding a bound gets NOT_UP_TO_BOUND until it is rebuilt.
+        """
+        with self._write_lock:
+            c = self._wconn
+            if c is None:
+                raise StoreClosedError(f"store {self.name!r} partition {self.partition} is closed for writing")
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                c.execute(f"DELETE FROM {self.TABLE}")
+                c.execute("UPDATE meta SET last_batch_id = NULL, position = '{}', version = version + 1,"
+                          " observed_ts = NULL WHERE id = 0")
+                c.execute("COMMIT")
+            except BaseException:
+                if c.in_transaction:
+                    c.execute("ROLLBACK")
+                raise
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, partition={self.partition}, path={str(self.path)!r})"

@@ -99,6 +99,8 @@ def _build_ts_range(store: KeyValueStore, _r: _Range, rows: list[Any]) -> RowIte
 class KeyValueStore(PartitionStore):
     """A plain key-value store partition: KeyQuery and RangeQuery."""
 
+    TABLE = "kv"
+
     HANDLERS = {
         KeyQuery: Handler(_prep_key, _fetch_point, _build_value),
         RangeQuery: Handler(_prep_range, _fetch_range, _build_range),

@@ -87,6 +87,8 @@ def _build_multi(store: VersionedStore, _p: _Multi, rows: list[Any]) -> RowItera
 class VersionedStore(PartitionStore):
     """A versioned key-value partition: VersionedKeyQuery and MultiVersionedKeyQuery."""
 
+    TABLE = "ver"
+
     HANDLERS = {
         VersionedKeyQuery: Handler(_prep_vkq, _fetch_vkq, _build_vkq),
         MultiVersionedKeyQuery: Handler(_prep_multi, _fetch_multi, _build_multi),

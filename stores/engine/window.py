@@ -34,6 +34,8 @@ def _windowed(store: PartitionStore) -> Any:
 
 
 class _WindowTable(PartitionStore):
+    TABLE = "win"
+
     def ddl(self) -> Sequence[str]:
         return [
             f"CREATE TABLE IF NOT EXISTS win ({self.key_decl()}, ws INTEGER NOT NULL, we INTEGER NOT NULL,"

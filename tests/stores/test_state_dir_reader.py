@@ -147,3 +147,47 @@ def test_reader_from_many_threads(running: Any) -> None:
         t.join(timeout=60)
     assert not errors and not any(t.is_alive() for t in threads)
     reader.close()
+
+
+def test_reset_store_empties_it_for_every_reader(running: Any) -> None:
+    from stores.errors import StateStoreMigratedException
+    from stores.handles import QueryableStoreTypes
+
+    reader = StateDirReader(running.state_dir)
+    handle = running.store("kv", QueryableStoreTypes.key_value())
+    assert reader.query(req("kv", KeyQuery.with_key(2))).only_partition_result().result == (5,)
+    running.reset_store("kv")
+    for q in (running, reader):
+        res = q.query(req("kv", RangeQuery.with_no_bounds()).with_partitions({0, 1}))
+        assert all(list(r.result) == [] and r.position == Position.empty() for r in res.partition_results.values())
+    with pytest.raises(StateStoreMigratedException):
+        handle.get(2)
+    w = running.writer("kv")
+    assert w.last_batch_id() is None
+    w.write_batch(1, [Change(2, (50,))], Position.from_map({"input-topic": {0: 1}}))  # batch ids start over
+    assert reader.query(req("kv", KeyQuery.with_key(2))).only_partition_result().result == (50,)
+    reader.close()
+
+
+def test_a_replaced_file_is_reopened(make_app: Any, tmp_path: Any) -> None:
+    import os
+    import time
+
+    from stores.engine.base import EXISTS_CHECK_S
+
+    a = make_app([spec_for(StoreKind.KEY_VALUE, "kv", partitions=1)], state_dir=tmp_path / "a")
+    a.writer("kv").write_batch(1, [Change(1, (1,))], Position.from_map({"input-topic": {0: 1}}))
+    b = make_app([spec_for(StoreKind.KEY_VALUE, "kv", partitions=1)], state_dir=tmp_path / "b")
+    b.writer("kv").write_batch(1, [Change(1, (2,))], Position.from_map({"input-topic": {0: 2}}))
+    reader = StateDirReader(tmp_path / "a")
+    assert reader.query(req("kv", KeyQuery.with_key(1))).only_partition_result().result == (1,)
+    assert a.close(timeout_s=10) and b.close(timeout_s=10)  # b checkpointed: no WAL left
+    target = layout.partition_path(tmp_path / "a", "kv", 0)
+    for suffix in ("", "-wal", "-shm"):  # as a rebuild would: the old file and its WAL go, a new file comes
+        if os.path.exists(f"{target}{suffix}"):
+            os.unlink(f"{target}{suffix}")
+    os.replace(layout.partition_path(tmp_path / "b", "kv", 0), target)
+    time.sleep(EXISTS_CHECK_S * 1.5)  # readers re-check their file at most this often
+    got = reader.query(req("kv", KeyQuery.with_key(1))).only_partition_result()
+    assert got.result == (2,) and got.position == Position.from_map({"input-topic": {0: 2}})
+    reader.close()
