@@ -24,7 +24,7 @@ from stores.position import Position, PositionError
 from .errors import InvalidPositionError, SqlSyntaxError
 from .positions import line_col
 
-__all__ = ["Dialect", "PositionClause", "Explain", "parse_statement"]
+__all__ = ["Dialect", "IqgateDialect", "PositionClause", "Explain", "parse_statement"]
 
 
 class PositionClause(exp.Expression):
@@ -146,15 +146,20 @@ class _Tokenizer(DuckDB.Tokenizer):
     KEYWORDS = {**DuckDB.Tokenizer.KEYWORDS, "EXPLAIN": TokenType.VAR}
 
 
-class Dialect(DuckDB):
-    """DuckDB SQL with iqgate's extensions; ``sqlglot.parse_one(sql, read=Dialect)`` works."""
+class IqgateDialect(DuckDB):
+    """DuckDB SQL with iqgate's extensions; ``sqlglot.parse_one(sql, read=Dialect)`` works.
+
+    The class must not be *named* ``Dialect``: sqlglot registers dialect
+    classes by name and would replace its own base dialect.
+    """
 
     Tokenizer = _Tokenizer
     parser_class = Parser
     generator_class = Generator
 
 
-_DIALECT = Dialect()
+Dialect = IqgateDialect
+_DIALECT = IqgateDialect()
 _TOKEN_RE = re.compile(r"<Token token_type: [^,]*, text: (.*?), line: \d+, col: \d+, start: \d+, end: \d+, comments: \[.*?\]>")
 
 
@@ -199,4 +204,4 @@ def position_literal_json(clause: PositionClause) -> str:
 
 
 # sqlglot looks dialects up by class; make ``read="iqgate"`` work too.
-sqlglot.dialects.dialect.Dialect.classes["iqgate"] = Dialect
+sqlglot.dialects.dialect.Dialect.classes["iqgate"] = IqgateDialect

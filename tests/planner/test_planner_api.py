@@ -196,3 +196,11 @@ def test_forbidden_scalar_function_inside_cte() -> None:
 def test_write_inside_a_cte_is_refused() -> None:
     with pytest.raises((planner.ReadOnlyError, planner.SqlSyntaxError)):
         planner.plan("WITH x AS (DELETE FROM mystore RETURNING *) SELECT * FROM x", CATALOG)
+
+
+def test_dialect_leaves_sqlglot_registry_intact() -> None:
+    """Registering our dialect must not replace sqlglot's base dialect (registered under '')."""
+    registry = sqlglot.dialects.dialect.Dialect.classes
+    assert registry[""] is sqlglot.dialects.dialect.Dialect
+    assert registry["iqgate"] is planner.Dialect
+    assert sqlglot.parse_one("SELECT 1 AS OF POSITION '{}'", read="iqgate").sql(dialect="iqgate") == "SELECT 1 AS OF POSITION '{}'"
