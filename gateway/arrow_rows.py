@@ -12,6 +12,7 @@ UTC (Arrow ``timestamp('ms', tz='UTC')``), Python ``datetime`` with
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from stores.result import FailureReason, StateQueryResult
 from stores.schema import SqlType, StoreKind, StoreSpec
 from stores.values import KeyValue, ValueAndTimestamp, VersionedRecord, Windowed
 
-__all__ = ["ScanRows", "Failure", "collect", "ARROW_TYPES", "DUCK_TYPES", "PSEUDO_FIELDS", "python_value"]
+__all__ = ["ScanRows", "Failure", "collect", "ARROW_TYPES", "DUCK_TYPES", "PSEUDO_FIELDS", "python_value", "position_json"]
 
 ARROW_TYPES: dict[SqlType, pa.DataType] = {
     SqlType.BIGINT: pa.int64(),
@@ -108,7 +109,7 @@ class ScanRows:
                 for i in range(width):
                     cols[i].append(None)
                 cols[width].append(f.partition)
-                cols[width + 1].append(_position_json(f.position))
+                cols[width + 1].append(position_json(f.position))
                 cols[width + 2].append(f.reason.label)
                 cols[width + 3].append(f.message)
         arrays = [pa.array(c, type=schema.field(i).type) for i, c in enumerate(cols)]
@@ -116,22 +117,44 @@ class ScanRows:
 
     def project(self, names: Sequence[str]) -> tuple[list[tuple[str, str]], list[tuple[Any, ...]]]:
         """``(columns, rows)`` of the named store columns as Python values (the fast path, no DuckDB)."""
-        index = {c.name: (i, c.type) for i, c in enumerate(self.spec.columns())}
-        index["_partition"] = (len(index), SqlType.INTEGER)
-        picks = []
-        columns = []
-        for n in names:
-            if n not in index:
-                raise KeyError(f"fast path column {n!r} is not a column of store {self.spec.name!r}")
-            i, t = index[n]
-            picks.append((i, t if t in (SqlType.TIMESTAMP, SqlType.DATE) else None))
-            columns.append((n, DUCK_TYPES[t]))
-        out = [tuple(python_value(t, row[i]) if t else row[i] for i, t in picks) for row in self.rows]
-        return columns, out
+        columns, picks = _projection(self.spec, tuple(names))
+        if all(t is None for _, t in picks):
+            out = [tuple(row[i] for i, _ in picks) for row in self.rows]
+        else:
+            out = [tuple(python_value(t, row[i]) if t else row[i] for i, t in picks) for row in self.rows]
+        return list(columns), out
 
 
-def _position_json(position: Position | None) -> str | None:
-    return None if position is None else json.dumps(position.to_json_map(), separators=(",", ":"))
+_POSITION_JSON: dict[Position, str] = {}
+
+
+@functools.lru_cache(maxsize=1024)
+def _projection(spec: StoreSpec, names: tuple[str, ...]) -> tuple[tuple[tuple[str, str], ...],
+                                                                   tuple[tuple[int, SqlType | None], ...]]:
+    """(columns, (row index, type needing conversion)) of a fast-path projection; cached per store and names."""
+    index = {c.name: (i, c.type) for i, c in enumerate(spec.columns())}
+    index["_partition"] = (len(index), SqlType.INTEGER)
+    picks = []
+    columns = []
+    for n in names:
+        if n not in index:
+            raise KeyError(f"fast path column {n!r} is not a column of store {spec.name!r}")
+        i, t = index[n]
+        picks.append((i, t if t in (SqlType.TIMESTAMP, SqlType.DATE) else None))
+        columns.append((n, DUCK_TYPES[t]))
+    return tuple(columns), tuple(picks)
+
+
+def position_json(position: Position | None) -> str | None:
+    """Compact JSON of a position, cached: a store's position repeats on every read until its next batch."""
+    if position is None:
+        return None
+    text = _POSITION_JSON.get(position)
+    if text is None:
+        if len(_POSITION_JSON) > 4096:
+            _POSITION_JSON.clear()
+        text = _POSITION_JSON[position] = json.dumps(position.to_json_map(), separators=(",", ":"))
+    return text
 
 
 class _Shaper:
@@ -205,7 +228,7 @@ def collect(spec: StoreSpec, answers: Sequence[tuple[StateQueryRequest, StateQue
                 scan.failures.append(Failure(spec.name, partition, qr.failure_reason, qr.failure_message,
                                              qr.position))
                 continue
-            tail = (partition, _position_json(qr.position))
+            tail = (partition, position_json(qr.position))
             for r in _data_rows(shaper, request, qr.result):
                 rows.append(r + tail)
     if order is not None and order is not ResultOrder.ANY and len(rows) > 1:

@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 from flask import Response
 
+from ..arrow_rows import position_json
 from ..errors import GatewayError, GatewayInternalError
 from ..result import Result
 
@@ -69,7 +70,7 @@ def dumps(obj: Any) -> str:
 
 
 def position_header(result: Result) -> str:
-    return json.dumps(result.position.to_json_map(), separators=(",", ":"))
+    return position_json(result.position) or "{}"
 
 
 def _columns(result: Result) -> list[dict[str, str]]:

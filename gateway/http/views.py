@@ -37,7 +37,7 @@ def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metric
     def sql() -> Response:
         accept = request.headers.get("Accept")
         media = JSON if not accept or accept in _JSON_ACCEPTS else negotiate(request.accept_mimetypes)
-        req = parse_sql_request(request.get_data(cache=False), cfg.max_request_bytes)
+        req = parse_sql_request(request.get_data(), cfg.max_request_bytes)
         result = gateway.sql(req.sql, req.params, req.position, partial=req.partial, wait_ms=req.wait_ms,
                              session=req.session, max_rows=req.max_rows, stream=media == NDJSON,
                              arrow=media == ARROW)
