@@ -347,9 +347,10 @@ def sql_literal(value: Any) -> str:
         except InvalidOperation:  # pragma: no cover - defensive
             raise ParameterError(f"cannot use decimal parameter {value!r}") from None
     if isinstance(value, str):
-        if "\x00" in value:
-            raise ParameterError("string parameters cannot contain NUL characters")
-        return "'" + value.replace("'", "''") + "'"
+        quoted = "'" + value.replace("'", "''") + "'"
+        if "\x00" in value:  # a NUL cannot sit inside SQL text: spell it chr(0)
+            return "(" + quoted.replace("\x00", "' || chr(0) || '") + ")"
+        return quoted
     if isinstance(value, datetime):
         if value.tzinfo is not None:
             value = value.astimezone(timezone.utc).replace(tzinfo=None)

@@ -79,6 +79,14 @@ class ReferenceStore:
         return out
 
 
+def _insert(con: duckdb.DuckDBPyConnection, table: str, values: list[list[Any]]) -> None:
+    """One multi-row INSERT (executemany costs a round trip per row)."""
+    if not values:
+        return
+    row = "(" + ", ".join("?" * len(values[0])) + ")"
+    con.execute(f'INSERT INTO "{table}" VALUES ' + ", ".join([row] * len(values)), [v for r in values for v in r])
+
+
 def run_plan(plan: Plan, stores: dict[str, ReferenceStore]) -> list[tuple]:
     """The plan's answer: requests against the reference stores, relations in DuckDB, then the residual SQL."""
     con = duckdb.connect()
@@ -98,9 +106,7 @@ def run_plan(plan: Plan, stores: dict[str, ReferenceStore]) -> list[tuple]:
                     '"_failure_reason" VARCHAR, "_failure_message" VARCHAR)')
         values = [[_to_sql_value(c.type, row.get(c.name)) for c in cols] + [p, "{}", None, None] for p, row, _ in data]
         values += [[None] * len(cols) + [p, "{}", reason, f"partition {p}: {reason}"] for p, _, reason in failures]
-        if values:
-            marks = ", ".join("?" * (len(cols) + 4))
-            con.executemany(f'INSERT INTO "{scan.relation}" VALUES ({marks})', values)
+        _insert(con, scan.relation, values)
     result = con.execute(plan.residual_sql).fetchall()
     con.close()
     return result
@@ -109,15 +115,16 @@ def run_plan(plan: Plan, stores: dict[str, ReferenceStore]) -> list[tuple]:
 def run_direct(sql: str, stores: dict[str, ReferenceStore], params: Any = None, *, with_partition: bool = False) -> list[tuple]:
     """The original SQL over the same rows loaded as plain tables (the ground truth)."""
     con = duckdb.connect()
+    lowered = sql.lower()
     for name, store in stores.items():
+        if name not in lowered:
+            continue  # only the stores the statement names
         cols = store.spec.columns()
         ddl = ", ".join(f'"{c.name}" {_DUCK_TYPES[c.type]}' for c in cols) + (', "_partition" INTEGER' if with_partition else "")
         con.execute(f'CREATE TABLE "{name}" ({ddl})')
         values = [[_to_sql_value(c.type, r.get(c.name)) for c in cols] + ([p] if with_partition else [])
                   for r, p in zip(store.rows, store.partition_of)]
-        if values:
-            marks = ", ".join("?" * len(values[0]))
-            con.executemany(f'INSERT INTO "{name}" VALUES ({marks})', values)
+        _insert(con, name, values)
     result = con.execute(sql, params).fetchall() if params is not None else con.execute(sql).fetchall()
     con.close()
     return result
