@@ -7,6 +7,7 @@ store is only ever sent a query it can answer.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,7 @@ from .errors import ParameterError, TypeMismatchError, UnsupportedSqlError
 from .literals import NO_MATCH, NOT_PUSHABLE, ValueRef, coerce_bound, resolve, show
 from .plan import StoreScan
 from .positions import line_col
+from .template import ScanTemplate
 
 __all__ = ["bind_scan"]
 
@@ -60,7 +62,7 @@ def _pos(sql: str, ref: ValueRef, fallback: int | None) -> tuple[int | None, int
 
 
 class _Binder:
-    def __init__(self, sql: str, t: Any, params: Any) -> None:
+    def __init__(self, sql: str, t: ScanTemplate, params: Any) -> None:
         self.sql, self.t, self.params = sql, t, params
         self.exact = True
 
@@ -93,8 +95,14 @@ class _Binder:
         raise TypeMismatchError(f"cannot compare column _partition (INTEGER) with {show(value, sql_type)} ({sql_type})", line=line, col=col)
 
 
-def bind_scan(sql: str, t: Any, params: Any, bound: PositionBound, session: dict[str, Any]) -> tuple[StoreScan, bool]:
-    """The scan's requests and whether they return exactly the rows the pushed predicates keep."""
+def bind_scan(
+    sql: str, t: ScanTemplate, params: Any, bound: PositionBound, session: Mapping[str, Any]
+) -> tuple[StoreScan, tuple[str, ...] | None]:
+    """The scan and its fast-path columns (None unless the requests are exactly the statement's rows).
+
+    LIMIT and the fast path are only kept when every pushed predicate was
+    represented exactly; otherwise DuckDB still has rows to drop.
+    """
     spec = t.spec
     b = _Binder(sql, t, params)
     keys: list[Any] | None = None
@@ -250,7 +258,7 @@ def _count(ref: ValueRef, params: Any) -> int | None:
     return None
 
 
-def _needs_key(sql: str, t: Any, why: str) -> UnsupportedSqlError:
+def _needs_key(sql: str, t: ScanTemplate, why: str) -> UnsupportedSqlError:
     line, col = line_col(sql, t.start) if t.start is not None else (None, None)
     return UnsupportedSqlError(
         f"store {t.store} needs a key: add WHERE {t.spec.key.name} = … (or IN (…)); {why}", line=line, col=col
