@@ -12,11 +12,16 @@ import heapq
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import duckdb
 
-__all__ = ["DuckPool", "Watchdog", "SECURITY_SETTINGS"]
+from .errors import (
+    ExecutionError, ForbiddenError, GatewayError, GatewayInternalError, RowLimitExceeded, SqlError, StatementTimeout,
+)
+
+__all__ = ["DuckPool", "Watchdog", "SECURITY_SETTINGS", "duck_error", "fetch_chunks", "row_limit_error"]
 
 # Order matters: lock_configuration last, or the others could not be set.
 SECURITY_SETTINGS: tuple[tuple[str, str], ...] = (
@@ -104,3 +109,43 @@ class Watchdog:
                 action()
             except Exception:  # noqa: BLE001 - an interrupt of a finished cursor must not kill the watchdog
                 pass
+
+
+def fetch_chunks(cur: duckdb.DuckDBPyConnection, size: int, limit_rows: int, timeout_ms: int,
+                  done: Any) -> Iterator[list[tuple[Any, ...]]]:
+    """Chunks of rows as DuckDB produces them; past the row limit it is an error, never a silent truncation."""
+    seen = 0
+    try:
+        while True:
+            try:
+                chunk = cur.fetchmany(size)
+            except duckdb.Error as exc:
+                raise duck_error(exc, timeout_ms) from exc
+            if not chunk:
+                return
+            seen += len(chunk)
+            if seen > limit_rows:
+                cur.abort()
+                raise row_limit_error(limit_rows)
+            yield chunk
+    finally:
+        done()
+
+
+def row_limit_error(limit_rows: int) -> RowLimitExceeded:
+    return RowLimitExceeded(f"the result has more than {limit_rows} rows (the row limit); "
+                            "add a LIMIT or a narrower WHERE")
+
+
+def duck_error(exc: BaseException, timeout_ms: int) -> GatewayError:
+    """The gateway error for a DuckDB failure while running the residual SQL."""
+    msg = str(exc)
+    if isinstance(exc, duckdb.InterruptException) or "INTERRUPT" in msg.upper():
+        return StatementTimeout(f"the statement ran longer than the statement timeout of {timeout_ms} ms")
+    if isinstance(exc, duckdb.PermissionException):
+        return ForbiddenError(f"refused: {msg}")
+    if isinstance(exc, (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException)):
+        return SqlError(msg, code="SQL_ERROR")
+    if isinstance(exc, duckdb.InternalException):
+        return GatewayInternalError(msg)
+    return ExecutionError(msg)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +21,16 @@ from planner.plan import Plan, StatementKind, StoreScan
 from stores.position import Position, PositionBound, PositionError
 from stores.protocol import Queryable
 from stores.request import StateQueryRequest
-from stores.result import FailureReason, StateQueryResult
+from stores.result import StateQueryResult
 from stores.query import KeyQuery, TimestampedKeyQuery, VersionedKeyQuery, WindowKeyQuery, WindowRangeQuery
 from stores.schema import SqlType, StoreKind, StoreSpec
 from stores.state import State
 
 from .arrow_rows import DUCK_TYPES, ScanRows, collect
 from .config import GatewayConfig, Session, as_position
-from .duck import DuckPool, Watchdog
-from .errors import (
-    BadRequest, ExecutionError, ForbiddenError, GatewayError, GatewayInternalError, NotUpToBoundError,
-    PartitionFailureError, RowLimitExceeded, SqlError, StatementTimeout, translate,
-)
+from .duck import DuckPool, Watchdog, duck_error, fetch_chunks, row_limit_error
+from .errors import BadRequest, GatewayInternalError, StatementTimeout, translate
+from .outcomes import is_behind, partition_error, record_outcomes
 from .result import PartitionOutcome, Result
 
 __all__ = ["Gateway", "Session"]
@@ -208,19 +206,19 @@ class Gateway:
             scans.append((scan, rows))
             for _, answer in answers:
                 merged = merged.merge(answer.position)
-                _record_outcomes(outcomes, scan.store, answer)
+                record_outcomes(outcomes, scan.store, answer)
         if time.monotonic() > deadline:
             raise StatementTimeout(f"reading the stores took longer than the statement timeout of {timeout_ms} ms")
         partitions = [outcomes[k] for k in sorted(outcomes)]
         if not partial:
             needed = [f for scan, rows in scans if not scan.include_failures for f in rows.failures]
             if needed:
-                raise _partition_error(needed)
+                raise partition_error(needed)
 
         if plan.fast_path is not None and len(scans) == 1:
             columns, out = scans[0][1].project(plan.fast_path)
             if len(out) > limit_rows:
-                raise _row_limit(limit_rows)
+                raise row_limit_error(limit_rows)
             return Result(columns=columns, position=merged, partitions=partitions, statement=StatementKind.SELECT,
                           rows=out, cursor_factory=self._pool.cursor)
         return self._residual(plan, scans, merged, partitions, limit_rows, timeout_ms, deadline, stream, arrow)
@@ -238,7 +236,7 @@ class Gateway:
         wait_until = min(time.monotonic() + wait_ms / 1000, deadline)
         pause = _MIN_POLL_S
         for _ in range(100_000):  # bounded; the clock ends it long before
-            behind = [i for i, (_, a) in enumerate(answers) if _is_behind(a)]
+            behind = [i for i, (_, a) in enumerate(answers) if is_behind(a)]
             now = time.monotonic()
             if not behind or now >= wait_until:
                 break
@@ -280,7 +278,7 @@ class Gateway:
                 for batch in reader:
                     seen += batch.num_rows
                     if seen > limit_rows:
-                        raise _row_limit(limit_rows)
+                        raise row_limit_error(limit_rows)
                     batches.append(batch)
                 table = pa.Table.from_batches(batches, schema=reader.schema)
                 return Result(columns=columns, table=table, **common)
@@ -288,16 +286,16 @@ class Gateway:
             columns = [(str(d[0]), str(d[1])) for d in cur.description or ()]
             if stream:
                 handed_over = True
-                chunks = _fetch_chunks(cur, self.config.ndjson_batch_rows, limit_rows, timeout_ms,
+                chunks = fetch_chunks(cur, self.config.ndjson_batch_rows, limit_rows, timeout_ms,
                                        lambda: self._watchdog.disarm(ticket))
                 return Result(columns=columns, chunks=chunks, **common)
             out = cur.fetchmany(limit_rows + 1)
             if len(out) > limit_rows:
                 cur.abort()
-                raise _row_limit(limit_rows)
+                raise row_limit_error(limit_rows)
             return Result(columns=columns, rows=out, **common)
         except duckdb.Error as exc:
-            raise _duck_error(exc, timeout_ms) from exc
+            raise duck_error(exc, timeout_ms) from exc
         finally:
             if not handed_over:
                 self._watchdog.disarm(ticket)
@@ -331,83 +329,6 @@ class Gateway:
         cols = [("column_name", "VARCHAR"), ("column_type", "VARCHAR"), ("null", "VARCHAR"), ("key", "VARCHAR"),
                 ("default", "VARCHAR"), ("extra", "VARCHAR")]
         return self._static(StatementKind.DESCRIBE, cols, rows)
-
-
-def _fetch_chunks(cur: duckdb.DuckDBPyConnection, size: int, limit_rows: int, timeout_ms: int,
-                  done: Any) -> Iterator[list[tuple[Any, ...]]]:
-    """Chunks of rows as DuckDB produces them; past the row limit it is an error, never a silent truncation."""
-    seen = 0
-    try:
-        while True:
-            try:
-                chunk = cur.fetchmany(size)
-            except duckdb.Error as exc:
-                raise _duck_error(exc, timeout_ms) from exc
-            if not chunk:
-                return
-            seen += len(chunk)
-            if seen > limit_rows:
-                cur.abort()
-                raise _row_limit(limit_rows)
-            yield chunk
-    finally:
-        done()
-
-
-def _row_limit(limit_rows: int) -> RowLimitExceeded:
-    return RowLimitExceeded(f"the result has more than {limit_rows} rows (the row limit); "
-                            "add a LIMIT or a narrower WHERE")
-
-
-def _duck_error(exc: BaseException, timeout_ms: int) -> GatewayError:
-    """The gateway error for a DuckDB failure while running the residual SQL."""
-    msg = str(exc)
-    if isinstance(exc, duckdb.InterruptException) or "INTERRUPT" in msg.upper():
-        return StatementTimeout(f"the statement ran longer than the statement timeout of {timeout_ms} ms")
-    if isinstance(exc, duckdb.PermissionException):
-        return ForbiddenError(f"refused: {msg}")
-    if isinstance(exc, (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException)):
-        return SqlError(msg, code="SQL_ERROR")
-    if isinstance(exc, duckdb.InternalException):
-        return GatewayInternalError(msg)
-    return ExecutionError(msg)
-
-
-def _partition_error(failures: list[Any]) -> PartitionFailureError:
-    """One error naming every failed partition, its reason and whether a retry can help."""
-    parts = [{"store": f.store, "partition": f.partition, "failure_reason": f.reason.label,
-              "failure_message": f.message, "retryable": f.reason.retryable} for f in failures]
-    text = "; ".join(
-        f"store {f.store!r} partition {f.partition}: {f.reason.label} "
-        f"({'retryable' if f.reason.retryable else 'not retryable'}): {f.message}" for f in failures)
-    reasons = {f.reason for f in failures}
-    message = f"{len(failures)} store partition(s) the query needs failed: {text}"
-    if reasons == {FailureReason.NOT_UP_TO_BOUND}:
-        return NotUpToBoundError(message, partitions=parts)
-    if any(r.retryable for r in reasons):
-        return PartitionFailureError(message, partitions=parts, retryable=True, http_status=503)
-    if reasons == {FailureReason.DOES_NOT_EXIST}:
-        return PartitionFailureError(message, partitions=parts, http_status=404)
-    if FailureReason.UNKNOWN_QUERY_TYPE in reasons:
-        return PartitionFailureError(message, partitions=parts, http_status=400)
-    return PartitionFailureError(message, partitions=parts)
-
-
-def _is_behind(answer: StateQueryResult) -> bool:
-    return any(qr.is_failure and qr.failure_reason is FailureReason.NOT_UP_TO_BOUND
-               for qr in answer.partition_results.values())
-
-
-def _record_outcomes(outcomes: dict[tuple[str, int], PartitionOutcome], store: str, answer: StateQueryResult) -> None:
-    for p, qr in answer.partition_results.items():
-        prev = outcomes.get((store, p))
-        pos = qr.position if prev is None or prev.position is None else prev.position.merge(qr.position)
-        if qr.is_failure:
-            outcomes[(store, p)] = PartitionOutcome(store, p, qr.failure_reason.label, qr.failure_message, pos)
-        elif prev is not None and prev.is_failure:
-            outcomes[(store, p)] = PartitionOutcome(store, p, prev.failure_reason, prev.failure_message, pos)
-        else:
-            outcomes[(store, p)] = PartitionOutcome(store, p, None, None, pos)
 
 
 def _probe(spec: StoreSpec) -> Any:

@@ -1,0 +1,54 @@
+"""Per-partition outcomes: what a statement tells the caller about every store partition it read.
+
+Strict mode turns the failed partitions into one error that names each
+partition, its reason and whether a retry can help; the status follows the
+reasons (503 when waiting may help, 404 for partitions that do not exist).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stores.result import FailureReason, StateQueryResult
+
+from .errors import NotUpToBoundError, PartitionFailureError
+from .result import PartitionOutcome
+
+__all__ = ["partition_error", "is_behind", "record_outcomes"]
+
+
+def partition_error(failures: list[Any]) -> PartitionFailureError:
+    """One error naming every failed partition, its reason and whether a retry can help."""
+    parts = [{"store": f.store, "partition": f.partition, "failure_reason": f.reason.label,
+              "failure_message": f.message, "retryable": f.reason.retryable} for f in failures]
+    text = "; ".join(
+        f"store {f.store!r} partition {f.partition}: {f.reason.label} "
+        f"({'retryable' if f.reason.retryable else 'not retryable'}): {f.message}" for f in failures)
+    reasons = {f.reason for f in failures}
+    message = f"{len(failures)} store partition(s) the query needs failed: {text}"
+    if reasons == {FailureReason.NOT_UP_TO_BOUND}:
+        return NotUpToBoundError(message, partitions=parts)
+    if any(r.retryable for r in reasons):
+        return PartitionFailureError(message, partitions=parts, retryable=True, http_status=503)
+    if reasons == {FailureReason.DOES_NOT_EXIST}:
+        return PartitionFailureError(message, partitions=parts, http_status=404)
+    if FailureReason.UNKNOWN_QUERY_TYPE in reasons:
+        return PartitionFailureError(message, partitions=parts, http_status=400)
+    return PartitionFailureError(message, partitions=parts)
+
+
+def is_behind(answer: StateQueryResult) -> bool:
+    return any(qr.is_failure and qr.failure_reason is FailureReason.NOT_UP_TO_BOUND
+               for qr in answer.partition_results.values())
+
+
+def record_outcomes(outcomes: dict[tuple[str, int], PartitionOutcome], store: str, answer: StateQueryResult) -> None:
+    for p, qr in answer.partition_results.items():
+        prev = outcomes.get((store, p))
+        pos = qr.position if prev is None or prev.position is None else prev.position.merge(qr.position)
+        if qr.is_failure:
+            outcomes[(store, p)] = PartitionOutcome(store, p, qr.failure_reason.label, qr.failure_message, pos)
+        elif prev is not None and prev.is_failure:
+            outcomes[(store, p)] = PartitionOutcome(store, p, prev.failure_reason, prev.failure_message, pos)
+        else:
+            outcomes[(store, p)] = PartitionOutcome(store, p, None, None, pos)
