@@ -15,7 +15,6 @@ import logging
 import os
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,8 @@ from typing import Any
 from . import layout
 from .dispatch import run_request
 from .engine import PartitionStore, open_partition
+from .engine.coordination import ShutdownCoordinator
+from .engine.hosting import Hosting, initial_hosting, reassigned
 from .engine.lifecycle import ClientStateMachine
 from .engine.writer import PartitionedWriter
 from .errors import (
@@ -45,8 +46,6 @@ log = logging.getLogger(__name__)
 
 UncaughtHandler = Callable[[BaseException], StreamThreadExceptionResponse]
 
-_REGISTRY: dict[str, weakref.WeakSet[StreamsApp]] = {}
-_REGISTRY_LOCK = threading.Lock()
 _STOPPED = (State.PENDING_SHUTDOWN, State.NOT_RUNNING, State.PENDING_ERROR, State.ERROR)
 
 
@@ -65,24 +64,6 @@ class StoreTopology:
 
     def create_runtime(self, app: Any) -> Runtime | None:
         return None
-
-
-def _check_partitions(
-    specs: Mapping[str, StoreSpec], given: Mapping[str, Iterable[int]] | None, what: str
-) -> dict[str, frozenset[int]] | None:
-    if given is None:
-        return None
-    out = {}
-    for name, parts in given.items():
-        spec = specs.get(name)
-        if spec is None:
-            raise ValueError(f"{what}: unknown store {name!r}; stores are {sorted(specs)}")
-        ps = frozenset(parts)
-        bad = sorted(p for p in ps if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < spec.partitions)
-        if bad:
-            raise ValueError(f"{what}: store {name!r} has partitions 0..{spec.partitions - 1}, got {bad}")
-        out[name] = ps
-    return out
 
 
 class StreamsApp:
@@ -122,16 +103,7 @@ class StreamsApp:
             if s.name in self._specs:
                 raise ValueError(f"duplicate store name {s.name!r} in topology")
             self._specs[s.name] = s
-        hosted = _check_partitions(self._specs, hosted_partitions, "hosted_partitions")
-        standby = _check_partitions(self._specs, standby_partitions, "standby_partitions") or {}
-        hosted = dict(hosted or {})
-        for n, s in self._specs.items():  # a store not named hosts every partition that is not a standby
-            standby.setdefault(n, frozenset())
-            hosted.setdefault(n, frozenset(range(s.partitions)) - standby[n])
-            both = sorted(hosted[n] & standby[n])
-            if both:
-                raise ValueError(f"store {n!r}: partitions {both} cannot be both hosted (active) and standby")
-        self._hosting: tuple[dict[str, frozenset[int]], dict[str, frozenset[int]]] = (hosted, standby)
+        self._hosting: Hosting = initial_hosting(self._specs, hosted_partitions, standby_partitions)
         self._synchronous = synchronous.upper()
         self._stores: dict[str, dict[int, PartitionStore]] = {}
         self._generation: dict[str, int] = {n: 0 for n in self._specs}
@@ -141,15 +113,10 @@ class StreamsApp:
         self._start_lock = threading.Lock()
         self._handler: UncaughtHandler | None = None
         self._runtime: Runtime | None = None
-        self._started_at: float | None = None
-        self._coord_dir = layout.coordination_dir(application_id, coordination_base)
-        self._poll_s = shutdown_poll_s
-        self._stop_poll = threading.Event()
+        self._coordinator = ShutdownCoordinator(application_id, self, coordination_base, shutdown_poll_s)
         self._fsm = ClientStateMachine(application_id, on_change=lambda new, old: self._write_app_json(new))
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._write_app_json(State.CREATED)
-        with _REGISTRY_LOCK:
-            _REGISTRY.setdefault(application_id, weakref.WeakSet()).add(self)
 
     # -- state ----------------------------------------------------------------------
     @property
@@ -190,7 +157,6 @@ class StreamsApp:
                 moved = False
         if not moved:
             raise IllegalStateException("The client is either already started or already stopped, cannot re-start")
-        self._started_at = time.time()
         try:
             self._open_stores()
             self._runtime = self.topology.create_runtime(self)
@@ -198,8 +164,7 @@ class StreamsApp:
             log.exception("stream-client %s: failed to open its stores", self.application_id)
             self._close_to_error()
             raise
-        threading.Thread(target=self._poll_shutdown_marker, name=f"iqgate-{self.application_id}-marker",
-                         daemon=True).start()
+        self._coordinator.watch(lambda: self.state.is_running_or_rebalancing(), self._close_to_error)
         if self._runtime is None:
             self.mark_running()
         else:
@@ -267,7 +232,7 @@ class StreamsApp:
                              name=f"iqgate-{self.application_id}-error", daemon=True).start()
 
     def _shutdown(self, final: State) -> None:
-        self._stop_poll.set()
+        self._coordinator.stop()
         runtime = self._runtime
         if runtime is not None:
             try:
@@ -318,29 +283,9 @@ class StreamsApp:
 
     def _request_application_shutdown(self) -> None:
         """SHUTDOWN_APPLICATION: every instance with this application_id, in this process and others."""
-        try:
-            self._coord_dir.mkdir(parents=True, exist_ok=True)
-            layout.write_json_atomic(self._coord_dir / "shutdown-requested",
-                                     {"requested_at": time.time(), "pid": os.getpid()})
-        except OSError:
-            log.exception("stream-client %s: could not write the shutdown marker", self.application_id)
-        with _REGISTRY_LOCK:
-            peers = list(_REGISTRY.get(self.application_id, ()))
-        for app in peers:
+        self._coordinator.request()
+        for app in self._coordinator.peers():
             app._close_to_error()
-
-    def _poll_shutdown_marker(self) -> None:
-        marker = self._coord_dir / "shutdown-requested"
-        started = self._started_at or time.time()
-        while not self._stop_poll.wait(self._poll_s):
-            try:
-                requested = json.loads(marker.read_text(encoding="utf-8"))["requested_at"]
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-            if requested >= started and self.state.is_running_or_rebalancing():
-                log.error("stream-client %s: application shutdown requested by another instance", self.application_id)
-                self._close_to_error()
-                return
 
     # -- stores ----------------------------------------------------------------------------
     def catalog(self) -> dict[str, StoreSpec]:
@@ -408,15 +353,8 @@ class StreamsApp:
         """Move partitions in or out of this instance: a rebalance; handles of changed stores go stale."""
         if not self.state.is_running_or_rebalancing():
             raise IllegalStateException(f"cannot reassign partitions in state {self.state}")
-        new_h = _check_partitions(self._specs, hosted, "hosted") or {}
-        new_s = _check_partitions(self._specs, standby, "standby") or {}
         old_h, old_s = self._hosting
-        h = {n: new_h.get(n, old_h[n]) for n in self._specs}
-        s = {n: new_s.get(n, old_s[n]) for n in self._specs}
-        for n in self._specs:
-            both = sorted(h[n] & s[n])
-            if both:
-                raise ValueError(f"store {n!r}: partitions {both} cannot be both hosted (active) and standby")
+        h, s = reassigned(self._specs, self._hosting, hosted, standby)
         was_running = self.state is State.RUNNING
         self.mark_rebalancing()
         with self._lock:
