@@ -28,6 +28,8 @@ MODULES = (
     "benchmarks.bench_gateway",
     "benchmarks.bench_dbapi",
     "benchmarks.bench_pipeline",
+    "benchmarks.bench_statestore",
+    "benchmarks.bench_memory",
 )
 
 
