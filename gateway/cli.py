@@ -11,6 +11,7 @@ import argparse
 import csv
 import json
 import sys
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -187,17 +188,43 @@ def _config(args: argparse.Namespace) -> GatewayConfig:
                          table_scans=not args.no_table_scans)
 
 
+_STOP = threading.Event()
+
+
+def request_stop() -> None:
+    """Ask a running ``serve``/``demo`` to shut down cleanly (what Ctrl-C does; tests call it)."""
+    _STOP.set()
+
+
+def wait_for_stop() -> None:
+    """Block until ``request_stop`` (or Ctrl-C, which raises KeyboardInterrupt here)."""
+    while not _STOP.wait(0.5):
+        pass
+
+
+def _serve_until_stopped(gw: Any, args: argparse.Namespace, what: str) -> None:
+    from .http import create_app
+    from .server import ServerThread
+
+    server = ServerThread(create_app(gw), args.host, args.port, args.threads).start()
+    print(f"iqgate: serving {what} on {server.url}", file=sys.stderr, flush=True)
+    try:
+        wait_for_stop()
+    finally:
+        server.close()
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from .engine import Gateway
-    from .http import create_app
-    from .server import serve
 
     if args.pipeline is None:
         if not args.state_dir:
             raise SystemExit("iqgate serve: give a pipeline file, or --state-dir DIR to serve its stores read-only")
         gw = Gateway.open(args.state_dir, **_config_kwargs(args))
-        print(f"iqgate: serving {args.state_dir} read-only on http://{args.host}:{args.port}", file=sys.stderr)
-        serve(create_app(gw), args.host, args.port, args.threads)
+        try:
+            _serve_until_stopped(gw, args, f"{args.state_dir} read-only")
+        finally:
+            gw.close()
         return 0
     from stores.eventlog import EventLog
 
@@ -208,9 +235,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     log = EventLog(args.log_dir or base / "log")
     app = start_pipeline(module, log, Path(args.state_dir or base / "state"))
     try:
-        gw = Gateway(app, config=_config(args))
-        print(f"iqgate: pipeline {module.APPLICATION_ID} running; http://{args.host}:{args.port}", file=sys.stderr)
-        serve(create_app(gw), args.host, args.port, args.threads)
+        _serve_until_stopped(Gateway(app, config=_config(args)), args, f"pipeline {module.APPLICATION_ID}")
     finally:
         app.close()
     return 0
@@ -293,6 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _STOP.clear()
     try:
         return int(args.fn(args) or 0)
     except GatewayError as exc:

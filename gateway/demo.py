@@ -50,7 +50,7 @@ def example_queries(orders: list[tuple[str, dict[str, Any], int]]) -> list[tuple
 def run_demo(args: argparse.Namespace) -> int:
     from stores.eventlog import EventLog
 
-    from .cli import print_result
+    from .cli import print_result, wait_for_stop
     from .config import GatewayConfig
     from .engine import Gateway
     from .hosting import load_pipeline, start_pipeline, wait_caught_up
@@ -105,8 +105,8 @@ def run_demo(args: argparse.Namespace) -> int:
             if args.once:
                 return 0
             _say("Press Ctrl-C to stop.")
-            while True:
-                time.sleep(3600)
+            wait_for_stop()
+            return 0
         finally:
             server.close()
     finally:

@@ -11,7 +11,7 @@ from typing import Any
 
 from waitress.server import create_server
 
-__all__ = ["ServerThread", "serve"]
+__all__ = ["ServerThread"]
 
 
 class ServerThread:
@@ -50,13 +50,3 @@ class ServerThread:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def serve(app: Any, host: str = "127.0.0.1", port: int = 8080, threads: int = 8) -> None:
-    """Serve in the foreground until interrupted."""
-    server = create_server(app, host=host, port=port, threads=threads, ident="iqgate",
-                           clear_untrusted_proxy_headers=True)
-    try:
-        server.run()
-    finally:
-        server.close()

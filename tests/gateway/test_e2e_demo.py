@@ -137,3 +137,43 @@ def test_demo_command_loads_serves_and_answers(spark, tmp_path: Path, capsys: py
     last = {str(p): o for p, o in log.last_offsets("orders").items()}
     assert f"position: {json.dumps({'orders': last}, separators=(',', ':'))}" in captured.out
     assert "curl -s http://127.0.0.1:" in captured.out
+
+
+def test_serve_command_runs_a_pipeline_file(spark, tmp_path: Path) -> None:  # noqa: ANN001
+    """``iqgate serve examples/shop_pipeline.py``: the app goes RUNNING, produced events become queryable."""
+    import socket
+    import threading
+    import time
+
+    from gateway.cli import main, request_stop
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rc: list[int] = []
+    t = threading.Thread(target=lambda: rc.append(main(["serve", str(PIPELINE), "--data-dir", str(tmp_path),
+                                                         "--port", str(port), "--threads", "2"])))
+    t.start()
+    try:
+        http = Http(f"http://127.0.0.1:{port}")
+        deadline = time.monotonic() + 300
+        health = None
+        while time.monotonic() < deadline and t.is_alive():
+            try:
+                status, _, raw = http.request("GET", "/v1/health")
+                health = json.loads(raw)
+                if status == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.5)
+        assert health == {"state": "RUNNING", "healthy": True}, health
+        log = EventLog(tmp_path / "log")
+        p, o = log.append("orders", key="c0001", value={"amount": 12.5, "item": "pen"}, timestamp=1_700_000_000_000)
+        status, _, body = http.sql("SELECT revenue, orders FROM revenue WHERE key = 'c0001'",
+                                   position={"orders": {str(p): o}}, wait_ms=240_000)
+        assert status == 200 and body["rows"] == [[12.5, 1]], body
+    finally:
+        request_stop()
+        t.join(120)
+    assert rc == [0]
