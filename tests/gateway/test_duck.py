@@ -23,6 +23,9 @@ def pool() -> DuckPool:
     "COPY (SELECT 1) TO '/tmp/iqgate-should-not-exist.csv'",
     "ATTACH '/tmp/iqgate-should-not-exist.db'",
     "INSTALL httpfs",
+    "LOAD httpfs",
+    "SELECT * FROM glob('/etc/*')",
+    "SELECT * FROM read_json_auto('/etc/hostname')",
 ])
 def test_file_network_and_extension_access_is_refused(pool: DuckPool, sql: str) -> None:
     cur = pool.cursor()
