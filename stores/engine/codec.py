@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..schema import Column, KeyTypeError, SqlType, StoreSpec, coerce_key
+from ..values import KeyValue
 
 __all__ = ["affinity", "ValueCodec", "key_coercer", "BatchError"]
 
@@ -100,6 +101,18 @@ class ValueCodec:
                 if vals[i] is not None:
                     vals[i] = bool(vals[i])
         return self._make(vals)
+
+    def pair_converter(self, start: int) -> Callable[[Any], Any]:
+        """raw row ``(key, ..., v0, v1, ...)`` -> ``KeyValue(key, value)``, the value columns from ``start``.
+
+        Built once per query so the per-row work is one slice and two tuple
+        constructions when no column needs converting (the common case).
+        """
+        if self._bool_idx or self._key_is_bool:
+            key, value = self.key, self.value
+            return lambda r: KeyValue(key(r[0]), value(r, start))
+        new, vt, end = tuple.__new__, self.tuple_type, start + self.n  # skips the namedtuples' Python __new__
+        return lambda r: new(KeyValue, (r[0], new(vt, r[start:end])))
 
     def key(self, raw: Any) -> Any:
         return bool(raw) if self._key_is_bool else raw

@@ -84,8 +84,7 @@ def _build_vat(store: KeyValueStore, _key: Any, row: Any) -> Any:
 
 
 def _build_range(store: KeyValueStore, _r: _Range, rows: list[Any]) -> RowIterator:
-    codec = store.codec
-    return RowIterator(rows, lambda row: KeyValue(codec.key(row[0]), codec.value(row, 1)), ("key",))
+    return RowIterator(rows, store.codec.pair_converter(1), ("key",))
 
 
 def _build_ts_range(store: KeyValueStore, _r: _Range, rows: list[Any]) -> RowIterator:
