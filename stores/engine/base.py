@@ -108,7 +108,8 @@ class PartitionStore:
         self._pos_cache: tuple[str | None, Position] = (None, Position.empty())
         self._wconn: sqlite3.Connection | None = None
         self._sql_cache: dict[Any, str] = {}
-        self.vcols = ", ".join(f"v{i}" for i in range(self.codec.n))
+        # ", v0, v1" — empty for a store with no value columns, so SQL built from it stays valid
+        self.vcols_tail = "".join(f", v{i}" for i in range(self.codec.n))
         if not read_only:
             self._wconn = self._open_writer()
         elif not self.path.exists():

@@ -51,7 +51,7 @@ def _prep_range(store: KeyValueStore, q: Any) -> _Range:
 def _fetch_point(store: KeyValueStore, key: Any) -> tuple[Position, Any]:
     sql = store.cached_sql(
         "point",
-        lambda: f"SELECT m.position, t.k, t.ts, {store.vcols} FROM meta m LEFT JOIN kv t ON t.k = ?",
+        lambda: f"SELECT m.position, t.k, t.ts{store.vcols_tail} FROM meta m LEFT JOIN kv t ON t.k = ?",
     )
     return store.point(sql, (key,))
 
@@ -115,13 +115,13 @@ class KeyValueStore(PartitionStore):
         if has_hi:
             where.append("k <= ?")
         cond = f" WHERE {' AND '.join(where)}" if where else ""
-        ts = "ts, " if with_ts else ""
-        return f"SELECT k, {ts}{self.vcols} FROM kv{cond} ORDER BY k {'DESC' if descending else 'ASC'}"
+        ts = ", ts" if with_ts else ""
+        return f"SELECT k{ts}{self.vcols_tail} FROM kv{cond} ORDER BY k {'DESC' if descending else 'ASC'}"
 
     def apply_changes(self, c: sqlite3.Connection, changes: Sequence[Change], observed: int | None) -> int | None:
         upsert = self.cached_sql(
             "upsert",
-            lambda: f"INSERT OR REPLACE INTO kv (k, ts, {self.vcols}) VALUES (?, ?{', ?' * self.codec.n})",
+            lambda: f"INSERT OR REPLACE INTO kv (k, ts{self.vcols_tail}) VALUES (?, ?{', ?' * self.codec.n})",
         )
         for ch in changes:
             if ch.value is None:

@@ -44,13 +44,13 @@ def _fetch_vkq(store: VersionedStore, p: tuple[Any, int | None]) -> tuple[Positi
     if as_of is None:
         sql = store.cached_sql(
             "latest",
-            lambda: f"SELECT m.position, t.vf, t.vt, t.tomb, {store.vcols} FROM meta m"
+            lambda: f"SELECT m.position, t.vf, t.vt, t.tomb{store.vcols_tail} FROM meta m"
             " LEFT JOIN ver t ON t.k = ? AND t.vt IS NULL",
         )
         return store.point(sql, (key,))
     sql = store.cached_sql(
         "asof",
-        lambda: f"SELECT m.position, t.vf, t.vt, t.tomb, {store.vcols} FROM meta m LEFT JOIN ver t"
+        lambda: f"SELECT m.position, t.vf, t.vt, t.tomb{store.vcols_tail} FROM meta m LEFT JOIN ver t"
         " ON t.k = ?1 AND t.vf = (SELECT max(vf) FROM ver WHERE k = ?1 AND vf <= ?2)",
     )
     return store.point(sql, (key, as_of))
@@ -73,7 +73,7 @@ def _prep_multi(store: VersionedStore, q: MultiVersionedKeyQuery) -> _Multi:
 def _fetch_multi(store: VersionedStore, p: _Multi) -> tuple[Position, list[Any]]:
     sql = store.cached_sql(
         ("multi", p.ascending),
-        lambda: f"SELECT vf, vt, {store.vcols} FROM ver WHERE k = ? AND tomb = 0 AND vf <= ?"
+        lambda: f"SELECT vf, vt{store.vcols_tail} FROM ver WHERE k = ? AND tomb = 0 AND vf <= ?"
         f" AND (vt IS NULL OR vt > ?) ORDER BY vf {'ASC' if p.ascending else 'DESC'}",
     )
     return store.snapshot(sql, (p.key, p.time_to, p.time_from))
@@ -104,7 +104,7 @@ class VersionedStore(PartitionStore):
     def apply_changes(self, c: sqlite3.Connection, changes: Sequence[Change], observed: int | None) -> int | None:
         n = self.codec.n
         insert = self.cached_sql(
-            "insert", lambda: f"INSERT INTO ver (k, vf, vt, tomb, {self.vcols}) VALUES (?, ?, ?, ?{', ?' * n})"
+            "insert", lambda: f"INSERT INTO ver (k, vf, vt, tomb{self.vcols_tail}) VALUES (?, ?, ?, ?{', ?' * n})"
         )
         update = self.cached_sql(
             "update", lambda: f"UPDATE ver SET tomb = ?{''.join(f', v{i} = ?' for i in range(n))} WHERE k = ? AND vf = ?"

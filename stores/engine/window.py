@@ -46,7 +46,7 @@ class _WindowTable(PartitionStore):
     def apply_changes(self, c: sqlite3.Connection, changes: Sequence[Change], observed: int | None) -> int | None:
         upsert = self.cached_sql(
             "upsert",
-            lambda: f"INSERT OR REPLACE INTO win (k, ws, we, ts, {self.vcols}) VALUES (?, ?, ?, ?{', ?' * self.codec.n})",
+            lambda: f"INSERT OR REPLACE INTO win (k, ws, we, ts{self.vcols_tail}) VALUES (?, ?, ?, ?{', ?' * self.codec.n})",
         )
         for ch in changes:
             if ch.value is None:
@@ -59,7 +59,7 @@ class _WindowTable(PartitionStore):
         return observed
 
     def select(self, where: str, order: str) -> str:
-        return f"SELECT k, ws, we, ts, {self.vcols} FROM win WHERE {where} ORDER BY {order}"
+        return f"SELECT k, ws, we, ts{self.vcols_tail} FROM win WHERE {where} ORDER BY {order}"
 
     # -- classic read-only API (handles) ---------------------------------------------
     def fetch_keys(

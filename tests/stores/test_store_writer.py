@@ -11,7 +11,15 @@ from stores.engine import BatchError
 from stores.errors import IllegalStateException, UnknownStateStoreException
 from stores.position import Position
 from stores.protocol import Change
-from stores.query import KeyQuery, MultiVersionedKeyQuery, RangeQuery, VersionedKeyQuery, WindowRangeQuery
+from stores.query import (
+    KeyQuery,
+    MultiVersionedKeyQuery,
+    RangeQuery,
+    TimestampedKeyQuery,
+    VersionedKeyQuery,
+    WindowKeyQuery,
+    WindowRangeQuery,
+)
 from stores.request import StateQueryRequest
 from stores.schema import Column, SqlType, StoreKind, StoreSpec
 
@@ -194,3 +202,26 @@ def test_kv_queries_on_versioned_store_are_unknown(make_app: Any) -> None:
     for q in (KeyQuery.with_key(1), RangeQuery.with_no_bounds()):
         r = app.query(StateQueryRequest.in_store("v").with_query(q)).partition_results[0]
         assert r.failure_reason.name == "UNKNOWN_QUERY_TYPE"
+
+
+_KEY_ONLY_QUERIES = {
+    StoreKind.KEY_VALUE: KeyQuery.with_key(1),
+    StoreKind.TIMESTAMPED_KEY_VALUE: TimestampedKeyQuery.with_key(1),
+    StoreKind.WINDOW: WindowKeyQuery.with_key_and_window_start_range(1, 0, 10),
+    StoreKind.SESSION: WindowRangeQuery.with_key(1),
+    StoreKind.VERSIONED: VersionedKeyQuery.with_key(1),
+}
+
+
+@pytest.mark.parametrize("kind", list(StoreKind), ids=lambda k: k.value)
+def test_store_without_value_columns_writes_and_answers(make_app, kind: StoreKind) -> None:
+    """A store of keys only (e.g. a set of customers seen) is valid: the engine's SQL must not assume values."""
+    spec = StoreSpec("keys_only", kind, Column("k", SqlType.BIGINT), (), partitions=2,
+                     source_topics=("t",), window_size_ms=60_000)
+    app = make_app([spec])
+    app.writer("keys_only").write_batch(0, [Change(1, (), 5, 0, 60_000)], Position.from_map({"t": {0: 0}}))
+    res = app.query(StateQueryRequest.in_store("keys_only").with_query(_KEY_ONLY_QUERIES[kind]))
+    assert all(r.is_success for r in res.partition_results.values()), res
+    answers = [r.result for r in res.partition_results.values()]
+    found = [a for a in answers if a is not None and (not hasattr(a, "remaining") or len(a))]
+    assert len(found) == 1, answers
