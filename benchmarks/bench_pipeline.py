@@ -147,7 +147,7 @@ def _freshness(spark: Any, root: Path, samples: int) -> tuple[list[float], list[
     _fill(log, 1000, 100)
     t = Topology(spark, log, trigger=TRIGGER)
     t.table("revenue", _aggregation(t), key="key")
-    app = StreamsApp(t, application_id="bench-fresh", state_dir=root / "fresh-state")
+    app = StreamsApp(t, application_id="bench-fresh", state_dir=root / "fresh-state", synchronous="NORMAL")
     ours: list[float] = []
     bare_t: list[float] = []
     app.start()

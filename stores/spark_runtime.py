@@ -92,39 +92,41 @@ class SparkRuntime:
         """REPLACE_THREAD: restart the failed query from its checkpoint."""
         if unit not in self.units:
             raise StreamsException(f"cannot replace unknown unit {unit!r}; units are {sorted(self.units)}")
-        with self._lock:
-            self._failed.discard(unit)
-            if self._stopping.is_set():
-                return
-            self._start_unit(self.units[unit])
+        u = self.units[unit]
+        if u.query is not None and u.query.isActive:
+            u.query.stop()
+        self._recover(u)
+        self._failed.discard(unit)
+        self._start_unit(u)
 
     def stop(self, timeout_s: float) -> None:
-        self._stopping.set()
+        with self._lock:  # no query starts after this point (see _start_unit)
+            self._stopping.set()
+            queries = [(u.name, u.query) for u in self.units.values() if u.query is not None]
         deadline = time.monotonic() + max(0.0, timeout_s)
-        for u in self.units.values():
-            q = u.query
-            if q is not None:
-                try:
-                    q.stop()
-                except Exception:  # noqa: BLE001 - stopping regardless
-                    log.exception("stopping query of store %s failed", u.name)
+        for name, q in queries:
+            try:
+                q.stop()
+            except Exception:  # noqa: BLE001 - stopping regardless
+                log.exception("stopping query of store %s failed", name)
         m = self._monitor
         if m is not None and m is not threading.current_thread():
             m.join(max(0.0, deadline - time.monotonic()))
 
     # -- the monitor thread ---------------------------------------------------------
     def _run(self) -> None:
-        try:
-            for u in self.units.values():
-                if self._stopping.is_set():
-                    return
+        for u in self.units.values():
+            if self._stopping.is_set():
+                return
+            try:
                 self._check_topics(u)
                 self._recover(u)
                 self._start_unit(u)
-        except BaseException as exc:  # noqa: BLE001 - goes to the uncaught-exception handler
-            if not self._stopping.is_set():
-                self._fail(classify_failure(exc), "<start>")
-            return
+            except BaseException as exc:  # noqa: BLE001 - goes to the uncaught-exception handler
+                if self._stopping.is_set():
+                    return
+                self._failed.add(u.name)
+                self._fail(classify_failure(exc), u.name)
         while not self._stopping.wait(0.1):
             for u in list(self.units.values()):
                 q = u.query
@@ -175,6 +177,12 @@ class SparkRuntime:
         shutil.rmtree(u.checkpoint, ignore_errors=True)
 
     def _start_unit(self, u: _Unit) -> None:
+        with self._lock:
+            if self._stopping.is_set():
+                return
+            self._start_unit_locked(u)
+
+    def _start_unit_locked(self, u: _Unit) -> None:
         u.caught_up = False
         u.target = self._log_end(u)
         sink = BatchSink(u.decl, u.checkpoint, lambda: self.app.writer(u.name), self._applied)

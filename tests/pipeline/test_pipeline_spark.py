@@ -225,3 +225,22 @@ def test_replace_thread_restarts_the_query_from_its_checkpoint(spark, tmp_path):
         assert app.query(req).only_partition_result().result.v == 999
     finally:
         assert app.close(60)
+
+
+def test_shutdown_application_takes_every_instance_of_the_application_id_to_error(spark, tmp_path):
+    """A failed query answered with SHUTDOWN_APPLICATION stops its peers too (here a hand-written store app)."""
+    from stores.app import StoreTopology
+
+    log = EventLog(tmp_path / "log")
+    seen: list[BaseException] = []
+    transitions: list[tuple[State, State]] = []
+    app = _single_store_app(spark, log, tmp_path, "shop-app", lambda exc: seen.append(exc) or
+                            StreamThreadExceptionResponse.SHUTDOWN_APPLICATION, transitions)
+    peer = StreamsApp(StoreTopology(app.catalog().values()), application_id="shop-app",
+                      state_dir=tmp_path / "peer", coordination_base=tmp_path / "coord")
+    peer.start()
+    assert peer.state is State.RUNNING
+    app.start()  # the topic "events" was never created
+    wait_for_state(app, State.ERROR, 60)
+    wait_for_state(peer, State.ERROR, 30)
+    assert [type(e) for e in seen] == [MissingSourceTopicException]
