@@ -28,7 +28,7 @@ from .plan import FAILURE_COLUMNS, PSEUDO_COLUMNS, StatementKind
 from .positions import line_col, node_position
 from .residual import rewrite_stars, unsupported_table_args, wrap_store
 from .scopes import analyze_scope
-from .statements import plan_describe, plan_set, plan_show
+from .statements import plan_describe, plan_reset, plan_set, plan_show
 from .template import ScanTemplate, Template
 
 __all__ = ["ScanTemplate", "Template", "analyze"]
@@ -54,7 +54,9 @@ def analyze(sql: str, statement: exp.Expression, catalog: Mapping[str, StoreSpec
         return plan_describe(sql, statement, catalog, explain)
     if isinstance(statement, exp.Set):
         return plan_set(sql, statement, explain)
-    if isinstance(statement, exp.Command) and str(statement.this).upper() in ("SET", "RESET"):
+    if isinstance(statement, exp.Command) and str(statement.this).upper() == "RESET":
+        return plan_reset(sql, statement, explain)
+    if isinstance(statement, exp.Command) and str(statement.this).upper() == "SET":
         raise InvalidSettingError("expected SET <setting> = <value>", line=1, col=1)
     if not isinstance(statement, (exp.Select, exp.SetOperation, exp.Subquery)):
         line, col = (1, 1)
@@ -173,6 +175,16 @@ def _analyze_query(sql: str, root: exp.Expression, catalog: Mapping[str, StoreSp
         if scan is None:
             continue
         exposed = tuple(p for p in PSEUDO_COLUMNS if (scan.alias.lower(), p) in referenced or ("", p) in referenced)
+        select = table.find_ancestor(exp.Select)
+        if exposed and select is not None and any(
+            (j.args.get("method") or "").upper() == "NATURAL" for j in select.args.get("joins") or ()
+        ):
+            # the exposed pseudo-columns would silently become join columns
+            line, col = node_position(sql, table)
+            raise UnsupportedSqlError(
+                f"pseudo-columns ({', '.join(exposed)}) cannot be combined with NATURAL JOIN; use JOIN … USING (…)",
+                line=line, col=col,
+            )
         scan.include_failures = any(p in exposed for p in FAILURE_COLUMNS)
         exposed_by_scan[id(table)] = exposed
     for scope in traverse_scope(root):

@@ -18,10 +18,12 @@ from .errors import InvalidSettingError, UnsupportedSqlError
 from .literals import value_ref
 from .plan import StatementKind
 from .positions import node_position
-from .settings import validate_setting
+from .settings import SESSION_SETTINGS, Setting, validate_setting
 from .template import Template
 
-__all__ = ["plan_show", "plan_describe", "plan_set"]
+__all__ = ["plan_show", "plan_describe", "plan_set", "plan_reset"]
+
+_UNKNOWN = Setting(None, object, "")
 
 
 def _template(**kw: Any) -> Template:
@@ -62,6 +64,10 @@ def plan_set(sql: str, node: exp.Set, explain: bool) -> Template:
         if isinstance(value_node, exp.Placeholder):
             raise InvalidSettingError(f"setting {name}: placeholders are not allowed in SET", line=line, col=col)
         ref = value_ref(value_node, {})
+        if isinstance(value_node, (exp.Column, exp.Var)) and value_node.name.lower() == "default":
+            key, _ = validate_setting(name, SESSION_SETTINGS.get(name.lower(), _UNKNOWN).default, line=line, col=col)
+            settings[key] = SESSION_SETTINGS[key].default
+            continue
         if isinstance(value_node, (exp.Column, exp.Var)) and value_node.name.lower() in ("true", "false", "on", "off"):
             value: Any = value_node.name
         elif ref is None:
@@ -73,3 +79,14 @@ def plan_set(sql: str, node: exp.Set, explain: bool) -> Template:
         key, val = validate_setting(name, value, line=line, col=col)
         settings[key] = val
     return _template(kind=StatementKind.SET, explain=explain, settings=settings)
+
+
+def plan_reset(sql: str, node: exp.Command, explain: bool) -> Template:
+    """``RESET <setting>`` / ``RESET ALL``: the defaults, as a SET plan (what the session applies)."""
+    name = str(node.expression.this if isinstance(node.expression, exp.Literal) else node.expression or "").strip()
+    if not name:
+        raise InvalidSettingError("expected RESET <setting> or RESET ALL", line=1, col=1)
+    if name.upper() == "ALL":
+        return _template(kind=StatementKind.SET, explain=explain, settings={k: s.default for k, s in SESSION_SETTINGS.items()})
+    key, _ = validate_setting(name, SESSION_SETTINGS.get(name.lower(), _UNKNOWN).default, line=1, col=7)
+    return _template(kind=StatementKind.SET, explain=explain, settings={key: SESSION_SETTINGS[key].default})
