@@ -73,8 +73,6 @@ def analyze_scope(sql: str, scope: Any, root: exp.Expression, by_table: dict[int
     # a pivoted or sampled store is not what WHERE sees: treat it like any other relation
     stores = {alias: by_table[id(node)] for alias, node in local
               if id(node) in by_table and not any(node.args.get(a) for a in OPAQUE_TABLE_ARGS)}
-    if not stores:
-        return
     # visible name -> store column name, honouring ``AS s(a, b)`` renames
     names_of: dict[str, dict[str, str]] = {}
     for alias, node in local:
@@ -87,8 +85,18 @@ def analyze_scope(sql: str, scope: Any, root: exp.Expression, by_table: dict[int
         for i, ident in enumerate(renamed[: len(visible)]):
             visible[i] = ident.name.lower()
         names_of[alias] = dict(zip(visible, original)) | {p: p for p in PSEUDO_COLUMNS}
+    # derived tables and single-use CTEs that only project one store's columns pass predicates through
+    targets = dict(stores)
+    for alias, node in local:
+        if alias not in stores:
+            through = _pass_through(node, scope, root, by_table)
+            if through is not None:
+                targets[alias], names_of[alias] = through
+    if not targets:
+        return
     columns_of = {alias: set(m) for alias, m in names_of.items()}
     only_stores = len(stores) == len(local)
+    only_targets = len(targets) == len(local)
     aliases = {a.alias.lower() for a in select.expressions if isinstance(a, exp.Alias)}
     lambda_vars = {i.name.lower() for lam in select.find_all(exp.Lambda) for i in lam.expressions}
     source_names = {alias for alias, _ in local}
@@ -107,9 +115,11 @@ def analyze_scope(sql: str, scope: Any, root: exp.Expression, by_table: dict[int
     def resolve(column: exp.Column) -> tuple[str, str] | None:
         qual, name = column.table.lower(), column.name.lower()
         if qual:
-            return (qual, names_of[qual].get(name, name)) if qual in stores else None
-        owners = [a for a in stores if name in columns_of[a]]
-        if len(owners) == 1 and (only_stores or len(local) == 1):
+            if qual not in targets or (qual not in stores and name not in columns_of[qual]):
+                return None
+            return qual, names_of[qual].get(name, name)
+        owners = [a for a in targets if name in columns_of[a]]
+        if len(owners) == 1 and (only_targets or len(local) == 1):
             return owners[0], names_of[owners[0]][name]
         return None
 
@@ -119,12 +129,12 @@ def analyze_scope(sql: str, scope: Any, root: exp.Expression, by_table: dict[int
         c = classify(term, resolve, param_index)
         if c is None:
             continue
-        scan = stores[c.source]
+        scan = targets[c.source]
         role = _role(scan.spec, c.column)
         if role is None:
             continue
         scan.constraints.append(Constraint(c.source, role, c.kind, c.values, c.bounds))
-        if _consumable(scan.spec, role, c.kind):
+        if c.source in consumed and _consumable(scan.spec, role, c.kind):
             consumed[c.source] += 1
     for join in select.args.get("joins") or ():
         side, kind = (join.args.get("side") or "").upper(), (join.args.get("kind") or "").upper()
@@ -135,7 +145,7 @@ def analyze_scope(sql: str, scope: Any, root: exp.Expression, by_table: dict[int
             c = classify(term, resolve, param_index)
             if c is None or (side == "LEFT" and c.source != own):
                 continue
-            scan = stores[c.source]
+            scan = targets[c.source]
             role = _role(scan.spec, c.column)
             if role is not None:
                 scan.constraints.append(Constraint(c.source, role, c.kind, c.values, c.bounds))
@@ -148,6 +158,65 @@ def analyze_scope(sql: str, scope: Any, root: exp.Expression, by_table: dict[int
     table_alias = local[0][1].args.get("alias")
     if not (table_alias is not None and table_alias.columns):  # renamed columns: let DuckDB project
         scan.fast_path = _fast_path(select, scan, alias)
+
+
+def _pass_through(node: exp.Expression, scope: Any, root: exp.Expression,
+                  by_table: dict[int, ScanTemplate]) -> tuple[ScanTemplate, dict[str, str]] | None:
+    """The store scan behind a derived table or single-use CTE that only projects its columns.
+
+    Filtering such a relation's output equals filtering the store's rows
+    first, so its predicates may reach the scan (BI tools wrap queries as
+    ``SELECT … FROM (<query>) AS virtual_table WHERE …``). Returns the scan and
+    output name -> store column, or None when anything could change rows.
+    """
+    alias = node.args.get("alias")
+    if isinstance(node, exp.Subquery):
+        if alias is not None and alias.columns:
+            return None
+        inner = node.this
+    elif isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier) and not node.args.get("db"):
+        name = node.name.lower()
+        ctes = [c for c in root.find_all(exp.CTE) if c.alias_or_name.lower() == name]
+        uses = [t for t in root.find_all(exp.Table) if isinstance(t.this, exp.Identifier) and t.name.lower() == name]
+        if len(ctes) != 1 or len(uses) != 1 or ctes[0].args.get("alias") is None:
+            return None
+        if ctes[0].args["alias"].columns or (ctes[0].parent is not None and ctes[0].parent.args.get("recursive")):
+            return None
+        inner = ctes[0].this
+    else:
+        return None
+    if not isinstance(inner, exp.Select) or any(
+        inner.args.get(k) for k in ("group", "having", "qualify", "distinct", "windows", "laterals", "sample",
+                                     "with_", "joins", "limit", "offset")
+    ):
+        return None
+    inner_local = local_sources(inner)
+    if len(inner_local) != 1 or id(inner_local[0][1]) not in by_table:
+        return None
+    store_alias, table = inner_local[0]
+    if any(table.args.get(a) for a in OPAQUE_TABLE_ARGS) or (table.args.get("alias") is not None and table.args["alias"].columns):
+        return None
+    scan = by_table[id(table)]
+    store_columns = {c.name.lower() for c in scan.spec.columns()} | set(PSEUDO_COLUMNS)
+    mapping: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    for e in inner.expressions:
+        if e.find(*_ROW_CHANGING):
+            return None
+        star = e if isinstance(e, exp.Star) else (e.this if isinstance(e, exp.Column) and isinstance(e.this, exp.Star) else None)
+        if star is not None:
+            if any(star.args.get(k) for k in ("except_", "replace", "rename", "ilike")):
+                return None
+            for c in scan.spec.columns():
+                seen[c.name.lower()] = seen.get(c.name.lower(), 0) + 1
+                mapping[c.name.lower()] = c.name.lower()
+            continue
+        out = e.alias_or_name.lower()
+        seen[out] = seen.get(out, 0) + 1
+        col = e.this if isinstance(e, exp.Alias) else e
+        if isinstance(col, exp.Column) and (not col.table or col.table.lower() == store_alias) and col.name.lower() in store_columns:
+            mapping[out] = col.name.lower()
+    return scan, {k: v for k, v in mapping.items() if seen[k] == 1}
 
 
 def _unknown_column(sql: str, column: exp.Column, scan: ScanTemplate) -> None:
