@@ -2,7 +2,8 @@
 
 Complements the hand-picked differential cases: hypothesis combines
 comparisons, IN lists, OR-ed equalities, BETWEEN, value filters, ORDER BY key
-and LIMIT on integer and string keys, with literals and with parameters.
+and LIMIT on integer and string keys, with literals and with parameters,
+straight on the store or through a BI-style ``virtual_table`` wrapper.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def statements(draw: st.DrawFn) -> tuple[str, list]:
     where = (" WHERE " + " AND ".join(parts)) if parts else ""
     order = draw(st.sampled_from(["", " ORDER BY k", " ORDER BY k DESC"]))
     limit = f" LIMIT {draw(st.integers(0, 5))}" if order and draw(st.booleans()) else ""
-    return f"SELECT k, v, n FROM {store}{where}{order}{limit}", params
+    source = draw(st.sampled_from([store, f"(SELECT k, v, n FROM {store}) AS virtual_table", f"(SELECT * FROM {store}) t"]))
+    return f"SELECT k, v, n FROM {source}{where}{order}{limit}", params
 
 
 @settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
