@@ -109,6 +109,8 @@ def rows_to_changes(decl: Any, data: Mapping[str, list[Any]], batch_ts: int | No
     vals = [data[f"__v{i}"] for i in range(nv)]
     ts = data.get("__ts")
     ws, we = data.get("__ws"), data.get("__we")
+    spec = getattr(decl, "spec", None)
+    gap = spec.gap_ms if decl.shape == "session" and spec is not None else None
     rows = range(n)
     if decl.shape in ("latest", "versioned") and "__offset" in data:
         tp, pp, op = data.get("__topic"), data["__partition"], data["__offset"]
@@ -119,7 +121,10 @@ def rows_to_changes(decl: Any, data: Mapping[str, list[Any]], batch_ts: int | No
         if decl.shape in ("latest", "versioned") and all(x is None for x in value):  # type: ignore[union-attr]
             value = None
         t = ts[i] if ts is not None else batch_ts
-        out.append(Change(keys[i], value, t, ws[i] if ws else None, we[i] if we else None))
+        end = we[i] if we else None
+        if gap and end is not None:
+            end -= gap  # Spark's session end is last event + gap; Kafka's (and our stores') is the last event
+        out.append(Change(keys[i], value, t, ws[i] if ws else None, end))
     if decl.shape == "latest":
         last: dict[Any, Change] = {}
         for ch in out:

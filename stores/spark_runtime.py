@@ -127,7 +127,7 @@ class SparkRuntime:
                     return
                 self._failed.add(u.name)
                 self._fail(classify_failure(exc), u.name)
-        while not self._stopping.wait(0.1):
+        while not self._stopping.wait(0.2):  # each check is a py4j call: poll gently
             for u in list(self.units.values()):
                 q = u.query
                 if q is None or u.name in self._failed:

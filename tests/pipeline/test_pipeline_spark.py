@@ -19,7 +19,7 @@ pytest.importorskip("pyspark")
 
 from stores import (  # noqa: E402
     FailureReason, KeyQuery, Position, PositionBound, State, StateQueryRequest, StreamsApp,
-    StreamThreadExceptionResponse,
+    StreamThreadExceptionResponse, WindowRangeQuery,
 )
 from stores.errors import MissingSourceTopicException, StreamsStoppedException  # noqa: E402
 from stores.eventlog import EventLog  # noqa: E402
@@ -145,11 +145,18 @@ def test_shop_pipeline_oracle_read_your_writes_restart_recovery_truncation(spark
         app3.close(30)
 
 
-def _single_store_app(spark, log, tmp_path, name, handler, transitions):
+def _single_store_app(spark, log, tmp_path, name, handler, transitions, sessions=False):
+    from pyspark.sql import functions as F
+
     from stores.spark_topology import Topology
 
     t = Topology(spark, log)
-    t.table("latest", t.stream("events", value_schema="v BIGINT"), key="key")
+    events = t.stream("events", value_schema="v BIGINT")
+    t.table("latest", events, key="key")
+    if sessions:
+        t.table("sessions", events.withWatermark("timestamp", "1 second")
+                .groupBy(F.session_window("timestamp", "1 minute"), "key")
+                .agg(F.sum("v").alias("total"), F.count("*").alias("n")), key="key", window="session_window")
     app = StreamsApp(t, application_id=name, state_dir=tmp_path / name)
     app.set_state_listener(lambda new, old: transitions.append((old, new)))
     app.set_uncaught_exception_handler(handler)
@@ -163,15 +170,30 @@ def test_deleted_source_topic_goes_to_error_through_the_handler(spark, tmp_path)
     seen: list[BaseException] = []
     transitions: list[tuple[State, State]] = []
     app = _single_store_app(spark, log, tmp_path, "gone", lambda exc: seen.append(exc) or
-                            StreamThreadExceptionResponse.SHUTDOWN_CLIENT, transitions)
+                            StreamThreadExceptionResponse.SHUTDOWN_CLIENT, transitions, sessions=True)
     try:
         app.start()
         wait_for_state(app, State.RUNNING)
+        # A session store (append mode): a session is written once the watermark closes it.
+        t0 = 1_700_000_000_000
+        log.append_batch("events", [("s", {"v": 2}, t0), ("s", {"v": 3}, t0 + 10_000)])
+        log.append("events", "s2", {"v": 1}, t0 + 600_000)  # moves the watermark past the first session
+        req = StateQueryRequest.in_store("sessions").with_query(WindowRangeQuery.with_key("s"))
+
+        def sessions_of_s() -> list:
+            res = app.query(req)
+            return [kv for qr in res.partition_results.values() if qr.is_success for kv in qr.result]
+
+        wait_until(lambda: bool(sessions_of_s()), "the closed session to be written", 60)
+        [kv] = sessions_of_s()
+        assert (kv.key.key, kv.key.window.start, kv.key.window.end) == ("s", t0, t0 + 10_000)
+        assert (kv.value.total, kv.value.n) == (5, 2)
+
         log.delete_topic("events")
         wait_for_state(app, State.ERROR)
         assert transitions[-3:] == [(State.REBALANCING, State.RUNNING), (State.RUNNING, State.PENDING_ERROR),
                                     (State.PENDING_ERROR, State.ERROR)]
-        assert len(seen) == 1 and isinstance(seen[0], MissingSourceTopicException)
+        assert seen and all(isinstance(e, MissingSourceTopicException) for e in seen)
         assert "'events'" in str(seen[0])
         with pytest.raises(StreamsStoppedException):
             app.query(StateQueryRequest.in_store("latest").with_query(KeyQuery.with_key("a")))
