@@ -195,3 +195,14 @@ def test_failures_are_classified_by_their_code():
     assert isinstance(classify_failure(RuntimeError("x SOURCE_TRUNCATED: y")), SourceTruncatedException)
     other = classify_failure(RuntimeError("disk full"))
     assert type(other) is StreamsException and "disk full" in str(other)
+
+
+def test_session_rows_end_at_the_last_event_as_in_kafka():
+    class Spec:
+        gap_ms = 60_000
+
+    decl = _Decl("session")
+    decl.spec = Spec()
+    data = {"__k": ["a"], "__v0": [2], "__ws": [1000], "__we": [1000 + 10_000 + 60_000]}
+    [c] = rows_to_changes(decl, data, 5)
+    assert (c.window_start, c.window_end) == (1000, 11_000)
