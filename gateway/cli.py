@@ -204,8 +204,9 @@ def wait_for_stop() -> None:
 
 def _serve_until_stopped(gw: Any, args: argparse.Namespace, what: str) -> None:
     from .http import create_app
-    from .server import ServerThread
+    from .server import ServerThread, tune_process_for_serving
 
+    tune_process_for_serving()
     server = ServerThread(create_app(gw), args.host, args.port, args.threads).start()
     print(f"iqgate: serving {what} on {server.url}", file=sys.stderr, flush=True)
     try:
@@ -270,7 +271,8 @@ def _sql_args(p: argparse.ArgumentParser) -> None:
 def _server_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--threads", type=int, default=8, help="HTTP worker threads")
+    p.add_argument("--threads", type=int, default=4,
+                   help="HTTP worker threads (default 4: more only add GIL contention on small machines)")
     p.add_argument("--token", help="require Authorization: Bearer TOKEN")
     p.add_argument("--max-rows", type=int, default=1_000_000)
     p.add_argument("--statement-timeout-ms", type=int, default=30_000)

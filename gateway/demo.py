@@ -56,7 +56,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from .hosting import load_pipeline, start_pipeline, wait_caught_up
     from .http import create_app
     from .http.renderers import dumps
-    from .server import ServerThread
+    from .server import ServerThread, tune_process_for_serving
 
     module = load_pipeline(PIPELINE)
     base = Path(args.dir)
@@ -87,6 +87,7 @@ def run_demo(args: argparse.Namespace) -> int:
         gw = Gateway(app, config=GatewayConfig(auth_token=args.token, max_rows=args.max_rows,
                                                statement_timeout_ms=args.statement_timeout_ms,
                                                table_scans=not args.no_table_scans))
+        tune_process_for_serving()
         server = ServerThread(create_app(gw), args.host, args.port, args.threads).start()
         try:
             _say(f"\niqgate is serving the shop stores at {server.url}\n")

@@ -35,6 +35,7 @@ NDJSON = "application/x-ndjson"
 CSV = "text/csv"
 ARROW = "application/vnd.apache.arrow.stream"
 MEDIA_TYPES = (JSON, NDJSON, CSV, ARROW)
+_JSON_CT = "application/json"
 
 
 def json_default(v: Any) -> Any:
@@ -85,13 +86,24 @@ def _trailer(result: Result, row_count: int) -> dict[str, Any]:
     }
 
 
+def _partitions_json(result: Result) -> str:
+    """The partitions array, assembled from cached position JSON (it repeats on every read of a store)."""
+    out = []
+    for p in result.partitions:
+        out.append('{"store":%s,"partition":%d,"failure_reason":%s,"failure_message":%s,"position":%s}' % (
+            json.dumps(p.store), p.partition, json.dumps(p.failure_reason), json.dumps(p.failure_message),
+            position_json(p.position) or "null"))
+    return "[" + ",".join(out) + "]"
+
+
 def render_json(result: Result) -> Response:
     rows = result.rows()
-    body: dict[str, Any] = {"columns": _columns(result), "rows": rows, "statement": result.statement.value}
-    body.update(_trailer(result, len(rows)))
+    head = dumps({"columns": _columns(result), "rows": rows, "statement": result.statement.value})
+    tail = (',"position":' + (position_json(result.position) or "{}") + ',"partitions":' + _partitions_json(result)
+            + ',"row_count":' + str(len(rows)))
     if result.statement.value == "set":
-        body["settings"] = result.settings
-    return Response(dumps(body), mimetype=JSON)
+        tail += ',"settings":' + dumps(result.settings)
+    return Response(head[:-1] + tail + "}", content_type=_JSON_CT)
 
 
 def render_ndjson(result: Result) -> Response:
