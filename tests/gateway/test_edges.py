@@ -108,3 +108,36 @@ def test_a_corrupt_state_dir_is_an_internal_error(shop_app: StreamsApp, tmp_path
         assert set(body["error"]) == {"code", "message", "retryable", "line", "col", "partitions"}
     finally:
         ro.close()
+
+
+def test_bad_python_api_arguments(gw: Gateway) -> None:
+    with pytest.raises(ge.BadRequest, match="session must be"):
+        gw.sql("SHOW TABLES", session=42)  # type: ignore[arg-type]
+    with pytest.raises(ge.BadRequest, match="max_rows"):
+        gw.sql("SELECT * FROM revenue", max_rows=-1)
+    with pytest.raises(ge.BadRequest, match="wait_ms"):
+        gw.sql("SELECT * FROM revenue", wait_ms=-5)
+
+
+def test_body_over_the_limit_without_content_length_is_refused() -> None:
+    from gateway.http.limits import parse_sql_request
+
+    with pytest.raises(ge.RequestTooLarge, match="11 bytes; the limit is 10"):
+        parse_sql_request(b'{"sql": 1}'.ljust(11), 10)
+
+
+def test_ndjson_reports_an_unencodable_value_in_band(gw: Gateway) -> None:
+    from flask import Flask
+
+    from gateway.http.renderers import render_ndjson
+    from gateway.result import Result
+    from planner.plan import StatementKind
+    from stores.position import Position
+
+    res = Result(columns=[("x", "VARCHAR")], position=Position.empty(), partitions=[],
+                 statement=StatementKind.SELECT, rows=[("fine",), (object(),)])
+    with Flask("t").test_request_context():
+        resp = render_ndjson(res)
+        lines = [json.loads(x) for x in "".join(resp.response).splitlines()]
+    assert lines[0]["columns"] == [{"name": "x", "type": "VARCHAR"}]
+    assert lines[-1]["error"]["code"] == "INTERNAL" and "object" in lines[-1]["error"]["message"]
