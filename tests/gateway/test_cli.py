@@ -153,3 +153,46 @@ def test_two_read_only_server_processes_on_one_state_dir(shop_app: StreamsApp, s
         for proc in procs:
             proc.terminate()
             proc.wait(10)
+
+
+def test_a_missing_pipeline_file_is_one_line_and_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "/nonexistent/pipeline.py"]) == 1
+    assert "pipeline file '/nonexistent/pipeline.py' does not exist" in capsys.readouterr().err
+
+
+HAND_PIPELINE = '''
+from stores.app import StoreTopology
+from stores.schema import Column, SqlType, StoreKind, StoreSpec
+
+APPLICATION_ID = "hand"
+TOPICS = {"ticks": 2}
+
+
+def build(spark, log):
+    return StoreTopology([StoreSpec("seen", StoreKind.KEY_VALUE, Column("k", SqlType.VARCHAR, nullable=False),
+                                    (Column("n", SqlType.BIGINT),), partitions=2, source_topics=("ticks",))])
+'''
+
+
+def test_waiting_for_a_pipeline_that_does_not_catch_up(tmp_path: Path) -> None:
+    """A pipeline (here one without a runtime, so nothing applies the log) fails the wait with a clear error."""
+    from gateway.hosting import start_pipeline, wait_caught_up
+
+    f = tmp_path / "hand.py"
+    f.write_text(HAND_PIPELINE)
+    module = load_pipeline(f)
+    log = EventLog(tmp_path / "log")
+    app = start_pipeline(module, log, tmp_path / "state", spark=object())
+    try:
+        assert log.list_topics() == {"ticks": 2}
+        wait_caught_up(app, log, timeout_s=1)  # an empty log: nothing to wait for
+        log.append_batch("ticks", [("a", {"x": 1}, 1), ("b", {"x": 2}, 2)])
+        seen: list[tuple[int, int]] = []
+        with pytest.raises(PipelineError, match="applied 0 of 2 records"):
+            wait_caught_up(app, log, timeout_s=0.5, progress=lambda d, t: seen.append((d, t)))
+        assert seen and seen[-1] == (0, 2)
+        app.close()
+        with pytest.raises(PipelineError, match="stopped while loading"):
+            wait_caught_up(app, log, timeout_s=5)
+    finally:
+        app.close()
