@@ -121,6 +121,13 @@ def test_pipeline_file_convention_is_checked(tmp_path: Path) -> None:
     bad.write_text("APPLICATION_ID = 'x'\nTOPICS = {'t': 0}\ndef build(spark, log): pass\n")
     with pytest.raises(PipelineError, match="TOPICS must map"):
         load_pipeline(bad)
+    bad.write_text("APPLICATION_ID = 'x'\nTOPICS = {'t': 1}\nbuild = 3\n")
+    with pytest.raises(PipelineError, match="build must be a function"):
+        load_pipeline(bad)
+    txt = tmp_path / "pipeline.txt"
+    txt.write_text("APPLICATION_ID = 'x'\n")
+    with pytest.raises(PipelineError, match="not a Python file"):
+        load_pipeline(txt)
 
 
 def _free_port() -> int:
