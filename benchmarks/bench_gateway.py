@@ -19,6 +19,7 @@ import argparse
 import json
 import multiprocessing
 import re
+import resource
 import selectors
 import socket
 import tempfile
@@ -103,6 +104,12 @@ def _load(port: int, method: str, path: str, bodies: list[bytes], clients: int, 
     return clock() - t0, lat, bad
 
 
+def _cpu_s() -> float:
+    """CPU seconds (user + system) of this process: the server's, since the load generator is a child."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def _setup(tmp: Path, n_keys: int):  # noqa: ANN202 - local helper
     from gateway.engine import Gateway
     from stores.app import StoreTopology, StreamsApp
@@ -127,8 +134,12 @@ def _http_figures(port: int, n_keys: int, per_client: int, max_s: float) -> list
     with ctx.Pool(1) as pool:
         pool.apply(_load, (port, "GET", "/v1/ping", [], CLIENTS, 20, 10.0))  # warm-up both paths
         pool.apply(_load, (port, "POST", "/v1/sql", bodies, CLIENTS, 20, 10.0))
+        c0 = _cpu_s()
         p_el, p_lat, p_err = pool.apply(_load, (port, "GET", "/v1/ping", [], CLIENTS, per_client, max_s))
+        c1 = _cpu_s()
         s_el, s_lat, s_err = pool.apply(_load, (port, "POST", "/v1/sql", bodies, CLIENTS, per_client, max_s))
+        c2 = _cpu_s()
+        _, one_lat, _ = pool.apply(_load, (port, "POST", "/v1/sql", bodies, 1, per_client * 2, max_s))
     ping_rps = len(p_lat) / p_el
     sql_rps = len(s_lat) / s_el
     p50 = percentile(s_lat, 50) * 1e3
@@ -141,6 +152,11 @@ def _http_figures(port: int, n_keys: int, per_client: int, max_s: float) -> list
                p50 <= 2.0, note),
         Figure("HTTP /v1/sql point lookup p99", p99, "ms", percentile(p_lat, 99) * 1e3, "ping p99", "<= 10 ms",
                p99 <= 10.0, note),
+        Figure("server CPU per /v1/sql point lookup", (c2 - c1) / len(s_lat) * 1e6, "us",
+               (c1 - c0) / len(p_lat) * 1e6, "server CPU per ping", "", None,
+               "the server process's CPU time; steadier than req/s when other processes share the cores"),
+        Figure("HTTP /v1/sql point lookup p50, 1 client", percentile(one_lat, 50) * 1e3, "ms", p50,
+               "8-client p50", "", None, "latency without queueing behind other clients"),
     ]
 
 

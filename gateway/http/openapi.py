@@ -45,6 +45,8 @@ def openapi_document() -> dict[str, Any]:
         "401": _err("Missing or wrong bearer token"),
         "403": _err("SQL tried to reach files, the network or extensions"),
         "404": _err("Unknown store or route"),
+        "405": _err("Method not allowed on this route"),
+        "406": _err("None of the Accept media types can be produced"),
         "409": _err("Store partitions failed (not retryable)"),
         "413": _err("Request body too large"),
         "422": _err("Result exceeds the row limit"),
