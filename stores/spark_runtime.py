@@ -127,7 +127,8 @@ class SparkRuntime:
                     return
                 self._failed.add(u.name)
                 self._fail(classify_failure(exc), u.name)
-        while not self._stopping.wait(0.2):  # each check is a py4j call: poll gently
+        # Each check is a py4j call that competes for the GIL with foreachBatch: poll gently once RUNNING.
+        while not self._stopping.wait(0.5 if self.app.state.value == "RUNNING" else 0.2):
             for u in list(self.units.values()):
                 q = u.query
                 if q is None or u.name in self._failed:
