@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import layout
 from .errors import MissingSourceTopicException, StreamsException
 from .position import Position
 from .spark_materializer import BatchSink, last_committed_batch
@@ -170,11 +169,7 @@ class SparkRuntime:
             return
         log.warning("store %s: partitions applied batch %s but the checkpoint committed %s; rebuilding from "
                     "the log", u.name, applied, committed)
-        reset = getattr(self.app, "reset_store", None)
-        if reset is not None:
-            reset(u.name)
-        else:
-            _wipe_and_reopen(self.app, u.name, u.decl.spec.partitions)
+        self.app.reset_store(u.name)
         shutil.rmtree(u.checkpoint, ignore_errors=True)
 
     def _start_unit(self, u: _Unit) -> None:
@@ -231,14 +226,3 @@ class SparkRuntime:
         if all(u.caught_up and u.name not in self._failed for u in self.units.values()):
             self.app.mark_running()
 
-
-def _wipe_and_reopen(app: Any, store: str, partitions: int) -> None:
-    """Shim until the app offers ``reset_store``: unlink the store's partition files, then reopen them empty."""
-    for p in range(partitions):
-        base = layout.partition_path(app.state_dir, store, p)
-        for suffix in ("", "-wal", "-shm"):
-            try:
-                os.unlink(f"{base}{suffix}")
-            except FileNotFoundError:
-                pass
-    app.reopen_store(store)
