@@ -1,9 +1,11 @@
 """Hosting a pipeline file in this process: Spark, the pipeline's stores, the StreamsApp (``iqgate serve|demo``).
 
-This is the one place in ``gateway`` that starts Spark, and it does so only
-when a command asks for a pipeline: the Spark modules are looked up by name
-at call time, so importing the gateway (the serving path, ``serve
---state-dir``, the HTTP app, the DB-API) never loads pyspark.
+This is the one place in ``gateway`` that may start Spark — the embedded
+default runs pipeline and gateway in one process (DESIGN §1) — and it does so
+only when a command asks for a pipeline: its import of ``stores.spark_session``
+sits inside a function, so importing the gateway (the serving path, ``serve
+--state-dir``, the HTTP app, the DB-API) never loads pyspark. The exception is
+declared in pyproject's import-linter contract and in tests/test_layers.py.
 
 A pipeline file defines ``APPLICATION_ID``, ``TOPICS = {topic: partitions}``
 and ``build(spark, log) -> Topology`` (see examples/shop_pipeline.py).
@@ -11,7 +13,6 @@ and ``build(spark, log) -> Topology`` (see examples/shop_pipeline.py).
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import time
 from collections.abc import Callable
@@ -55,7 +56,9 @@ def load_pipeline(path: str | Path) -> ModuleType:
 
 def spark_session() -> Any:
     """The process's SparkSession (started on first use; several seconds)."""
-    return importlib.import_module("stores.spark_session").get_or_create()
+    from stores.spark_session import get_or_create  # the declared exception: see the module docstring
+
+    return get_or_create()
 
 
 def start_pipeline(module: ModuleType, log: EventLog, state_dir: Path, spark: Any | None = None) -> Any:
