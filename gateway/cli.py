@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import sys
 import threading
 import urllib.error
@@ -341,5 +342,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def console() -> None:
+    """The ``iqgate`` console script: ``main`` plus a quiet exit after hosting Spark.
+
+    Once a command has hosted Spark (``serve <pipeline>``, ``demo``) and closed
+    the app, interpreter teardown only produces noise — DuckDB's bindings
+    report objects still referenced from Spark's threads as leaks. Everything
+    the command owns is already closed by then, so exit without the teardown.
+    """
+    code = main()
+    if "pyspark" in sys.modules:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()
