@@ -91,7 +91,7 @@ def _fill_state_dir(state_dir: Path, keys: int) -> object:
     return app
 
 
-def worker_figure(quick: bool) -> Figure:
+def worker_figures(quick: bool) -> list[Figure]:
     keys = 20_000 if quick else 1_000_000
     root = Path(tempfile.mkdtemp(prefix="iqgate-bench-mem-"))
     app = _fill_state_dir(root / "state", keys)
@@ -111,13 +111,20 @@ def worker_figure(quick: bool) -> Figure:
             if time.monotonic() > deadline:
                 break
         peak_kb = _status_kb(proc.pid, "VmHWM")
+        anon_kb = _status_kb(proc.pid, "RssAnon")
     finally:
         proc.terminate()
         proc.wait(30)
         app.close(30)  # type: ignore[attr-defined]
-    return Figure(f"peak RSS, gateway worker ({keys:,} keys, lookups + scans)", peak_kb / 1024, "MB",
-                  baseline=idle_kb / 1024, baseline_name="same worker idle", goal="<= 200 MB",
-                  met=peak_kb / 1024 <= 200)
+    return [
+        Figure(f"peak RSS, gateway worker ({keys:,} keys, lookups + scans)", peak_kb / 1024, "MB",
+               baseline=idle_kb / 1024, baseline_name="same worker idle", goal="<= 200 MB",
+               met=peak_kb / 1024 <= 200),
+        # RSS counts the pages of libarrow/libduckdb a worker has touched; those are shared by every
+        # worker process, so the private (anonymous) part is what each extra worker costs.
+        Figure("private (anonymous) RSS of that worker after the load", anon_kb / 1024, "MB",
+               note="library pages (the rest of RSS) are shared between worker processes"),
+    ]
 
 
 def demo_figure(quick: bool) -> Figure:
@@ -149,7 +156,7 @@ def demo_figure(quick: bool) -> Figure:
 
 def run(quick: bool) -> list[Figure]:
     os.environ.setdefault("PYTHONPATH", str(ROOT))
-    return [worker_figure(quick), demo_figure(quick)]
+    return [*worker_figures(quick), demo_figure(quick)]
 
 
 if __name__ == "__main__":
