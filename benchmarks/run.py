@@ -99,9 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"   {len(got)} figures in {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
 
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    peak_children_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     figures.append(Figure("peak RSS of the benchmark process", peak_mb, "MB", note="includes Spark's Python side"))
-    figures.append(Figure("peak RSS of its largest child process", peak_children_mb, "MB"))
 
     print(render(figures))
     report = {
