@@ -69,7 +69,6 @@ class InProcessTransport:
             columns=columns,
             rows=rows if isinstance(rows, list) else list(rows),
             position=result.position,
-            # The engine's PartitionOutcome has PartitionInfo's fields and is_failure: no copy needed.
             partitions=result.partitions,
         )
 

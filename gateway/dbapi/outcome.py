@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from stores.position import Position
+
+from ..result import PartitionOutcome
 
 __all__ = ["Outcome", "PartitionInfo", "Transport", "ROWLESS_STATEMENTS"]
 
@@ -18,33 +20,22 @@ __all__ = ["Outcome", "PartitionInfo", "Transport", "ROWLESS_STATEMENTS"]
 ROWLESS_STATEMENTS = frozenset({"set"})
 
 
-class PartitionInfo(NamedTuple):
-    """One store partition's part in a result (IQv2 ``QueryResult`` outcome); failure_reason None = success."""
-
-    store: str
-    partition: int
-    failure_reason: str | None
-    failure_message: str | None
-    position: Position | None
-
-    @property
-    def is_failure(self) -> bool:
-        return self.failure_reason is not None
+# One store partition's part in a result: the engine's own type, on both transports.
+PartitionInfo = PartitionOutcome
 
 
 @dataclass(slots=True)
 class Outcome:
     """Columns as ``(name, type_name)``; rows as tuples of Python values; the position the rows were read at.
 
-    ``partitions`` holds PartitionInfo (remote) or the engine's
-    PartitionOutcome (in-process): both have the same fields and ``is_failure``.
+    ``partitions`` holds the engine's PartitionOutcome on both transports.
     """
 
     statement: str
     columns: list[tuple[str, str]]
     rows: list[tuple[Any, ...]]
     position: Position
-    partitions: list[Any] = field(default_factory=list)
+    partitions: list[PartitionOutcome] = field(default_factory=list)
     settings: Mapping[str, Any] | None = None
 
 
