@@ -14,12 +14,13 @@ same snapshot as the data, then the result, with the position always attached.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
@@ -330,30 +331,35 @@ class PartitionStore:
         return sql
 
     # -- writes ----------------------------------------------------------------------
-    def apply_batch(self, batch_id: int, changes: Sequence[Change], position: Position) -> bool:
-        """Apply validated changes and merge ``position`` in one transaction; False if already applied."""
+    @contextlib.contextmanager
+    def _write_txn(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction under the writer lock: committed on success, rolled back on any error."""
         with self._write_lock:
             c = self._wconn
             if c is None:
                 raise StoreClosedError(f"store {self.name!r} partition {self.partition} is closed for writing")
             c.execute("BEGIN IMMEDIATE")
             try:
-                last, text, observed = c.execute("SELECT last_batch_id, position, observed_ts FROM meta").fetchone()
-                if last is not None and batch_id <= last:
-                    c.execute("ROLLBACK")
-                    return False
-                observed = self.apply_changes(c, changes, observed)
-                new_pos = Position.from_json(text).merge(position)
-                c.execute(
-                    "UPDATE meta SET last_batch_id = ?, position = ?, version = version + 1, observed_ts = ? WHERE id = 0",
-                    (batch_id, new_pos.to_json(), observed),
-                )
+                yield c
                 c.execute("COMMIT")
             except BaseException:
                 if c.in_transaction:
                     c.execute("ROLLBACK")
                 raise
-            return True
+
+    def apply_batch(self, batch_id: int, changes: Sequence[Change], position: Position) -> bool:
+        """Apply validated changes and merge ``position`` in one transaction; False if already applied."""
+        with self._write_txn() as c:
+            last, text, observed = c.execute("SELECT last_batch_id, position, observed_ts FROM meta").fetchone()
+            if last is not None and batch_id <= last:
+                return False  # an already-applied batch: the (empty) transaction changes nothing
+            observed = self.apply_changes(c, changes, observed)
+            new_pos = Position.from_json(text).merge(position)
+            c.execute(
+                "UPDATE meta SET last_batch_id = ?, position = ?, version = version + 1, observed_ts = ? WHERE id = 0",
+                (batch_id, new_pos.to_json(), observed),
+            )
+        return True
 
     def apply_changes(self, c: sqlite3.Connection, changes: Sequence[Change], observed: int | None) -> int | None:
         """Write canonical changes inside the open transaction; return the new observed stream time."""
@@ -366,20 +372,10 @@ class PartitionStore:
         readers, in this process or others, see the old or the empty store,
         and a reader holding a bound gets NOT_UP_TO_BOUND until it is rebuilt.
         """
-        with self._write_lock:
-            c = self._wconn
-            if c is None:
-                raise StoreClosedError(f"store {self.name!r} partition {self.partition} is closed for writing")
-            c.execute("BEGIN IMMEDIATE")
-            try:
-                c.execute(f"DELETE FROM {self.TABLE}")
-                c.execute("UPDATE meta SET last_batch_id = NULL, position = '{}', version = version + 1,"
-                          " observed_ts = NULL WHERE id = 0")
-                c.execute("COMMIT")
-            except BaseException:
-                if c.in_transaction:
-                    c.execute("ROLLBACK")
-                raise
+        with self._write_txn() as c:
+            c.execute(f"DELETE FROM {self.TABLE}")
+            c.execute("UPDATE meta SET last_batch_id = NULL, position = '{}', version = version + 1,"
+                      " observed_ts = NULL WHERE id = 0")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, partition={self.partition}, path={str(self.path)!r})"
