@@ -9,7 +9,6 @@ same lookup over HTTP (keep-alive, 127.0.0.1) against a raw ``Gateway.sql``.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 from pathlib import Path
@@ -100,9 +99,6 @@ def run(quick: bool) -> list[Figure]:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
-    from benchmarks.run import render
+    from benchmarks.run import script
 
-    print(render(run(args.quick)))
+    script(run)

@@ -15,7 +15,6 @@ talks only to 127.0.0.1, and is bounded in request count and in time.
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import re
@@ -199,9 +198,6 @@ def run(quick: bool) -> list[Figure]:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
-    from benchmarks.run import render
+    from benchmarks.run import script
 
-    print(render(run(args.quick)))
+    script(run)

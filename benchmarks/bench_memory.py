@@ -160,6 +160,6 @@ def run(quick: bool) -> list[Figure]:
 
 
 if __name__ == "__main__":
-    from benchmarks.run import render
+    from benchmarks.run import script
 
-    print(render(run(quick="--quick" in sys.argv)))
+    script(run)

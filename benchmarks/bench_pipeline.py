@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 import tempfile
 import threading
 import time
@@ -252,7 +251,6 @@ def run(quick: bool) -> list[Figure]:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from benchmarks.run import render
+    from benchmarks.run import script
 
-    print(render(run(quick="--quick" in sys.argv)))
+    script(run)

@@ -61,14 +61,9 @@ def run(quick: bool) -> list[Figure]:
     ]
 
 
-def main() -> None:
-    quick = "--quick" in sys.argv
-    for f in run(quick):
-        ratio = f"{f.ratio:.3f}x" if f.ratio is not None else "-"
-        met = {True: "met", False: "NOT met", None: ""}[f.met]
-        print(f"{f.name:38s} {f.value:9.1f} {f.unit}  vs {f.baseline_name} {f.baseline:9.1f} {f.unit}  "
-              f"ratio {ratio}  {f.goal} {met} {f.note}")
 
 
 if __name__ == "__main__":
-    main()
+    from benchmarks.run import script
+
+    script(run)

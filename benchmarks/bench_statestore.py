@@ -10,7 +10,6 @@ as a separate gateway worker would). Goal: iqgate ≥ 200× faster.
 from __future__ import annotations
 
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -92,6 +91,6 @@ def run(quick: bool) -> list[Figure]:
 
 
 if __name__ == "__main__":
-    from benchmarks.run import render
+    from benchmarks.run import script
 
-    print(render(run(quick="--quick" in sys.argv)))
+    script(run)

@@ -10,7 +10,6 @@ next to a plain dict doing the same work in the same run.
 from __future__ import annotations
 
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -130,14 +129,9 @@ def _commit_latency(tmp: Path, batches: int) -> list[Figure]:
                    "", None, "100 upserts into one partition; FULL fsyncs the WAL on every commit")]
 
 
-def main(argv: list[str]) -> None:
-    quick = "--quick" in argv
-    for f in run(quick):
-        ratio = f"{f.ratio:8.2f}x" if f.ratio is not None else " " * 9
-        base = f"{f.baseline:12.2f} {f.baseline_name}" if f.baseline is not None else ""
-        met = {True: "MET", False: "MISSED", None: ""}[f.met]
-        print(f"{f.name:40s} {f.value:14.2f} {f.unit:7s} {ratio} vs {base:35s} {f.goal:14s} {met:6s} {f.note}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    from benchmarks.run import script
+
+    script(run)

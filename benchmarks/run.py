@@ -17,6 +17,7 @@ import resource
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.common import Figure
@@ -71,6 +72,14 @@ def render(figures: list[Figure]) -> str:
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def script(run_fn: Callable[..., list[Figure]], argv: list[str] | None = None) -> None:
+    """The ``__main__`` of one benchmark module: ``python -m benchmarks.bench_x [--quick]``."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="small sizes")
+    args = ap.parse_args(argv)
+    print(render(list(run_fn(quick=args.quick))))
 
 
 def main(argv: list[str] | None = None) -> int:
