@@ -61,8 +61,6 @@ def run(quick: bool) -> list[Figure]:
     ]
 
 
-
-
 if __name__ == "__main__":
     from benchmarks.run import script
 

@@ -129,8 +129,6 @@ def _commit_latency(tmp: Path, batches: int) -> list[Figure]:
                    "", None, "100 upserts into one partition; FULL fsyncs the WAL on every commit")]
 
 
-
-
 if __name__ == "__main__":
     from benchmarks.run import script
 
