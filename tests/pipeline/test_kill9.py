@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-pytest.importorskip("pyspark")
+import pyspark  # noqa: E402,F401 - Spark tests run or fail, never skip quietly
 
 from stores import State, StreamsApp  # noqa: E402
 from stores.eventlog import EventLog  # noqa: E402

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-pytest.importorskip("pyspark")
+import pyspark  # noqa: E402,F401 - Spark tests run or fail, never skip quietly
 
 from stores import (  # noqa: E402
     FailureReason, KeyQuery, Position, PositionBound, State, StateQueryRequest, StreamsApp,

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-pytest.importorskip("pyspark")
+import pyspark  # noqa: E402,F401 - Spark tests run or fail, never skip quietly
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # noqa: E402
 

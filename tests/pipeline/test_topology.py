@@ -6,13 +6,12 @@ Needs the shared SparkSession (plans are analyzed) but starts no streaming query
 from __future__ import annotations
 
 import pytest
+from pyspark.sql import functions as F
+
+from stores.eventlog import EventLog
+from stores.schema import SqlType, StoreKind
 
 pytestmark = pytest.mark.spark
-
-F = pytest.importorskip("pyspark.sql.functions")
-
-from stores.eventlog import EventLog  # noqa: E402
-from stores.schema import SqlType, StoreKind  # noqa: E402
 
 
 @pytest.fixture()
