@@ -1,35 +1,34 @@
-"""A reference model of the stores for differential tests: rows in memory, IQv2 semantics from kafka-iqv2.md.
+"""Rows for differential tests, answered two ways that must agree.
 
-It answers a plan's requests the way DESIGN §4 says a store does (keys compare
-by SQL type, range bounds inclusive, DOES_NOT_EXIST beyond the partition
-count), builds each scan's relation (data rows + one row per failed
-partition) in DuckDB and runs the residual SQL. The same rows, loaded as a
-plain table, answer the original SQL directly: both answers must agree.
+- Through the product: the rows are written into real stores (a StreamsApp
+  over ``StoreTopology``, filled by its writer) and the SQL runs through the
+  real ``Gateway`` — planner, IQv2 requests, Arrow, DuckDB residual SQL.
+- Directly: the same rows loaded as plain DuckDB tables answer the original
+  SQL (the ground truth: what the statement means without any pushdown).
+
+TIMESTAMP columns are TIMESTAMPTZ in UTC on both sides, as the gateway shows them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import duckdb
 
-from planner.plan import Plan
+from gateway import Gateway
+from stores.app import StoreTopology, StreamsApp
 from stores.partitioner import partition_for_key
-from stores.query import (
-    KeyQuery,
-    RangeQuery,
-    ResultOrder,
-    TimestampedKeyQuery,
-    TimestampedRangeQuery,
-    WindowKeyQuery,
-    WindowRangeQuery,
-)
+from stores.position import Position
+from stores.protocol import Change
 from stores.schema import SqlType, StoreKind, StoreSpec
 
 _DUCK_TYPES = {
     SqlType.BIGINT: "BIGINT", SqlType.INTEGER: "INTEGER", SqlType.DOUBLE: "DOUBLE", SqlType.VARCHAR: "VARCHAR",
-    SqlType.BOOLEAN: "BOOLEAN", SqlType.TIMESTAMP: "TIMESTAMP", SqlType.DATE: "DATE",
+    SqlType.BOOLEAN: "BOOLEAN", SqlType.TIMESTAMP: "TIMESTAMPTZ", SqlType.DATE: "DATE",
 }
 
 
@@ -37,7 +36,7 @@ def _to_sql_value(col_type: SqlType, v: Any) -> Any:
     if v is None:
         return None
     if col_type is SqlType.TIMESTAMP:
-        return datetime.fromtimestamp(v / 1000, tz=timezone.utc).replace(tzinfo=None)
+        return datetime.fromtimestamp(v / 1000, tz=timezone.utc)
     return v
 
 
@@ -49,34 +48,46 @@ class ReferenceStore:
         self.rows = rows
         self.partition_of = [partition_for_key(r[spec.key.name], spec.partitions, spec.key.type) for r in rows]
 
-    def _sort_key(self, row: dict[str, Any]) -> tuple:
-        extra = row.get("window_start", 0) if self.spec.kind in (StoreKind.WINDOW, StoreKind.SESSION) else 0
-        return (row[self.spec.key.name], extra)
+    def changes(self) -> list[Change]:
+        """The rows as one batch of store writes."""
+        spec = self.spec
+        windowed = spec.kind in (StoreKind.WINDOW, StoreKind.SESSION)
+        return [
+            Change(r[spec.key.name], tuple(r.get(c.name) for c in spec.values), r.get("rowtime", 0),
+                   r["window_start"] if windowed else None, r["window_end"] if windowed else None)
+            for r in self.rows
+        ]
 
-    def answer(self, request: Any) -> list[tuple[int, dict[str, Any] | None, str | None]]:
-        """(partition, row, failure reason) triples for every partition the request names."""
-        out: list[tuple[int, dict[str, Any] | None, str | None]] = []
-        q = request.query
-        key = self.spec.key.name
-        for p in sorted(request.partitions):
-            if p >= self.spec.partitions:
-                out.append((p, None, "DOES_NOT_EXIST"))
-                continue
-            rows = [r for r, rp in zip(self.rows, self.partition_of) if rp == p]
-            if isinstance(q, (KeyQuery, TimestampedKeyQuery)):
-                hit = [r for r in rows if r[key] == q.key]
-            elif isinstance(q, (RangeQuery, TimestampedRangeQuery)):
-                hit = [r for r in rows if (q.lower is None or r[key] >= q.lower) and (q.upper is None or r[key] <= q.upper)]
-            elif isinstance(q, WindowKeyQuery):
-                hit = [r for r in rows if r[key] == q.key and q.time_from <= r["window_start"] <= q.time_to]
-            elif isinstance(q, WindowRangeQuery) and q.key is None:
-                hit = [r for r in rows if q.time_from <= r["window_start"] <= q.time_to]
-            elif isinstance(q, WindowRangeQuery):
-                hit = [r for r in rows if r[key] == q.key]
-            else:
-                raise AssertionError(f"reference store has no handler for {q!r}")
-            out += [(p, r, None) for r in hit]
-        return out
+
+@contextmanager
+def product_gateway(stores: dict[str, ReferenceStore], state_dir: Path) -> Iterator[Gateway]:
+    """A Gateway over a real StreamsApp whose stores hold exactly ``stores``' rows."""
+    specs = [s.spec for s in stores.values()]
+    app = StreamsApp(StoreTopology(specs), application_id="planner-differential", state_dir=state_dir,
+                     synchronous="NORMAL")
+    app.start()
+    try:
+        for name, store in stores.items():
+            app.writer(name).write_batch(0, store.changes(), Position.from_map({"t": {0: 0}}))
+        gw = Gateway(app)
+        try:
+            yield gw
+        finally:
+            gw.close()
+    finally:
+        app.close(10)
+
+
+def _canon(rows: list[tuple]) -> list[tuple]:
+    """Aware datetimes with one tzinfo object, so equal instants also print alike."""
+    def one(v: Any) -> Any:
+        return v.astimezone(timezone.utc) if isinstance(v, datetime) and v.tzinfo is not None else v
+    return [tuple(one(v) for v in r) for r in rows]
+
+
+def run_sql(gw: Gateway, sql: str, params: Any = None, *, partial: bool = False) -> list[tuple]:
+    """The product's answer to ``sql``."""
+    return _canon(gw.sql(sql, params=params, partial=partial).fetchall())
 
 
 def _insert(con: duckdb.DuckDBPyConnection, table: str, values: list[list[Any]]) -> None:
@@ -87,34 +98,10 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, values: list[list[Any]])
     con.execute(f'INSERT INTO "{table}" VALUES ' + ", ".join([row] * len(values)), [v for r in values for v in r])
 
 
-def run_plan(plan: Plan, stores: dict[str, ReferenceStore]) -> list[tuple]:
-    """The plan's answer: requests against the reference stores, relations in DuckDB, then the residual SQL."""
-    con = duckdb.connect()
-    for scan in plan.scans:
-        store = stores[scan.store]
-        spec = store.spec
-        answers = [a for r in scan.requests for a in store.answer(r)]
-        data = [a for a in answers if a[2] is None]
-        if scan.order is not None:
-            data.sort(key=lambda a: store._sort_key(a[1]), reverse=scan.order is ResultOrder.DESCENDING)
-        if scan.limit is not None:
-            data = data[: scan.limit]
-        failures = [a for a in answers if a[2] is not None]
-        cols = spec.columns()
-        ddl = ", ".join(f'"{c.name}" {_DUCK_TYPES[c.type]}' for c in cols)
-        con.execute(f'CREATE TABLE "{scan.relation}" ({ddl}, "_partition" INTEGER, "_position" VARCHAR, '
-                    '"_failure_reason" VARCHAR, "_failure_message" VARCHAR)')
-        values = [[_to_sql_value(c.type, row.get(c.name)) for c in cols] + [p, "{}", None, None] for p, row, _ in data]
-        values += [[None] * len(cols) + [p, "{}", reason, f"partition {p}: {reason}"] for p, _, reason in failures]
-        _insert(con, scan.relation, values)
-    result = con.execute(plan.residual_sql).fetchall()
-    con.close()
-    return result
-
-
 def run_direct(sql: str, stores: dict[str, ReferenceStore], params: Any = None, *, with_partition: bool = False) -> list[tuple]:
     """The original SQL over the same rows loaded as plain tables (the ground truth)."""
     con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
     lowered = sql.lower()
     for name, store in stores.items():
         if name not in lowered:
@@ -127,4 +114,4 @@ def run_direct(sql: str, stores: dict[str, ReferenceStore], params: Any = None, 
         _insert(con, name, values)
     result = con.execute(sql, params).fetchall() if params is not None else con.execute(sql).fetchall()
     con.close()
-    return result
+    return _canon(result)

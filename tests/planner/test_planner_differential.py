@@ -1,19 +1,21 @@
-"""Pushdown never changes the answer: plan → reference stores → residual SQL equals DuckDB on the raw rows.
+"""Pushdown never changes the answer: SQL through the product equals DuckDB on the raw rows.
 
-The reference store (reference_store.py) answers requests with IQv2
-semantics, including the gateway's ordered merge and pushed LIMIT, so a
+The rows live in real stores and the SQL runs through the real Gateway
+(planner → IQv2 requests → ordered merge, pushed LIMIT → residual SQL), so a
 predicate pushed too far, a bound off by one, a wrong partition or a LIMIT
-pushed past a filter shows up as a different result.
+pushed past a filter shows up as a different result (reference_store.py).
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 
 import pytest
+from reference_store import ReferenceStore, product_gateway, run_direct, run_sql
 
 import planner
-from reference_store import ReferenceStore, run_direct, run_plan
+from gateway import Gateway
 from stores.schema import Column, SqlType, StoreKind, StoreSpec
 
 T0 = 1_704_067_200_000  # 2024-01-01 00:00:00 UTC
@@ -60,6 +62,12 @@ def _stores() -> dict[str, ReferenceStore]:
 
 STORES = _stores()
 CATALOG = {name: s.spec for name, s in STORES.items()}
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    with product_gateway(STORES, tmp_path_factory.mktemp("differential")) as g:
+        yield g
 
 QUERIES: list[tuple[str, list | None]] = [
     ("SELECT k, v, n FROM ints WHERE k = 5", None),
@@ -108,13 +116,13 @@ QUERIES: list[tuple[str, list | None]] = [
 
 
 @pytest.mark.parametrize(("sql", "params"), QUERIES, ids=[q for q, _ in QUERIES])
-def test_pushdown_keeps_the_answer(sql: str, params: list | None) -> None:
-    plan = planner.plan(sql, CATALOG, params=params)
-    got = sorted(map(repr, run_plan(plan, STORES)))
-    want = sorted(map(repr, run_direct(sql, STORES, params)))
-    assert got == want
+def test_pushdown_keeps_the_answer(gw: Gateway, sql: str, params: list | None) -> None:
+    planner.plan(sql, CATALOG, params=params)  # plans without error on its own too
+    got = run_sql(gw, sql, params)
+    want = run_direct(sql, STORES, params)
+    assert sorted(map(repr, got)) == sorted(map(repr, want))
     if "ORDER BY" in sql:  # order matters too
-        assert run_plan(plan, STORES) == run_direct(sql, STORES, params)
+        assert got == want
 
 
 PARTITION_QUERIES = [
@@ -126,23 +134,20 @@ PARTITION_QUERIES = [
 
 
 @pytest.mark.parametrize("sql", PARTITION_QUERIES)
-def test_partition_selection_keeps_the_answer(sql: str) -> None:
-    plan = planner.plan(sql, CATALOG)
-    assert sorted(run_plan(plan, STORES)) == sorted(run_direct(sql, STORES, with_partition=True))
+def test_partition_selection_keeps_the_answer(gw: Gateway, sql: str) -> None:
+    assert sorted(run_sql(gw, sql)) == sorted(run_direct(sql, STORES, with_partition=True))
 
 
-def test_partition_beyond_range_is_a_failure_row_not_data() -> None:
-    plan = planner.plan("SELECT _partition, _failure_reason FROM ints WHERE _partition = 99", CATALOG)
-    assert run_plan(plan, STORES) == [(99, "DOES_NOT_EXIST")]
+def test_partition_beyond_range_is_a_failure_row_not_data(gw: Gateway) -> None:
+    sql = "SELECT _partition, _failure_reason FROM ints WHERE _partition = 99"
+    assert run_sql(gw, sql, partial=True) == [(99, "DOES_NOT_EXIST")]
     # without naming the failure columns, the failed partition contributes no rows
-    plan = planner.plan("SELECT k FROM ints WHERE _partition = 99", CATALOG)
-    assert run_plan(plan, STORES) == []
+    assert run_sql(gw, "SELECT k FROM ints WHERE _partition = 99", partial=True) == []
 
 
-def test_star_never_shows_pseudo_columns() -> None:
+def test_star_never_shows_pseudo_columns(gw: Gateway) -> None:
     key = STORES["ints"].rows[0]["k"]
-    plan = planner.plan("SELECT *, _partition AS p FROM ints WHERE k = ?", CATALOG, params=[key])
-    rows = run_plan(plan, STORES)
+    rows = run_sql(gw, "SELECT *, _partition AS p FROM ints WHERE k = ?", [key])
     direct = run_direct("SELECT *, _partition AS p FROM ints WHERE k = ?", STORES, [key], with_partition=True)
     assert len(rows) == 1 and len(rows[0]) == 4  # k, v, n, p
     assert rows == [tuple(direct[0][:3]) + (direct[0][4],)]
