@@ -44,7 +44,13 @@ class ServerThread:
         return self
 
     def close(self, timeout_s: float = 5.0) -> None:
+        """Let requests in flight finish, then close the sockets and end the loop.
+
+        A handler thread pulls the loop's trigger when its response is ready;
+        closing the server first closed that trigger under it (EBADF).
+        """
         self._closing = True
+        self._server.task_dispatcher.shutdown(cancel_pending=False, timeout=timeout_s)  # type: ignore[union-attr]
         self._server.close()
         self._thread.join(timeout_s)
 
