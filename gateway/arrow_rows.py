@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Sequence
+import operator
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
@@ -216,6 +217,37 @@ def _data_rows(shaper: _Shaper, request: StateQueryRequest, result: Any) -> Iter
     return out
 
 
+RawBuilder = Callable[[tuple[Any, ...], Any, tuple[Any, ...]], tuple[Any, ...]]
+
+
+@functools.lru_cache(maxsize=256)
+def _raw_builder(spec: StoreSpec, row_columns: tuple[str, ...]) -> RawBuilder | None:
+    """Raw range rows (``RowIterator.remaining_rows``) → store column order + tail, or None to take the slow path.
+
+    A million-row scan through KeyValue/ValueAndTimestamp objects held about
+    six objects per row at once; the raw rows need one reordering tuple.
+    BOOLEAN columns are stored as 0/1 and need decoding: slow path.
+    """
+    if spec.key.type is SqlType.BOOLEAN or any(c.type is SqlType.BOOLEAN for c in spec.values):
+        return None
+    lead = len(row_columns)
+    vals = tuple(range(lead, lead + len(spec.values)))
+    kind = spec.kind
+    if kind is StoreKind.KEY_VALUE and row_columns == ("key",):
+        return lambda r, _key, tail: r + tail
+    if kind is StoreKind.TIMESTAMPED_KEY_VALUE and row_columns == ("key", "timestamp"):
+        pick = operator.itemgetter(0, *vals, 1)
+    elif kind in (StoreKind.WINDOW, StoreKind.SESSION) and row_columns == ("key", "window_start", "window_end",
+                                                                                "timestamp"):
+        pick = operator.itemgetter(0, 1, 2, *vals)
+    elif kind is StoreKind.VERSIONED and row_columns == ("valid_from", "valid_to"):
+        pick_v = operator.itemgetter(*vals, 0, 1)
+        return lambda r, key, tail: (key, *pick_v(r), *tail)
+    else:
+        return None
+    return lambda r, _key, tail: pick(r) + tail
+
+
 def collect(spec: StoreSpec, answers: Sequence[tuple[StateQueryRequest, StateQueryResult]],
             order: ResultOrder | None, limit: int | None) -> ScanRows:
     """Concatenate every partition's rows, merge them in key order when asked, then apply the limit."""
@@ -229,7 +261,18 @@ def collect(spec: StoreSpec, answers: Sequence[tuple[StateQueryRequest, StateQue
                                              qr.position))
                 continue
             tail = (partition, position_json(qr.position))
-            for r in _data_rows(shaper, request, qr.result):
+            result = qr.result
+            build = _raw_builder(spec, result.row_columns) if hasattr(result, "remaining_rows") else None
+            if build is not None:
+                raw = result.remaining_rows()
+                width = len(result.row_columns) + shaper.nvals
+                if raw and len(raw[0]) != width:  # one SELECT: every row has the first row's width
+                    raise ValueError(f"store {spec.name!r} returned rows of {len(raw[0]) - len(result.row_columns)}"
+                                     f" values; expected a tuple of {shaper.nvals} values")
+                key = getattr(request.query, "key", None)
+                rows.extend([build(r, key, tail) for r in raw])
+                continue
+            for r in _data_rows(shaper, request, result):
                 rows.append(r + tail)
     if order is not None and order is not ResultOrder.ANY and len(rows) > 1:
         rows.sort(key=_order_key(spec), reverse=order is ResultOrder.DESCENDING)

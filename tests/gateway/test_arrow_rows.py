@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from gwfixtures import MINUTE, Shop
 
-from gateway.arrow_rows import collect
+from gateway.arrow_rows import _data_rows, _Shaper, collect, position_json
 from stores.app import StreamsApp
 from stores.position import Position, PositionBound
 from stores.query import (
@@ -131,3 +131,32 @@ def test_a_result_that_does_not_fit_the_spec_is_refused(shop_app: StreamsApp) ->
     wider = replace(spec, values=spec.values + (Column("extra", SqlType.BIGINT),))
     with pytest.raises(ValueError, match="expected a tuple of 3 values"):
         collect(wider, _answers(shop_app, "revenue", RangeQuery.with_no_bounds()), None, None)
+
+
+def _object_path_rows(spec, answers):  # noqa: ANN001, ANN202
+    """The rows built through the IQv2 result objects (KeyValue, ValueAndTimestamp, ...), the reference path."""
+    shaper = _Shaper(spec)
+    out = []
+    for req, answer in answers:
+        for p, qr in answer.partition_results.items():
+            tail = (p, position_json(qr.position))
+            out += [r + tail for r in _data_rows(shaper, req, qr.result)]
+    return out
+
+
+def test_raw_rows_fast_path_equals_the_object_path(shop_app: StreamsApp, shop: Shop) -> None:
+    """Range-style results go through raw rows; they must give exactly what the result objects give."""
+    c = sorted(shop.revenue)[1]
+    cases = [
+        ("revenue", RangeQuery.with_no_bounds()),
+        ("latest", TimestampedRangeQuery.with_no_bounds()),
+        ("per_min", WindowRangeQuery.with_window_start_range(0, 2**62)),
+        ("per_min", WindowKeyQuery.with_key_and_window_start_range(c, 0, 2**62)),
+        ("last_order", MultiVersionedKeyQuery.with_key(c)),
+    ]
+    for store, q in cases:
+        spec = shop_app.catalog()[store]
+        fast = collect(spec, _answers(shop_app, store, q), None, None).rows
+        slow = _object_path_rows(spec, _answers(shop_app, store, q))
+        assert fast, (store, q)
+        assert sorted(fast, key=repr) == sorted(slow, key=repr), (store, q)
