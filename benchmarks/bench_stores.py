@@ -99,7 +99,7 @@ def run(quick: bool) -> list[Figure]:
                    ">= 1M rows/s", raw_rate >= 1e6, "RowIterator.remaining_rows()"),
             Figure("RangeQuery rows/s, KeyValue objects", obj_rate, "rows/s", dict_rate, "dict items -> tuples",
                    "", None, "iterating KeyValue(key, value tuple)"),
-            Figure("load", n / load_s, "rows/s", note=f"{n} keys in {load_s:.1f}s, batches of 100k"),
+            Figure("store load (batch writes)", n / load_s, "rows/s", note=f"{n} keys in {load_s:.1f}s, batches of 100k"),
         ]
         reader.close()
         app.close(timeout_s=30)
