@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from typing import Any
 from . import layout
 from .dispatch import run_request
 from .engine import PartitionStore, open_partition
+from .engine.base import EXISTS_CHECK_S
 from .errors import UnknownStateStoreException
 from .position import Position
 from .request import StateQueryRequest
@@ -84,12 +86,21 @@ class StateDirReader:
         self._lock = threading.Lock()
         self._specs: dict[str, StoreSpec] = {}
         self._specs_mtime: int | None = None
+        self._specs_checked = float("-inf")
         self._stores: dict[tuple[str, int], PartitionStore] = {}
         self._info: AppInfo = AppInfo(None)
         self._info_mtime: int | None = None
 
     # -- metadata -----------------------------------------------------------------------
-    def _rescan(self) -> None:
+    def _rescan(self, *, force: bool = False) -> None:
+        """Re-read the store specs if the stores changed; at most every EXISTS_CHECK_S unless forced.
+
+        The catalog is read on every statement; a store created or dropped by
+        the writer shows up within 100 ms (an unknown name forces a rescan).
+        """
+        now = time.monotonic()
+        if not force and now - self._specs_checked < EXISTS_CHECK_S:
+            return
         d = layout.stores_dir(self.state_dir)
         try:
             mtime = d.stat().st_mtime_ns
@@ -98,6 +109,7 @@ class StateDirReader:
         if mtime == self._specs_mtime and all(
             layout.spec_path(self.state_dir, n).exists() for n in self._specs
         ):
+            self._specs_checked = now
             return
         specs: dict[str, StoreSpec] = {}
         for sub in sorted(d.iterdir()):
@@ -111,6 +123,7 @@ class StateDirReader:
         with self._lock:
             self._specs = specs
             self._specs_mtime = mtime
+            self._specs_checked = now  # only a scan that succeeded counts: a corrupt spec keeps failing
 
     def catalog(self) -> dict[str, StoreSpec]:
         self._rescan()
@@ -119,7 +132,7 @@ class StateDirReader:
     def _spec(self, name: str) -> StoreSpec:
         spec = self._specs.get(name)
         if spec is None:
-            self._rescan()
+            self._rescan(force=True)
             spec = self._specs.get(name)
             if spec is None:
                 raise UnknownStateStoreException(

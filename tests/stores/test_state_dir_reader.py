@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import subprocess
 import sys
 import threading
@@ -114,6 +115,12 @@ def test_catalog_picks_up_new_stores(make_app: Any, tmp_path: Any) -> None:
     res = reader.query(req("b", KeyQuery.with_key(1)))  # an unknown name triggers a rescan
     assert res.only_partition_result().result == (10,)
     assert set(reader.catalog()) == {"a", "b"}
+    # without a query naming it, a new store still shows up once the catalog's staleness window passes
+    make_app([spec_for(StoreKind.KEY_VALUE, "c")], state_dir=state_dir)
+    deadline = time.monotonic() + 5
+    while "c" not in reader.catalog() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert set(reader.catalog()) == {"a", "b", "c"}
 
 
 def test_reader_errors(tmp_path: Any) -> None:
