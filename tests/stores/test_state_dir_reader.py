@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import time
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 import pytest
