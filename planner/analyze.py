@@ -19,7 +19,7 @@ from sqlglot.optimizer.scope import traverse_scope
 
 from stores.schema import StoreKind, StoreSpec
 
-from .catalog import find_store, unknown_store
+from .catalog import resolve_store, unknown_store
 from .dialect import Explain, PositionClause, position_literal_json
 from .errors import InvalidSettingError, ParameterError, ReadOnlyError, UnsupportedSqlError
 from .guard import ALLOWED, check_functions, check_read_only, statement_name
@@ -141,11 +141,7 @@ def _analyze_query(sql: str, root: exp.Expression, catalog: Mapping[str, StoreSp
             line, col = node_position(sql, table)
             raise unknown_store(catalog, name, line=line, col=col, what="table function")
         line, col = node_position(sql, table)
-        if table.args.get("db") or table.args.get("catalog"):
-            raise unknown_store(catalog, table.sql(dialect="duckdb"), line=line, col=col)
-        found = find_store(catalog, table.name)
-        if found is None:
-            raise unknown_store(catalog, table.name, line=line, col=col)
+        found = resolve_store(catalog, table, line=line, col=col)
         extra = unsupported_table_args(table)
         if extra:
             raise UnsupportedSqlError(

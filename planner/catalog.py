@@ -9,11 +9,13 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 
+from sqlglot import exp
+
 from stores.schema import StoreSpec
 
 from .errors import UnknownStoreError
 
-__all__ = ["find_store", "unknown_store", "store_column_names"]
+__all__ = ["find_store", "resolve_store", "unknown_store", "store_column_names"]
 
 
 def find_store(catalog: Mapping[str, StoreSpec], name: str) -> tuple[str, StoreSpec] | None:
@@ -40,6 +42,18 @@ def unknown_store(
     else:
         hint = "; the catalog has no stores"
     return UnknownStoreError(f"unknown {what} {name!r}{hint}", line=line, col=col)
+
+
+def resolve_store(
+    catalog: Mapping[str, StoreSpec], table: exp.Table, *, line: int | None, col: int | None
+) -> tuple[str, StoreSpec]:
+    """The store a table reference names, or UnknownStoreError (schema-qualified names are never stores)."""
+    if table.args.get("db") or table.args.get("catalog"):
+        raise unknown_store(catalog, table.sql(dialect="duckdb"), line=line, col=col)
+    found = find_store(catalog, table.name)
+    if found is None:
+        raise unknown_store(catalog, table.name, line=line, col=col)
+    return found
 
 
 def store_column_names(spec: StoreSpec) -> tuple[str, ...]:

@@ -13,7 +13,7 @@ from sqlglot import exp
 
 from stores.schema import StoreSpec
 
-from .catalog import find_store, unknown_store
+from .catalog import resolve_store
 from .errors import InvalidSettingError, UnsupportedSqlError
 from .literals import value_ref
 from .plan import StatementKind
@@ -42,11 +42,7 @@ def plan_describe(sql: str, node: exp.Describe, catalog: Mapping[str, StoreSpec]
     if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
         raise UnsupportedSqlError("DESCRIBE takes a store name: DESCRIBE <store>", line=1, col=1)
     line, col = node_position(sql, table)
-    if table.args.get("db") or table.args.get("catalog"):
-        raise unknown_store(catalog, table.sql(dialect="duckdb"), line=line, col=col)
-    found = find_store(catalog, table.name)
-    if found is None:
-        raise unknown_store(catalog, table.name, line=line, col=col)
+    found = resolve_store(catalog, table, line=line, col=col)
     return _template(kind=StatementKind.DESCRIBE, explain=explain, describe=found[0], deps={found[0]: found[1]})
 
 
