@@ -24,10 +24,10 @@ _SQL = "SELECT name, amount FROM bench_orders WHERE customer = ?"
 
 def _setup(tmp: Path, n_keys: int):  # noqa: ANN202 - local helper
     from gateway.engine import Gateway
-    from stores.app import StoreTopology, StreamsApp
-    from stores.position import Position
-    from stores.protocol import Change
-    from stores.schema import Column, SqlType, StoreKind, StoreSpec
+    from stores.app.streams import StoreTopology, StreamsApp
+    from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
+    from stores.engine.change import Change
+    from stores.iqv2.position import Position
 
     spec = StoreSpec(
         name="bench_orders", kind=StoreKind.KEY_VALUE, key=Column("customer", SqlType.BIGINT, nullable=False),

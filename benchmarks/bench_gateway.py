@@ -112,10 +112,10 @@ def _cpu_s() -> float:
 
 def _setup(tmp: Path, n_keys: int):  # noqa: ANN202 - local helper
     from gateway.engine import Gateway
-    from stores.app import StoreTopology, StreamsApp
-    from stores.position import Position
-    from stores.protocol import Change
-    from stores.schema import Column, SqlType, StoreKind, StoreSpec
+    from stores.app.streams import StoreTopology, StreamsApp
+    from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
+    from stores.engine.change import Change
+    from stores.iqv2.position import Position
 
     spec = StoreSpec("bench_kv", StoreKind.KEY_VALUE, Column("id", SqlType.BIGINT, nullable=False),
                      (Column("name", SqlType.VARCHAR), Column("amount", SqlType.DOUBLE)), partitions=4,

@@ -75,8 +75,8 @@ def _wait_healthy(port: int, proc: subprocess.Popen, seconds: float) -> None:
 def _fill_state_dir(state_dir: Path, keys: int) -> object:
     """A running app with a filled store: the writer a gateway worker serves beside."""
     from stores import Column, Position, SqlType, StoreKind, StoreSpec
-    from stores.app import StoreTopology, StreamsApp
-    from stores.protocol import Change
+    from stores.app.streams import StoreTopology, StreamsApp
+    from stores.engine.change import Change
 
     spec = StoreSpec("revenue", StoreKind.TIMESTAMPED_KEY_VALUE, Column("key", SqlType.VARCHAR),
                      (Column("revenue", SqlType.DOUBLE), Column("orders", SqlType.BIGINT)),

@@ -91,7 +91,10 @@ class BareQuery:
     """The baseline: same source and aggregation, foreachBatch executes the batch and records its end offsets."""
 
     def __init__(self, spark: Any, t: Any, checkpoint: Path) -> None:
-        from stores.spark_materializer import position_from_offsets, read_batch_offsets
+        from stores.pipeline.materializer import (
+            position_from_offsets,
+            read_batch_offsets,
+        )
 
         self.done: list[tuple[float, Any]] = []  # (time, Position) after each batch
         self._cv = threading.Condition()
@@ -140,7 +143,7 @@ def _visible_at(app: Any, partition: int, offset: int, key: str, timeout_s: floa
 def _freshness(spark: Any, root: Path, samples: int) -> tuple[list[float], list[float]]:
     """Append → visible, ours then bare; a bare warm-up round first so neither side pays the JIT's warm-up."""
     from stores import EventLog, StreamsApp
-    from stores.spark_topology import Topology
+    from stores.pipeline.topology import Topology
 
     log = EventLog(root / "fresh-log")
     log.create_topic(TOPIC, partitions=2)
@@ -164,7 +167,7 @@ def _freshness(spark: Any, root: Path, samples: int) -> tuple[list[float], list[
 
 
 def _bare_samples(spark: Any, log: Any, checkpoint: Path, samples: int) -> list[float]:
-    from stores.spark_topology import Topology
+    from stores.pipeline.topology import Topology
 
     bare = BareQuery(spark, Topology(spark, log, trigger=TRIGGER), checkpoint)
     out = []
@@ -194,7 +197,7 @@ def _wait_running(app: Any, timeout_s: float = 300.0) -> None:
 def _ingest(spark: Any, root: Path, events: int, keys: int) -> tuple[float, float, float]:
     """(ours rec/s, bare rec/s, log append rec/s): each query starts on the full backlog and runs to its end."""
     from stores import EventLog, StreamsApp
-    from stores.spark_topology import Topology
+    from stores.pipeline.topology import Topology
 
     log = EventLog(root / "ingest-log")
     log.create_topic(TOPIC, partitions=4)
@@ -226,7 +229,7 @@ def _ingest(spark: Any, root: Path, events: int, keys: int) -> tuple[float, floa
 
 
 def run(quick: bool) -> list[Figure]:
-    from stores.spark_session import get_or_create
+    from stores.pipeline.session import get_or_create
 
     samples = 8 if quick else 60
     events, keys = (50_000, 5_000) if quick else (1_000_000, 100_000)

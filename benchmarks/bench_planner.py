@@ -17,7 +17,7 @@ import sqlglot
 
 import planner
 from benchmarks.common import Figure, percentile, time_calls
-from stores.schema import Column, SqlType, StoreKind, StoreSpec
+from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
 
 CATALOG = {
     "mystore": StoreSpec("mystore", StoreKind.KEY_VALUE, Column("k", SqlType.BIGINT),

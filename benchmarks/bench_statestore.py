@@ -36,8 +36,8 @@ def run(quick: bool) -> list[Figure]:
 
     from gateway import Gateway
     from stores import EventLog, State, StreamsApp
-    from stores.spark_session import get_or_create
-    from stores.spark_topology import Topology
+    from stores.pipeline.session import get_or_create
+    from stores.pipeline.topology import Topology
 
     events, keys = (20_000, 5_000) if quick else (1_000_000, 100_000)
     root = Path(tempfile.mkdtemp(prefix="iqgate-bench-statestore-"))

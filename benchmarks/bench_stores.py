@@ -15,13 +15,13 @@ import time
 from pathlib import Path
 
 from benchmarks.common import Figure, percentile, time_calls
-from stores.app import StoreTopology, StreamsApp
-from stores.position import Position, PositionBound
-from stores.protocol import Change
-from stores.query import KeyQuery, RangeQuery
-from stores.reader import StateDirReader
-from stores.request import StateQueryRequest
-from stores.schema import Column, SqlType, StoreKind, StoreSpec
+from stores.app.reader import StateDirReader
+from stores.app.streams import StoreTopology, StreamsApp
+from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
+from stores.engine.change import Change
+from stores.iqv2.position import Position, PositionBound
+from stores.iqv2.query import KeyQuery, RangeQuery
+from stores.iqv2.request import StateQueryRequest
 
 __all__ = ["run"]
 

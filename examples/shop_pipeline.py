@@ -33,7 +33,7 @@ def build(spark: Any, log: Any, *, trigger: str = "100 milliseconds") -> Any:
     """Declare the shop's three stores over the ``orders`` topic."""
     from pyspark.sql import functions as F
 
-    from stores.spark_topology import Topology
+    from stores import Topology
 
     t = Topology(spark, log, trigger=trigger)
     orders = t.stream("orders", value_schema=VALUE_SCHEMA)

@@ -22,12 +22,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from stores.position import Position
-from stores.query import ResultOrder, WindowKeyQuery
-from stores.request import StateQueryRequest
-from stores.result import FailureReason, StateQueryResult
-from stores.schema import SqlType, StoreKind, StoreSpec
-from stores.values import KeyValue, ValueAndTimestamp, VersionedRecord, Windowed
+from stores.catalog.schema import SqlType, StoreKind, StoreSpec
+from stores.iqv2.position import Position
+from stores.iqv2.query import ResultOrder, WindowKeyQuery
+from stores.iqv2.request import StateQueryRequest
+from stores.iqv2.result import FailureReason, StateQueryResult
+from stores.iqv2.values import KeyValue, ValueAndTimestamp, VersionedRecord, Windowed
 
 __all__ = ["ScanRows", "Failure", "collect", "ARROW_TYPES", "DUCK_TYPES", "PSEUDO_FIELDS", "python_value", "position_json"]
 

@@ -8,72 +8,23 @@ so scripts can tell "fix your command" from "try again".
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import sys
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from .config import GatewayConfig
+from .console import print_result, request_stop, reset_stop, wait_for_stop
 from .errors import GatewayError
-from .http.renderers import dumps, json_default
+from .json_values import dumps
 
-__all__ = ["main"]
+__all__ = ["main", "console", "request_stop"]
 
 DEFAULT_URL = "http://127.0.0.1:8080"
-
-
-# -- output ---------------------------------------------------------------------------------
-def _cell(v: Any) -> str:
-    if v is None:
-        return "NULL"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return v
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, (list, dict)):
-        return dumps(v)
-    return str(json_default(v))
-
-
-def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO) -> None:
-    """A plain text table, numbers right-aligned, like psql's."""
-    cells = [[str(_cell(v)) for v in r] for r in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    numeric = [all(isinstance(r[i], (int, float)) and not isinstance(r[i], bool) for r in rows if r[i] is not None)
-               for i in range(len(columns))]
-    out.write(" | ".join(c.ljust(w) for c, w in zip(columns, widths)) + "\n")
-    out.write("-+-".join("-" * w for w in widths) + "\n")
-    for r in cells:
-        out.write(" | ".join(v.rjust(w) if numeric[i] else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths)))
-                  + "\n")
-    out.write(f"({len(rows)} row{'s' if len(rows) != 1 else ''})\n")
-
-
-def print_result(body: dict[str, Any], fmt: str, out: TextIO) -> None:
-    columns = [c["name"] for c in body["columns"]]
-    if fmt == "json":
-        out.write(dumps(body) + "\n")
-    elif fmt == "csv":
-        w = csv.writer(out, lineterminator="\n")
-        w.writerow(columns)
-        for r in body["rows"]:
-            w.writerow(["" if v is None else (dumps(v) if isinstance(v, (list, dict)) else v) for v in r])
-    else:
-        print_table(columns, body["rows"], out)
-        failed = [p for p in body.get("partitions", []) if p.get("failure_reason")]
-        for p in failed:
-            out.write(f"partition {p['store']}/{p['partition']} failed: {p['failure_reason']}: "
-                      f"{p['failure_message']}\n")
-        if body.get("position"):
-            out.write(f"position: {json.dumps(body['position'], separators=(',', ':'))}\n")
 
 
 # -- running SQL: against a server or a state directory -----------------------------------------
@@ -152,7 +103,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 # -- produce ---------------------------------------------------------------------------------------
 def cmd_produce(args: argparse.Namespace) -> int:
     """JSON lines ``{"key", "value", "timestamp"?}`` from stdin into a topic; all or nothing."""
-    from stores.eventlog import EventLog
+    from stores.log.eventlog import EventLog
 
     log = EventLog(args.log)
     if args.partitions is not None:
@@ -189,20 +140,6 @@ def _config(args: argparse.Namespace) -> GatewayConfig:
                          table_scans=not args.no_table_scans)
 
 
-_STOP = threading.Event()
-
-
-def request_stop() -> None:
-    """Ask a running ``serve``/``demo`` to shut down cleanly (what Ctrl-C does; tests call it)."""
-    _STOP.set()
-
-
-def wait_for_stop() -> None:
-    """Block until ``request_stop`` (or Ctrl-C, which raises KeyboardInterrupt here)."""
-    while not _STOP.wait(0.5):
-        pass
-
-
 def _serve_until_stopped(gw: Any, args: argparse.Namespace, what: str) -> None:
     from .http import create_app
     from .server import ServerThread, tune_process_for_serving
@@ -228,7 +165,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         finally:
             gw.close()
         return 0
-    from stores.eventlog import EventLog
+    from stores.log.eventlog import EventLog
 
     from .hosting import load_pipeline, start_pipeline
 
@@ -264,19 +201,36 @@ def _sql_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--param", action="append", default=[], help="a positional parameter (JSON or text); repeatable")
     p.add_argument("--position", help='position bound as JSON, e.g. {"orders": {"0": 41}}')
     p.add_argument("--partial", action="store_true", help="return data beside failed partitions")
-    p.add_argument("--wait-ms", type=int, help="wait up to this long for the stores to reach --position")
+    p.add_argument("--wait-ms", type=_non_negative_int, help="wait up to this long for the stores to reach --position")
     p.add_argument("--token", help="bearer token of the server")
     p.add_argument("--timeout", type=float, default=60.0, help="HTTP timeout in seconds")
+
+
+def _int_at_least(least: int) -> Any:
+    """An argparse type: an integer >= ``least``, so a bad number is a usage error (exit 2), not a traceback."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
+        return value
+    return parse
+
+
+_positive_int = _int_at_least(1)
+_non_negative_int = _int_at_least(0)
 
 
 def _server_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--threads", type=int, default=4,
+    p.add_argument("--threads", type=_positive_int, default=4,
                    help="HTTP worker threads (default 4: more only add GIL contention on small machines)")
     p.add_argument("--token", help="require Authorization: Bearer TOKEN")
-    p.add_argument("--max-rows", type=int, default=1_000_000)
-    p.add_argument("--statement-timeout-ms", type=int, default=30_000)
+    p.add_argument("--max-rows", type=_positive_int, default=1_000_000, help="most rows one statement may return")
+    p.add_argument("--statement-timeout-ms", type=_positive_int, default=30_000)
     p.add_argument("--no-table-scans", action="store_true", help="refuse queries that must scan whole stores")
 
 
@@ -305,13 +259,13 @@ def build_parser() -> argparse.ArgumentParser:
     produce = sub.add_parser("produce", help="append JSON lines from stdin to a topic of the event log")
     produce.add_argument("topic")
     produce.add_argument("--log", default="data/log", help="event log directory (default ./data/log)")
-    produce.add_argument("--partitions", type=int, help="create the topic with this many partitions if missing")
+    produce.add_argument("--partitions", type=_positive_int, help="create the topic with this many partitions if missing")
     produce.set_defaults(fn=cmd_produce)
 
     demo = sub.add_parser("demo", help="the shop pipeline end to end: events, Spark, stores, HTTP, example queries")
     demo.add_argument("--dir", default="demo-data", help="working directory (default ./demo-data)")
-    demo.add_argument("--orders", type=int, default=5_000, help="synthetic orders to load")
-    demo.add_argument("--customers", type=int, default=100)
+    demo.add_argument("--orders", type=_non_negative_int, default=5_000, help="synthetic orders to load")
+    demo.add_argument("--customers", type=_positive_int, default=100)
     demo.add_argument("--once", action="store_true", help="print the example answers and exit instead of serving")
     demo.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the pipeline to load")
     _server_args(demo)
@@ -321,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _STOP.clear()
+    reset_stop()
     try:
         return int(args.fn(args) or 0)
     except GatewayError as exc:

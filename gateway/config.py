@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from stores.position import Position, PositionBound
+from stores.iqv2.position import Position, PositionBound
 
 __all__ = ["GatewayConfig", "Session", "as_position"]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,10 @@ def _say(text: str) -> None:
 
 def example_queries(orders: list[tuple[str, dict[str, Any], int]]) -> list[tuple[str, str]]:
     """(title, SQL) pairs that show each store kind, built from the data so they find rows."""
-    busiest = max({k for k, _, _ in orders}, key=lambda k: sum(1 for o in orders if o[0] == k))
-    mid_ts = sorted(ts for k, _, ts in orders if k == busiest)[len([o for o in orders if o[0] == busiest]) // 2]
+    counts = Counter(k for k, _, _ in orders)
+    busiest = min(counts, key=lambda k: (-counts[k], k))  # most orders; ties by name, so runs agree
+    times = sorted(ts for k, _, ts in orders if k == busiest)
+    mid_ts = times[len(times) // 2]
     when = datetime.fromtimestamp(mid_ts / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
     return [
         ("Point lookup (one KeyQuery to one partition)",
@@ -48,14 +51,14 @@ def example_queries(orders: list[tuple[str, dict[str, Any], int]]) -> list[tuple
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from stores.eventlog import EventLog
+    from stores.log.eventlog import EventLog
 
-    from .cli import print_result, wait_for_stop
     from .config import GatewayConfig
+    from .console import print_result, wait_for_stop
     from .engine import Gateway
     from .hosting import load_pipeline, start_pipeline, wait_caught_up
     from .http import create_app
-    from .http.renderers import dumps
+    from .json_values import dumps
     from .server import ServerThread, tune_process_for_serving
 
     module = load_pipeline(PIPELINE)

@@ -18,7 +18,13 @@ from typing import Any
 import duckdb
 
 from .errors import (
-    ExecutionError, ForbiddenError, GatewayError, GatewayInternalError, RowLimitExceeded, SqlError, StatementTimeout,
+    ExecutionError,
+    ForbiddenError,
+    GatewayError,
+    GatewayInternalError,
+    RowLimitExceeded,
+    SqlError,
+    StatementTimeout,
 )
 
 __all__ = ["DuckPool", "Watchdog", "SECURITY_SETTINGS", "duck_error", "fetch_chunks", "row_limit_error"]

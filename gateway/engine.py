@@ -1,5 +1,12 @@
 """The engine every face goes through: SQL → Plan → IQv2 requests → Arrow → DuckDB → Result.
 
+The steps, each in the module named after it: parse and plan (``planner``),
+run the IQv2 requests per partition (``scans``), turn the per-partition
+results into Arrow (``arrow_rows``), run the residual SQL in DuckDB
+(``duck``), and hand back a ``Result`` that the faces render
+(``http.renderers``, ``dbapi``, ``cli``). Statements that read no store
+(SET, SHOW, DESCRIBE, EXPLAIN) are answered by ``statements``.
+
 One engine, so the Python API, HTTP and DB-API give the same rows, the same
 positions and the same errors for the same statement. The engine reads only:
 it runs against a ``Queryable`` (a StreamsApp in this process, or a
@@ -8,7 +15,6 @@ StateDirReader over another process's store files).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,27 +22,25 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+
 import planner
 from planner.plan import Plan, StatementKind, StoreScan
-from stores.position import Position, PositionBound, PositionError
-from stores.protocol import Queryable
-from stores.request import StateQueryRequest
-from stores.result import StateQueryResult
-from stores.query import KeyQuery, TimestampedKeyQuery, VersionedKeyQuery, WindowKeyQuery, WindowRangeQuery
-from stores.schema import SqlType, StoreKind, StoreSpec
-from stores.state import State
+from stores.app.protocol import Queryable
+from stores.catalog.schema import StoreSpec
+from stores.iqv2.position import Position, PositionError
+from stores.iqv2.request import StateQueryRequest
+from stores.iqv2.state import State
 
-from .arrow_rows import DUCK_TYPES, ScanRows, collect
+from . import statements
+from .arrow_rows import ScanRows, collect
 from .config import GatewayConfig, Session, as_position
 from .duck import DuckPool, Watchdog, duck_error, fetch_chunks, row_limit_error
 from .errors import BadRequest, GatewayInternalError, StatementTimeout, translate
-from .outcomes import is_behind, partition_error, record_outcomes
+from .outcomes import partition_error, record_outcomes
 from .result import PartitionOutcome, Result
+from .scans import probe_query, run_scan
 
 __all__ = ["Gateway", "Session"]
-
-_MIN_POLL_S = 0.002
-_MAX_POLL_S = 0.05
 
 
 class Gateway:
@@ -54,7 +58,7 @@ class Gateway:
     @classmethod
     def open(cls, state_dir: str | Path, **config: Any) -> Gateway:
         """A gateway reading another process's store files read-only (several may run at once)."""
-        from stores.reader import StateDirReader
+        from stores.app.reader import StateDirReader
 
         gw = cls(StateDirReader(Path(state_dir)), config=GatewayConfig.of(None, **config))
         gw._owns_source = True
@@ -95,7 +99,7 @@ class Gateway:
         for name, spec in self.catalog().items():
             parts: dict[int, Position | None] = {p: None for p in range(spec.partitions)}
             try:
-                answer = self.source.query(StateQueryRequest.in_store(name).with_query(_probe(spec)))
+                answer = self.source.query(StateQueryRequest.in_store(name).with_query(probe_query(spec)))
             except Exception:  # noqa: BLE001 - an app that cannot answer reports no positions
                 out[name] = parts
                 continue
@@ -136,14 +140,13 @@ class Gateway:
         plan = self._plan(text, params, settings, catalog)
         kind = plan.kind
         if kind is StatementKind.SET:
-            return self._set(plan, session, settings)
+            return statements.set_result(plan, session, settings, self._pool.cursor)
         if kind is StatementKind.EXPLAIN:
-            lines = (plan.explain or "").splitlines() or [""]
-            return self._static(kind, [("plan", "VARCHAR")], [(ln,) for ln in lines])
+            return statements.explain_result(plan, self._pool.cursor)
         if kind is StatementKind.SHOW_TABLES:
-            return self._show_tables()
+            return statements.show_tables(catalog, self._pool.cursor)
         if kind is StatementKind.DESCRIBE:
-            return self._describe(plan.describe or "")
+            return statements.describe(catalog[plan.describe or ""], self._pool.cursor)
         return self._select(plan, catalog, settings, position, partial, wait_ms, max_rows, stream, arrow)
 
     # -- planning ---------------------------------------------------------------------
@@ -197,7 +200,7 @@ class Gateway:
         merged = Position.empty()
         outcomes: dict[tuple[str, int], PartitionOutcome] = {}
         for scan in plan.scans:
-            answers = self._run_scan(scan, bound, wait, deadline)
+            answers = run_scan(self.source, scan, bound, wait, deadline)
             spec = catalog[scan.store]
             try:
                 rows = collect(spec, answers, scan.order, scan.limit)
@@ -222,38 +225,6 @@ class Gateway:
             return Result(columns=columns, position=merged, partitions=partitions, statement=StatementKind.SELECT,
                           rows=out, cursor_factory=self._pool.cursor)
         return self._residual(plan, scans, merged, partitions, limit_rows, timeout_ms, deadline, stream, arrow)
-
-    def _run_scan(self, scan: StoreScan, bound: Position, wait_ms: int,
-                  deadline: float) -> list[tuple[StateQueryRequest, StateQueryResult]]:
-        """Run every request of a scan; while a partition is behind the bound, re-ask it until ``wait_ms`` ends."""
-        pb = PositionBound.at(bound)
-        requests = [r if pb.is_unbounded() and r.position_bound.is_unbounded()
-                    else r.with_position_bound(PositionBound.at(r.position_bound.position.merge(bound)))
-                    for r in scan.requests]
-        answers = [self._query(r) for r in requests]
-        if wait_ms <= 0 or pb.is_unbounded():
-            return answers
-        wait_until = min(time.monotonic() + wait_ms / 1000, deadline)
-        pause = _MIN_POLL_S
-        for _ in range(100_000):  # bounded; the clock ends it long before
-            behind = [i for i, (_, a) in enumerate(answers) if is_behind(a)]
-            now = time.monotonic()
-            if not behind or now >= wait_until:
-                break
-            time.sleep(min(pause, wait_until - now))
-            pause = min(pause * 2, _MAX_POLL_S)
-            for i in behind:
-                answers[i] = self._query(requests[i])
-        return answers
-
-    def _query(self, request: StateQueryRequest) -> tuple[StateQueryRequest, StateQueryResult]:
-        try:
-            return request, self.source.query(request)
-        except Exception as exc:  # noqa: BLE001 - KIP-216 exceptions become gateway errors
-            mapped = translate(exc)
-            if mapped is None:
-                raise GatewayInternalError(f"store {request.store_name!r} failed: {type(exc).__name__}: {exc}") from exc
-            raise mapped from exc
 
     def _residual(self, plan: Plan, scans: list[tuple[StoreScan, ScanRows]], position: Position,
                   partitions: list[PartitionOutcome], limit_rows: int, timeout_ms: int, deadline: float,
@@ -300,50 +271,6 @@ class Gateway:
             if not handed_over:
                 self._watchdog.disarm(ticket)
 
-    # -- statements without stores ---------------------------------------------------------
-    def _set(self, plan: Plan, session: Session | Mapping[str, Any] | None, settings: dict[str, Any]) -> Result:
-        new = dict(settings)
-        new.update(plan.settings)
-        if isinstance(session, Session):
-            session.apply(plan.settings)
-            new = session.settings
-        rows = [(k, _setting_text(v)) for k, v in sorted(new.items())]
-        return Result(columns=[("setting", "VARCHAR"), ("value", "VARCHAR")], position=Position.empty(),
-                      partitions=[], statement=StatementKind.SET, rows=rows, settings=new,
-                      cursor_factory=self._pool.cursor)
-
-    def _static(self, kind: StatementKind, columns: list[tuple[str, str]], rows: list[tuple[Any, ...]]) -> Result:
-        return Result(columns=columns, position=Position.empty(), partitions=[], statement=kind, rows=rows,
-                      cursor_factory=self._pool.cursor)
-
-    def _show_tables(self) -> Result:
-        rows = [(name, spec.kind.value, spec.partitions, spec.key.name)
-                for name, spec in sorted(self.catalog().items())]
-        cols = [("name", "VARCHAR"), ("kind", "VARCHAR"), ("partitions", "INTEGER"), ("key", "VARCHAR")]
-        return self._static(StatementKind.SHOW_TABLES, cols, rows)
-
-    def _describe(self, store: str) -> Result:
-        spec = self.catalog()[store]
-        rows = [(c.name, DUCK_TYPES[c.type], "YES" if c.nullable and c is not spec.key else "NO",
-                 "PRI" if c is spec.key else None, None, None) for c in spec.columns()]
-        cols = [("column_name", "VARCHAR"), ("column_type", "VARCHAR"), ("null", "VARCHAR"), ("key", "VARCHAR"),
-                ("default", "VARCHAR"), ("extra", "VARCHAR")]
-        return self._static(StatementKind.DESCRIBE, cols, rows)
-
-
-def _probe(spec: StoreSpec) -> Any:
-    """The cheapest query each store kind answers: a lookup of a zero-like key."""
-    key = {SqlType.VARCHAR: "", SqlType.BOOLEAN: False, SqlType.DOUBLE: 0.0}.get(spec.key.type, 0)
-    if spec.kind is StoreKind.WINDOW:
-        return WindowKeyQuery.with_key_and_window_start_range(key, 0, 0)
-    if spec.kind is StoreKind.SESSION:
-        return WindowRangeQuery.with_key(key)
-    if spec.kind is StoreKind.VERSIONED:
-        return VersionedKeyQuery.with_key(key)
-    if spec.kind is StoreKind.TIMESTAMPED_KEY_VALUE:
-        return TimestampedKeyQuery.with_key(key)
-    return KeyQuery.with_key(key)
-
 
 def _bound_from(value: Any) -> Position | None:
     try:
@@ -356,15 +283,3 @@ def _int_setting(settings: Mapping[str, Any], name: str, default: int) -> int:
     """A numeric session setting; unset and 0 ("no limit" in SESSION_SETTINGS) give ``default``."""
     v = settings.get(name)
     return default if not v else int(v)
-
-
-def _setting_text(v: Any) -> str | None:
-    if v is None:
-        return None
-    if isinstance(v, Position):
-        return v.to_json()
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (dict, list)):
-        return json.dumps(v)
-    return str(v)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner import errors as planner_errors
-from stores import errors as streams_errors
+from stores.iqv2 import errors as streams_errors
 
 __all__ = [
     "Warning", "Error", "InterfaceError", "DatabaseError", "DataError", "OperationalError",

@@ -20,9 +20,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from stores.eventlog import EventLog
-from stores.position import Position
-from stores.state import State
+from stores.iqv2.position import Position
+from stores.iqv2.state import State
+from stores.log.eventlog import EventLog
 
 __all__ = ["PipelineError", "load_pipeline", "start_pipeline", "caught_up", "wait_caught_up"]
 
@@ -56,14 +56,16 @@ def load_pipeline(path: str | Path) -> ModuleType:
 
 def spark_session() -> Any:
     """The process's SparkSession (started on first use; several seconds)."""
-    from stores.spark_session import get_or_create  # the declared exception: see the module docstring
+    from stores.pipeline.session import (
+        get_or_create,  # the declared exception: see the module docstring
+    )
 
     return get_or_create()
 
 
 def start_pipeline(module: ModuleType, log: EventLog, state_dir: Path, spark: Any | None = None) -> Any:
     """Create the topics, build the topology on Spark and start a StreamsApp over it."""
-    from stores.app import StreamsApp
+    from stores.app.streams import StreamsApp
 
     for topic, partitions in module.TOPICS.items():
         log.create_topic(topic, partitions=partitions, exist_ok=True)

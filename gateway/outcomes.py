@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stores.result import FailureReason, StateQueryResult
+from stores.iqv2.result import FailureReason, StateQueryResult
 
 from .errors import NotUpToBoundError, PartitionFailureError
 from .result import PartitionOutcome

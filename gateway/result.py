@@ -17,7 +17,7 @@ import duckdb
 import pyarrow as pa
 
 from planner.plan import StatementKind
-from stores.position import Position
+from stores.iqv2.position import Position
 
 __all__ = ["PartitionOutcome", "Result"]
 

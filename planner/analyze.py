@@ -17,11 +17,16 @@ from typing import Any
 from sqlglot import exp
 from sqlglot.optimizer.scope import traverse_scope
 
-from stores.schema import StoreKind, StoreSpec
+from stores.catalog.schema import StoreKind, StoreSpec
 
 from .catalog import resolve_store, unknown_store
 from .dialect import Explain, PositionClause, position_literal_json
-from .errors import InvalidSettingError, ParameterError, ReadOnlyError, UnsupportedSqlError
+from .errors import (
+    InvalidSettingError,
+    ParameterError,
+    ReadOnlyError,
+    UnsupportedSqlError,
+)
 from .guard import ALLOWED, check_functions, check_read_only, statement_name
 from .literals import value_ref
 from .plan import FAILURE_COLUMNS, PSEUDO_COLUMNS, StatementKind

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from sqlglot import exp
 
-from stores.schema import StoreSpec
+from stores.catalog.schema import StoreSpec
 
 from .errors import UnknownStoreError
 

@@ -19,7 +19,7 @@ from sqlglot.generators.duckdb import DuckDBGenerator
 from sqlglot.parsers.duckdb import DuckDBParser
 from sqlglot.tokens import TokenType
 
-from stores.position import Position, PositionError
+from stores.iqv2.position import Position, PositionError
 
 from .errors import InvalidPositionError, SqlSyntaxError
 from .positions import line_col

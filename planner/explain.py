@@ -6,8 +6,8 @@ user reads it to see whether a predicate reached the store.
 
 from __future__ import annotations
 
-from stores.position import PositionBound
-from stores.request import StateQueryRequest
+from stores.iqv2.position import PositionBound
+from stores.iqv2.request import StateQueryRequest
 
 from .plan import Plan, StatementKind, StoreScan
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from stores.schema import SqlType
+from stores.catalog.schema import SqlType
 
 from .errors import ParameterError, TypeMismatchError
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from stores.position import PositionBound
-from stores.query import ResultOrder
-from stores.request import StateQueryRequest
+from stores.iqv2.position import PositionBound
+from stores.iqv2.query import ResultOrder
+from stores.iqv2.request import StateQueryRequest
 
 __all__ = ["StatementKind", "StoreScan", "Plan", "PSEUDO_COLUMNS", "FAILURE_COLUMNS"]
 

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from stores.position import Position, PositionBound
-from stores.schema import StoreSpec
+from stores.catalog.schema import StoreSpec
+from stores.iqv2.position import Position, PositionBound
 
 from .analyze import Template, analyze
 from .dialect import parse_statement

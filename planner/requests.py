@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stores.partitioner import partition_for_key
-from stores.position import PositionBound
-from stores.query import (
+from stores.catalog.partitioner import partition_for_key
+from stores.catalog.schema import SqlType, StoreKind
+from stores.iqv2.position import PositionBound
+from stores.iqv2.query import (
     KeyQuery,
     MultiVersionedKeyQuery,
     RangeQuery,
@@ -24,9 +25,8 @@ from stores.query import (
     WindowKeyQuery,
     WindowRangeQuery,
 )
-from stores.request import StateQueryRequest
-from stores.schema import SqlType, StoreKind
-from stores.timeutil import MAX_MS, MIN_MS
+from stores.iqv2.request import StateQueryRequest
+from stores.iqv2.timeutil import MAX_MS, MIN_MS
 
 from .errors import ParameterError, TypeMismatchError, UnsupportedSqlError
 from .literals import NO_MATCH, NOT_PUSHABLE, ValueRef, coerce_bound, resolve, show

@@ -12,8 +12,8 @@ from typing import Any
 
 from sqlglot import exp
 
-from stores.query import ResultOrder
-from stores.schema import StoreKind, StoreSpec
+from stores.catalog.schema import StoreKind, StoreSpec
+from stores.iqv2.query import ResultOrder
 
 from .errors import UnknownColumnError
 from .literals import value_ref

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stores.position import Position, PositionError
+from stores.iqv2.position import Position, PositionError
 
 from .errors import InvalidSettingError
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from stores.schema import StoreSpec
+from stores.catalog.schema import StoreSpec
 
 from .catalog import resolve_store
 from .errors import InvalidSettingError, UnsupportedSqlError

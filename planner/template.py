@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from stores.query import ResultOrder
-from stores.schema import StoreSpec
+from stores.catalog.schema import StoreSpec
+from stores.iqv2.query import ResultOrder
 
 from .literals import ValueRef
 from .plan import StatementKind

@@ -1,15 +1,27 @@
-"""iqgate stores: the IQv2 model, the state stores, the app facade, and the Spark pipeline.
+"""iqgate stores: the IQv2 model, the state stores, the app facade, the source logs and the Spark pipeline.
 
-Importing ``stores`` never imports pyspark: ``Topology`` (the Spark pipeline
-builder) is loaded on first use.
+The subpackages name the architecture (ARCHITECTURE.md has the picture):
+
+- ``stores.iqv2``     the public IQv2 value model: queries, Position, results, KIP-216 errors, the FSM's states;
+- ``stores.catalog``  what a store is (StoreSpec, column types) and where a key lives (the partitioner);
+- ``stores.engine``   the storage engine: one SQLite file per store partition, batch writes, query handlers;
+- ``stores.app``      the Kafka Streams client facade: StreamsApp, its state machine, IQv1 handles, and
+                      StateDirReader for gateway processes that read another process's store files;
+- ``stores.log``      the source logs the pipeline reads (the embedded EventLog);
+- ``stores.pipeline`` the Spark Structured Streaming pipeline that maintains the stores (the only part that
+                      imports pyspark).
+
+Importing ``stores`` never imports pyspark: the heavier names below are
+loaded on first use.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .position import Position, PositionBound, PositionError
-from .query import (
+from .catalog.schema import Column, SqlType, StoreKind, StoreSpec
+from .iqv2.position import Position, PositionBound, PositionError
+from .iqv2.query import (
     KeyQuery,
     MultiVersionedKeyQuery,
     Query,
@@ -21,11 +33,17 @@ from .query import (
     WindowKeyQuery,
     WindowRangeQuery,
 )
-from .request import StateQueryRequest
-from .result import FailureReason, QueryResult, StateQueryResult
-from .schema import Column, SqlType, StoreKind, StoreSpec
-from .state import State, StreamThreadExceptionResponse
-from .values import KeyValue, KeyValueIterator, TimeWindow, ValueAndTimestamp, VersionedRecord, Windowed
+from .iqv2.request import StateQueryRequest
+from .iqv2.result import FailureReason, QueryResult, StateQueryResult
+from .iqv2.state import State, StreamThreadExceptionResponse
+from .iqv2.values import (
+    KeyValue,
+    KeyValueIterator,
+    TimeWindow,
+    ValueAndTimestamp,
+    VersionedRecord,
+    Windowed,
+)
 
 __all__ = [
     "StreamsApp", "State", "Topology", "EventLog", "StreamThreadExceptionResponse",
@@ -34,15 +52,16 @@ __all__ = [
     "KeyQuery", "RangeQuery", "TimestampedKeyQuery", "TimestampedRangeQuery",
     "WindowKeyQuery", "WindowRangeQuery", "VersionedKeyQuery", "MultiVersionedKeyQuery",
     "ValueAndTimestamp", "VersionedRecord", "KeyValue", "KeyValueIterator", "TimeWindow", "Windowed",
-    "Column", "SqlType", "StoreKind", "StoreSpec", "StoreTopology", "StateDirReader",
+    "Column", "SqlType", "StoreKind", "StoreSpec", "StoreTopology", "StateDirReader", "Change",
 ]
 
 _LAZY = {
-    "StreamsApp": ("stores.app", "StreamsApp"),
-    "StoreTopology": ("stores.app", "StoreTopology"),
-    "StateDirReader": ("stores.reader", "StateDirReader"),
-    "EventLog": ("stores.eventlog", "EventLog"),
-    "Topology": ("stores.spark_topology", "Topology"),
+    "StreamsApp": ("stores.app.streams", "StreamsApp"),
+    "StoreTopology": ("stores.app.streams", "StoreTopology"),
+    "StateDirReader": ("stores.app.reader", "StateDirReader"),
+    "Change": ("stores.engine.change", "Change"),
+    "EventLog": ("stores.log.eventlog", "EventLog"),
+    "Topology": ("stores.pipeline.topology", "Topology"),
 }
 
 

@@ -14,7 +14,7 @@ import pytest
 def spark() -> Iterator[Any]:
     """One local[2] SparkSession for the whole run (start-up costs ~6 s; see spark-notes.md)."""
     # No importorskip: Spark tests must run (or fail), never be skipped quietly.
-    from stores.spark_session import get_or_create
+    from stores.pipeline.session import get_or_create
 
     session = get_or_create(conf={"spark.sql.shuffle.partitions": "2"})
     yield session

@@ -28,7 +28,7 @@ from gateway.errors import (
     ProgrammingError,
     Warning,  # noqa: A004 - the PEP 249 name
 )
-from stores.position import Position, PositionError
+from stores.iqv2.position import Position, PositionError
 
 from .connection import Connection
 from .cursor import Cursor

@@ -16,7 +16,7 @@ from typing import Any
 
 from gateway import errors as _errors
 from gateway.errors import InterfaceError
-from stores.position import Position
+from stores.iqv2.position import Position
 
 from .cursor import Cursor
 from .outcome import Outcome, Transport

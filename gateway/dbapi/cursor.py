@@ -8,15 +8,12 @@ set and fetches never touch the transport.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gateway.errors import InterfaceError, NotSupportedError, ProgrammingError
-from stores.position import Position
+from stores.iqv2.position import Position
 
-from .outcome import ROWLESS_STATEMENTS, Outcome, PartitionInfo
-
-if TYPE_CHECKING:
-    from .connection import Connection
+from .outcome import ROWLESS_STATEMENTS, CursorHost, Outcome, PartitionInfo
 
 __all__ = ["Cursor"]
 
@@ -38,8 +35,8 @@ def _precision_scale(type_name: str) -> tuple[int | None, int | None]:
 class Cursor:
     """PEP 249 cursor over the gateway; also ``position``/``partitions``/``statement`` of the last result."""
 
-    def __init__(self, connection: Connection) -> None:
-        self._connection: Connection | None = connection
+    def __init__(self, connection: CursorHost) -> None:
+        self._connection: CursorHost | None = connection
         self.arraysize = 1
         self._outcome: Outcome | None = None
         self._rows: list[tuple[Any, ...]] = []
@@ -50,7 +47,7 @@ class Cursor:
 
     # -- state ---------------------------------------------------------------
     @property
-    def connection(self) -> Connection:
+    def connection(self) -> CursorHost:
         """PEP 249 optional extension: the connection this cursor was made on."""
         return self._live_connection()
 
@@ -58,7 +55,7 @@ class Cursor:
     def closed(self) -> bool:
         return self._connection is None or self._connection.closed
 
-    def _live_connection(self) -> Connection:
+    def _live_connection(self) -> CursorHost:
         if self._connection is None:
             raise InterfaceError("the cursor is closed")
         if self._connection.closed:

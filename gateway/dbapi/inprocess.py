@@ -19,7 +19,7 @@ from .types import native_fix_for
 
 if TYPE_CHECKING:
     from gateway.engine import Gateway
-    from stores.position import Position
+    from stores.iqv2.position import Position
 
 __all__ = ["InProcessTransport", "as_dbapi_error"]
 

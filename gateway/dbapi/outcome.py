@@ -10,11 +10,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from stores.position import Position
+from stores.iqv2.position import Position
 
 from ..result import PartitionOutcome
 
-__all__ = ["Outcome", "PartitionInfo", "Transport", "ROWLESS_STATEMENTS"]
+__all__ = ["Outcome", "PartitionInfo", "Transport", "CursorHost", "ROWLESS_STATEMENTS"]
 
 # Statements that produce no result set: PEP 249 wants description None for them.
 ROWLESS_STATEMENTS = frozenset({"set"})
@@ -51,3 +51,14 @@ class Transport(Protocol):
     def server_version(self) -> str: ...
 
     def close(self) -> None: ...
+
+
+class CursorHost(Protocol):
+    """What a cursor needs of its connection (``Connection``): whether it is open, running SQL, forgetting it."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    def _run(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None) -> Outcome: ...
+
+    def _forget(self, cursor: Any) -> None: ...

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import urllib3
 
 from gateway.errors import GatewayError, InterfaceError, OperationalError
-from stores.position import Position, PositionError
+from stores.iqv2.position import Position, PositionError
 
 from .outcome import Outcome, PartitionInfo
 from .types import decoder_for

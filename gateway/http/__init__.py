@@ -14,7 +14,12 @@ from werkzeug.exceptions import HTTPException
 
 from ..config import GatewayConfig
 from ..errors import (
-    BadRequest, GatewayError, GatewayInternalError, MethodNotAllowed, RequestTooLarge, RouteNotFound,
+    BadRequest,
+    GatewayError,
+    GatewayInternalError,
+    MethodNotAllowed,
+    RequestTooLarge,
+    RouteNotFound,
 )
 from .auth import OPEN_PATHS, check_bearer
 from .metrics import Metrics

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from stores.position import Position, PositionError
+from stores.iqv2.position import Position, PositionError
 
 from ..config import as_position
 from ..errors import BadRequest, RequestTooLarge

@@ -10,7 +10,7 @@ import bisect
 import threading
 from collections.abc import Iterable, Mapping
 
-from stores.position import Position
+from stores.iqv2.position import Position
 
 __all__ = ["Metrics", "BUCKETS"]
 

@@ -1,24 +1,16 @@
 """Result → response body, one renderer per media type (chosen by Accept).
 
-JSON values: numbers as numbers (NaN/Infinity as null: JSON has no such
-numbers), TIMESTAMP WITH TIME ZONE as ISO-8601 with offset (``+00:00``),
-naive TIMESTAMP and DATE/TIME as ISO-8601, DECIMAL and HUGEINT-size integers
-beyond 2**53 as they are (Python's json keeps big integers exact; DECIMAL as
-a string so no precision is lost), BLOB as base64, INTERVAL as its text,
-LIST/STRUCT/MAP as arrays/objects.
+JSON (whole body), NDJSON (header line, a line per row, trailer line; an
+error after the headers went out comes in-band), CSV and Arrow IPC. Values
+are encoded as ``gateway.json_values`` says.
 """
 
 from __future__ import annotations
 
-import base64
 import csv
 import io
 import json
-import math
-import uuid
 from collections.abc import Callable, Iterator
-from datetime import date, datetime, time, timedelta
-from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -26,9 +18,10 @@ from flask import Response
 
 from ..arrow_rows import position_json
 from ..errors import GatewayError, GatewayInternalError
+from ..json_values import dumps, json_default
 from ..result import Result
 
-__all__ = ["RENDERERS", "MEDIA_TYPES", "json_default", "dumps", "position_header", "error_response"]
+__all__ = ["RENDERERS", "MEDIA_TYPES", "position_header", "error_response"]
 
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
@@ -36,38 +29,6 @@ CSV = "text/csv"
 ARROW = "application/vnd.apache.arrow.stream"
 MEDIA_TYPES = (JSON, NDJSON, CSV, ARROW)
 _JSON_CT = "application/json"
-
-
-def json_default(v: Any) -> Any:
-    if isinstance(v, datetime | date | time):
-        return v.isoformat()
-    if isinstance(v, Decimal):
-        return str(v)
-    if isinstance(v, bytes | bytearray | memoryview):
-        return base64.b64encode(bytes(v)).decode("ascii")
-    if isinstance(v, timedelta | uuid.UUID):
-        return str(v)
-    if isinstance(v, set | frozenset | tuple):
-        return list(v)
-    raise TypeError(f"cannot encode {type(v).__name__} as JSON")
-
-
-def _clean(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, list | tuple):
-        return [_clean(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _clean(x) for k, x in v.items()}
-    return v
-
-
-def dumps(obj: Any) -> str:
-    """Compact JSON; non-finite floats become null (checked only when the fast attempt finds one)."""
-    try:
-        return json.dumps(obj, default=json_default, separators=(",", ":"), allow_nan=False)
-    except ValueError:
-        return json.dumps(_clean(obj), default=json_default, separators=(",", ":"), allow_nan=False)
 
 
 def position_header(result: Result) -> str:

@@ -6,7 +6,7 @@ from typing import Any
 
 from flask import Flask, Response, request
 
-from stores.state import State
+from stores.iqv2.state import State
 
 from ..arrow_rows import DUCK_TYPES
 from ..config import GatewayConfig
@@ -14,7 +14,15 @@ from ..errors import NotAcceptable
 from .limits import parse_sql_request
 from .metrics import Metrics
 from .openapi import openapi_document
-from .renderers import ARROW, JSON, MEDIA_TYPES, NDJSON, RENDERERS, dumps, position_header
+from .renderers import (
+    ARROW,
+    JSON,
+    MEDIA_TYPES,
+    NDJSON,
+    RENDERERS,
+    dumps,
+    position_header,
+)
 
 __all__ = ["register_views", "negotiate"]
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 
-from ..schema import StoreKind, StoreSpec
+from ..catalog.schema import StoreKind, StoreSpec
 from .base import Handler, PartitionStore, StoreClosedError, is_permitted
+from .change import Change
 from .codec import BatchError
 from .kv import KeyValueStore, TimestampedKeyValueStore
 from .rows import RowIterator
@@ -13,7 +14,7 @@ from .versioned import VersionedStore
 from .window import SessionStore, WindowStore
 
 __all__ = [
-    "PartitionStore", "Handler", "StoreClosedError", "BatchError", "is_permitted", "RowIterator",
+    "Change", "PartitionStore", "Handler", "StoreClosedError", "BatchError", "is_permitted", "RowIterator",
     "KeyValueStore", "TimestampedKeyValueStore", "WindowStore", "SessionStore", "VersionedStore",
     "STORE_CLASSES", "open_partition",
 ]

@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
-from ..position import Position, PositionBound
-from ..protocol import Change
-from ..result import FailureReason, QueryResult
-from ..schema import StoreSpec
+from ..catalog.schema import StoreSpec
+from ..iqv2.position import Position, PositionBound
+from ..iqv2.result import FailureReason, QueryResult
+from .change import Change
 from .codec import ValueCodec, affinity
 
 __all__ = ["PartitionStore", "Handler", "StoreClosedError", "is_permitted"]

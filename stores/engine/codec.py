@@ -12,8 +12,8 @@ from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..schema import Column, KeyTypeError, SqlType, StoreSpec, coerce_key
-from ..values import KeyValue
+from ..catalog.schema import Column, KeyTypeError, SqlType, StoreSpec, coerce_key
+from ..iqv2.values import KeyValue
 
 __all__ = ["affinity", "ValueCodec", "key_coercer", "BatchError"]
 

@@ -12,11 +12,17 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from ..position import Position
-from ..protocol import Change
-from ..query import KeyQuery, RangeQuery, ResultOrder, TimestampedKeyQuery, TimestampedRangeQuery
-from ..values import KeyValue, ValueAndTimestamp
+from ..iqv2.position import Position
+from ..iqv2.query import (
+    KeyQuery,
+    RangeQuery,
+    ResultOrder,
+    TimestampedKeyQuery,
+    TimestampedRangeQuery,
+)
+from ..iqv2.values import KeyValue, ValueAndTimestamp
 from .base import Handler, PartitionStore
+from .change import Change
 from .rows import RowIterator
 
 __all__ = ["KeyValueStore", "TimestampedKeyValueStore"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, overload
 
-from ..values import KeyValueIterator
+from ..iqv2.values import KeyValueIterator
 
 __all__ = ["RowIterator", "LazyRows"]
 

@@ -17,12 +17,12 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from ..position import Position
-from ..protocol import Change
-from ..query import MultiVersionedKeyQuery, ResultOrder, VersionedKeyQuery
-from ..timeutil import MAX_MS, MIN_MS
-from ..values import VersionedRecord
+from ..iqv2.position import Position
+from ..iqv2.query import MultiVersionedKeyQuery, ResultOrder, VersionedKeyQuery
+from ..iqv2.timeutil import MAX_MS, MIN_MS
+from ..iqv2.values import VersionedRecord
 from .base import Handler, PartitionStore
+from .change import Change
 from .rows import RowIterator
 
 __all__ = ["VersionedStore"]

@@ -12,11 +12,11 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from ..position import Position
-from ..protocol import Change
-from ..query import WindowKeyQuery, WindowRangeQuery
-from ..values import KeyValue, TimeWindow, Windowed
+from ..iqv2.position import Position
+from ..iqv2.query import WindowKeyQuery, WindowRangeQuery
+from ..iqv2.values import KeyValue, TimeWindow, Windowed
 from .base import Handler, PartitionStore
+from .change import Change
 from .rows import RowIterator
 
 __all__ = ["WindowStore", "SessionStore"]

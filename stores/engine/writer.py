@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..partitioner import partition_for_key
-from ..position import Position
-from ..protocol import Change
-from ..schema import StoreKind, StoreSpec
+from ..catalog.partitioner import partition_for_key
+from ..catalog.schema import StoreKind, StoreSpec
+from ..iqv2.position import Position
 from .base import PartitionStore
+from .change import Change
 from .codec import BatchError, ValueCodec
 
 __all__ = ["PartitionedWriter", "validate_batch"]

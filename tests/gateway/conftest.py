@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from gwfixtures import Http, Shop, make_app, make_shop, write_shop
 
 from gateway.engine import Gateway
 from gateway.http import create_app
 from gateway.server import ServerThread
-from stores.app import StreamsApp
+from stores.app.streams import StreamsApp
+from tests.gateway.gwfixtures import Http, Shop, make_app, make_shop, write_shop
 
 
 @pytest.fixture(scope="session")

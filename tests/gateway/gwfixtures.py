@@ -15,15 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
 from gateway.config import GatewayConfig
 from gateway.engine import Gateway
 from gateway.http import create_app
 from gateway.server import ServerThread
-from stores.app import StoreTopology, StreamsApp
-from stores.position import Position
-from stores.protocol import Change
-from stores.schema import Column, SqlType, StoreKind, StoreSpec
+from stores.app.streams import StoreTopology, StreamsApp
+from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
+from stores.engine.change import Change
+from stores.iqv2.position import Position
 
 MINUTE = 60_000
 T0 = 1_714_564_800_000  # 2024-05-01T12:00:00Z

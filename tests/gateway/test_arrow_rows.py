@@ -7,17 +7,24 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 import pytest
-from gwfixtures import MINUTE, Shop
 
 from gateway.arrow_rows import _data_rows, _Shaper, collect, position_json
-from stores.app import StreamsApp
-from stores.position import Position, PositionBound
-from stores.query import (
-    KeyQuery, MultiVersionedKeyQuery, RangeQuery, ResultOrder, TimestampedKeyQuery, TimestampedRangeQuery,
-    VersionedKeyQuery, WindowKeyQuery, WindowRangeQuery,
+from stores.app.streams import StreamsApp
+from stores.catalog.schema import Column, SqlType
+from stores.iqv2.position import Position, PositionBound
+from stores.iqv2.query import (
+    KeyQuery,
+    MultiVersionedKeyQuery,
+    RangeQuery,
+    ResultOrder,
+    TimestampedKeyQuery,
+    TimestampedRangeQuery,
+    VersionedKeyQuery,
+    WindowKeyQuery,
+    WindowRangeQuery,
 )
-from stores.request import StateQueryRequest
-from stores.schema import Column, SqlType
+from stores.iqv2.request import StateQueryRequest
+from tests.gateway.gwfixtures import MINUTE, Shop
 
 
 def _answers(app: StreamsApp, store: str, *queries, partitions=None):  # noqa: ANN001, ANN202

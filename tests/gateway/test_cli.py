@@ -13,12 +13,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from gwfixtures import Http, Shop
 
 from gateway.cli import main
 from gateway.hosting import PipelineError, load_pipeline
-from stores.app import StreamsApp
-from stores.eventlog import EventLog
+from stores.app.streams import StreamsApp
+from stores.log.eventlog import EventLog
+from tests.gateway.gwfixtures import Http, Shop
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -168,8 +168,7 @@ def test_a_missing_pipeline_file_is_one_line_and_exit_1(capsys: pytest.CaptureFi
 
 
 HAND_PIPELINE = '''
-from stores.app import StoreTopology
-from stores.schema import Column, SqlType, StoreKind, StoreSpec
+from stores import Column, SqlType, StoreKind, StoreSpec, StoreTopology
 
 APPLICATION_ID = "hand"
 TOPICS = {"ticks": 2}
@@ -203,3 +202,41 @@ def test_waiting_for_a_pipeline_that_does_not_catch_up(tmp_path: Path) -> None:
             wait_caught_up(app, log, timeout_s=5)
     finally:
         app.close()
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["serve", "--state-dir", ".", "--max-rows", "0"], "--max-rows: must be at least 1, got 0"),
+    (["serve", "--state-dir", ".", "--statement-timeout-ms", "-5"], "--statement-timeout-ms: must be at least 1"),
+    (["serve", "--state-dir", ".", "--threads", "x"], "--threads: 'x' is not an integer"),
+    (["demo", "--orders", "-1"], "--orders: must be at least 0, got -1"),
+    (["demo", "--customers", "0"], "--customers: must be at least 1, got 0"),
+    (["produce", "orders", "--partitions", "0"], "--partitions: must be at least 1, got 0"),
+    (["sql", "SELECT 1", "--wait-ms", "-1"], "--wait-ms: must be at least 0, got -1"),
+])
+def test_bad_numbers_are_usage_errors(argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err
+
+
+def test_demo_examples_pick_the_busiest_customer_in_one_pass() -> None:
+    """Ties go to the first name; the example timestamp is the busiest customer's median order time."""
+    from gateway.demo import example_queries
+
+    orders = [("c2", {}, 5), ("c1", {}, 1), ("c2", {}, 3), ("c1", {}, 2), ("c3", {}, 9), ("c1", {}, 7), ("c2", {}, 8)]
+    queries = dict(example_queries(orders))
+    lookup = queries["Point lookup (one KeyQuery to one partition)"]
+    assert lookup.endswith("WHERE key = 'c1'")  # c1 and c2 have 3 orders each; c1 sorts first
+    as_of = queries["The order current at an instant (VersionedKeyQuery as of)"]
+    assert "TIMESTAMP '1970-01-01 00:00:00'" in as_of  # c1's times 1, 2, 7 ms: the median is 2 ms
+
+
+def test_demo_examples_scale_to_many_customers() -> None:
+    """300,000 orders over 300,000 customers (was O(customers x orders): never finished)."""
+    from examples.shop_pipeline import generate_orders
+    from gateway.demo import example_queries
+
+    orders = generate_orders(300_000, customers=300_000)
+    assert len(example_queries(orders)) == 5

@@ -14,15 +14,15 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pytest
-from gwfixtures import Http
 
 from gateway import Gateway
 from gateway.demo import PIPELINE, example_queries
 from gateway.hosting import load_pipeline, start_pipeline, wait_caught_up
 from gateway.http import create_app
 from gateway.server import ServerThread
-from stores.eventlog import EventLog
-from stores.position import Position
+from stores.iqv2.position import Position
+from stores.log.eventlog import EventLog
+from tests.gateway.gwfixtures import Http
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

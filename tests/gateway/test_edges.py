@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from gwfixtures import Http, Shop, serve_gateway
 
 import gateway.errors as ge
 from gateway import Gateway, GatewayConfig
 from gateway.config import Session
-from stores.app import StreamsApp
+from stores.app.streams import StreamsApp
+from tests.gateway.gwfixtures import Http, Shop, serve_gateway
 
 
 def test_config_rejects_bad_values_and_unknown_names() -> None:
@@ -132,7 +132,7 @@ def test_ndjson_reports_an_unencodable_value_in_band(gw: Gateway) -> None:
     from gateway.http.renderers import render_ndjson
     from gateway.result import Result
     from planner.plan import StatementKind
-    from stores.position import Position
+    from stores.iqv2.position import Position
 
     res = Result(columns=[("x", "VARCHAR")], position=Position.empty(), partitions=[],
                  statement=StatementKind.SELECT, rows=[("fine",), (object(),)])

@@ -12,16 +12,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from gwfixtures import MINUTE, REVENUE, Shop, make_app, make_shop
 
 import gateway.errors as ge
 from gateway import Gateway, GatewayConfig
 from planner.plan import StatementKind
-from stores.app import StoreTopology, StreamsApp
-from stores.partitioner import partition_for_key
-from stores.position import Position
-from stores.protocol import Change
-from stores.schema import SqlType
+from stores.app.streams import StoreTopology, StreamsApp
+from stores.catalog.partitioner import partition_for_key
+from stores.catalog.schema import SqlType
+from stores.engine.change import Change
+from stores.iqv2.position import Position
+from tests.gateway.gwfixtures import MINUTE, REVENUE, Shop, make_app, make_shop
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,7 @@ import pytest
 
 import gateway.errors as ge
 from planner import errors as pe
-from stores import errors as se
+from stores.iqv2 import errors as se
 
 ALL = [c for c in vars(ge).values() if isinstance(c, type) and issubclass(c, ge.GatewayError) and c is not ge.GatewayError]
 

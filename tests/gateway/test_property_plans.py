@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway import Gateway
-from stores.app import StoreTopology, StreamsApp
-from stores.position import Position
-from stores.protocol import Change
-from stores.schema import Column, SqlType, StoreKind, StoreSpec
+from stores.app.streams import StoreTopology, StreamsApp
+from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
+from stores.engine.change import Change
+from stores.iqv2.position import Position
 
 INTS = StoreSpec("ints", StoreKind.KEY_VALUE, Column("k", SqlType.BIGINT, nullable=False),
                  (Column("a", SqlType.BIGINT), Column("b", SqlType.DOUBLE), Column("c", SqlType.VARCHAR)),

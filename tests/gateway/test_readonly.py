@@ -13,11 +13,10 @@ import sys
 import time
 from pathlib import Path
 
-from gwfixtures import make_app
-
-from stores.position import Position
-from stores.protocol import Change
-from stores.schema import Column, SqlType, StoreKind, StoreSpec
+from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
+from stores.engine.change import Change
+from stores.iqv2.position import Position
+from tests.gateway.gwfixtures import make_app
 
 ROOT = Path(__file__).resolve().parents[2]
 COUNTERS = StoreSpec("counters", StoreKind.KEY_VALUE, Column("k", SqlType.BIGINT, nullable=False),
@@ -27,7 +26,7 @@ BATCHES = 40
 READER = """
 import json, sys, time
 from gateway import Gateway
-from stores.position import Position
+from stores import Position
 g = Gateway.open(sys.argv[1])
 print("ready", flush=True)
 seen, bad, last = set(), 0, {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stores.schema import Column, SqlType, StoreKind, StoreSpec
+from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
 
 
 def _kv(name: str, key_type: SqlType, partitions: int = 4) -> StoreSpec:

@@ -20,11 +20,11 @@ from typing import Any
 import duckdb
 
 from gateway import Gateway
-from stores.app import StoreTopology, StreamsApp
-from stores.partitioner import partition_for_key
-from stores.position import Position
-from stores.protocol import Change
-from stores.schema import SqlType, StoreKind, StoreSpec
+from stores.app.streams import StoreTopology, StreamsApp
+from stores.catalog.partitioner import partition_for_key
+from stores.catalog.schema import SqlType, StoreKind, StoreSpec
+from stores.engine.change import Change
+from stores.iqv2.position import Position
 
 _DUCK_TYPES = {
     SqlType.BIGINT: "BIGINT", SqlType.INTEGER: "INTEGER", SqlType.DOUBLE: "DOUBLE", SqlType.VARCHAR: "VARCHAR",

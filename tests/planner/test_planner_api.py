@@ -10,11 +10,11 @@ import sqlglot
 
 import planner
 from planner.plan import PSEUDO_COLUMNS, StatementKind
-from planner_catalog import CATALOG
-from stores.partitioner import partition_for_key
-from stores.position import Position, PositionBound
-from stores.query import KeyQuery, RangeQuery, VersionedKeyQuery
-from stores.schema import SqlType
+from stores.catalog.partitioner import partition_for_key
+from stores.catalog.schema import SqlType
+from stores.iqv2.position import Position, PositionBound
+from stores.iqv2.query import KeyQuery, RangeQuery, VersionedKeyQuery
+from tests.planner.planner_catalog import CATALOG
 
 
 def test_public_names() -> None:

@@ -12,11 +12,16 @@ import random
 from collections.abc import Iterator
 
 import pytest
-from reference_store import ReferenceStore, product_gateway, run_direct, run_sql
 
 import planner
 from gateway import Gateway
-from stores.schema import Column, SqlType, StoreKind, StoreSpec
+from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
+from tests.planner.reference_store import (
+    ReferenceStore,
+    product_gateway,
+    run_direct,
+    run_sql,
+)
 
 T0 = 1_704_067_200_000  # 2024-01-01 00:00:00 UTC
 

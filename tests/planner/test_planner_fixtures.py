@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import planner
-from fixture_format import actual, load_cases
-from planner_catalog import CATALOG
+from tests.planner.fixture_format import actual, load_cases
+from tests.planner.planner_catalog import CATALOG
 
 CASES = load_cases()
 

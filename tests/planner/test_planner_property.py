@@ -13,11 +13,11 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reference_store import product_gateway, run_direct, run_sql
-from test_planner_differential import CATALOG, STORES
 
 import planner
 from gateway import Gateway
+from tests.planner.reference_store import product_gateway, run_direct, run_sql
+from tests.planner.test_planner_differential import CATALOG, STORES
 
 INT_KEYS = [r["k"] for r in STORES["ints"].rows]
 

@@ -10,7 +10,7 @@ import logging
 import random
 
 import planner
-from planner_catalog import CATALOG
+from tests.planner.planner_catalog import CATALOG
 
 TOKENS = [
     "SELECT", "*", "FROM", "mystore", "per_min", "last_order", "sessions", "revenue", "WHERE", "k", "v", "key", "=", "<",

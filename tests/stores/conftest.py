@@ -7,10 +7,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from iqv2_fixture import spec_for, write_fixture
 
-from stores.app import StoreTopology, StreamsApp
-from stores.schema import StoreKind, StoreSpec
+from stores.app.streams import StoreTopology, StreamsApp
+from stores.catalog.schema import StoreKind, StoreSpec
+from tests.stores.iqv2_fixture import spec_for, write_fixture
 
 
 @pytest.fixture

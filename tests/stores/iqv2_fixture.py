@@ -7,10 +7,10 @@ k % 2, so the expected per-partition tables port unchanged.
 
 from __future__ import annotations
 
-from stores.app import StreamsApp
-from stores.position import Position
-from stores.protocol import Change
-from stores.schema import Column, SqlType, StoreKind, StoreSpec
+from stores.app.streams import StreamsApp
+from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
+from stores.engine.change import Change
+from stores.iqv2.position import Position
 
 TOPIC = "input-topic"
 MIN = 60_000

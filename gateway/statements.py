@@ -1,0 +1,73 @@
+"""Statements answered without reading a store: SET/RESET, SHOW TABLES, DESCRIBE, EXPLAIN.
+
+Their results have the same shape as a SELECT's (columns, rows, an empty
+Position, no partitions), so every face renders them the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from planner.plan import Plan, StatementKind
+from stores.catalog.schema import StoreSpec
+from stores.iqv2.position import Position
+
+from .arrow_rows import DUCK_TYPES
+from .config import Session
+from .result import Result
+
+__all__ = ["set_result", "static_result", "show_tables", "describe", "explain_result"]
+
+CursorFactory = Callable[[], Any]
+
+
+def set_result(plan: Plan, session: Session | Mapping[str, Any] | None, settings: dict[str, Any],
+               cursor_factory: CursorFactory) -> Result:
+    """Apply ``SET``/``RESET`` to a Session (a mapping is per statement only) and list the settings now in force."""
+    new = dict(settings)
+    new.update(plan.settings)
+    if isinstance(session, Session):
+        session.apply(plan.settings)
+        new = session.settings
+    rows = [(k, _setting_text(v)) for k, v in sorted(new.items())]
+    return Result(columns=[("setting", "VARCHAR"), ("value", "VARCHAR")], position=Position.empty(),
+                  partitions=[], statement=StatementKind.SET, rows=rows, settings=new, cursor_factory=cursor_factory)
+
+
+def static_result(kind: StatementKind, columns: list[tuple[str, str]], rows: list[tuple[Any, ...]],
+                  cursor_factory: CursorFactory) -> Result:
+    return Result(columns=columns, position=Position.empty(), partitions=[], statement=kind, rows=rows,
+                  cursor_factory=cursor_factory)
+
+
+def explain_result(plan: Plan, cursor_factory: CursorFactory) -> Result:
+    lines = (plan.explain or "").splitlines() or [""]
+    return static_result(StatementKind.EXPLAIN, [("plan", "VARCHAR")], [(ln,) for ln in lines], cursor_factory)
+
+
+def show_tables(catalog: Mapping[str, StoreSpec], cursor_factory: CursorFactory) -> Result:
+    rows = [(name, spec.kind.value, spec.partitions, spec.key.name) for name, spec in sorted(catalog.items())]
+    cols = [("name", "VARCHAR"), ("kind", "VARCHAR"), ("partitions", "INTEGER"), ("key", "VARCHAR")]
+    return static_result(StatementKind.SHOW_TABLES, cols, rows, cursor_factory)
+
+
+def describe(spec: StoreSpec, cursor_factory: CursorFactory) -> Result:
+    rows = [(c.name, DUCK_TYPES[c.type], "YES" if c.nullable and c is not spec.key else "NO",
+             "PRI" if c is spec.key else None, None, None) for c in spec.columns()]
+    cols = [("column_name", "VARCHAR"), ("column_type", "VARCHAR"), ("null", "VARCHAR"), ("key", "VARCHAR"),
+            ("default", "VARCHAR"), ("extra", "VARCHAR")]
+    return static_result(StatementKind.DESCRIBE, cols, rows, cursor_factory)
+
+
+def _setting_text(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, Position):
+        return v.to_json()
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (dict, list)):
+        return json.dumps(v)
+    return str(v)

@@ -1,0 +1,223 @@
+"""StateDirReader: serve IQv2 queries from another process's store files, read-only.
+
+Gateway worker processes use it while the pipeline process writes: SQLite
+WAL gives each read a snapshot, so the data and Position in a result always
+agree. Connections open lazily, one per thread and partition.
+
+What the files cannot tell is decided as follows (documented choices):
+
+- ``state`` comes from ``app.json``; if that file is missing, or names a
+  process that is no longer alive while claiming a live state, the state is
+  NOT_RUNNING.
+- Queries are answered from the files in every writer state: the files are
+  a durable, read-only replica, so a gateway keeps serving after the
+  pipeline stopped. A partition whose file does not exist is NOT_PRESENT.
+- ``require_active`` succeeds only for partitions the writer hosts as active
+  while it is alive and RUNNING; otherwise NOT_ACTIVE.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..catalog.schema import StoreSpec
+from ..engine import PartitionStore, open_partition
+from ..engine.base import EXISTS_CHECK_S
+from ..iqv2.errors import UnknownStateStoreException
+from ..iqv2.position import Position
+from ..iqv2.request import StateQueryRequest
+from ..iqv2.result import StateQueryResult
+from ..iqv2.state import State
+from . import layout
+from .dispatch import run_request
+
+__all__ = ["StateDirReader", "AppInfo"]
+
+
+class AppInfo:
+    """What ``app.json`` says about the writing app."""
+
+    __slots__ = ("state", "claimed", "pid", "alive", "hosted", "standby", "application_id")
+
+    def __init__(self, raw: Mapping[str, Any] | None) -> None:
+        raw = raw or {}
+        self.application_id = raw.get("application_id")
+        self.pid = raw.get("pid")
+        try:
+            self.claimed = State(raw.get("state", State.NOT_RUNNING.value))
+        except ValueError:
+            self.claimed = State.NOT_RUNNING
+        self.refresh()
+        self.hosted = {n: frozenset(ps) for n, ps in (raw.get("hosted") or {}).items()}
+        self.standby = {n: frozenset(ps) for n, ps in (raw.get("standby") or {}).items()}
+
+    def refresh(self) -> None:
+        """Re-check that the writer lives: a killed writer leaves a stale live state in app.json."""
+        self.alive = isinstance(self.pid, int) and _pid_alive(self.pid)
+        claimed = self.claimed
+        self.state = claimed if self.alive or claimed.has_completed_shutdown() else State.NOT_RUNNING
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class StateDirReader:
+    """A read-only Queryable over ``<state_dir>``; cheap to keep for a process's lifetime."""
+
+    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+        self.state_dir = Path(state_dir)
+        if not self.state_dir.is_dir():
+            raise FileNotFoundError(f"state directory {self.state_dir} does not exist")
+        self._lock = threading.Lock()
+        self._specs: dict[str, StoreSpec] = {}
+        self._specs_mtime: int | None = None
+        self._specs_checked = float("-inf")
+        self._stores: dict[tuple[str, int], PartitionStore] = {}
+        self._info: AppInfo = AppInfo(None)
+        self._info_mtime: int | None = None
+
+    # -- metadata -----------------------------------------------------------------------
+    def _rescan(self, *, force: bool = False) -> None:
+        """Re-read the store specs if the stores changed; at most every EXISTS_CHECK_S unless forced.
+
+        The catalog is read on every statement; a store created or dropped by
+        the writer shows up within 100 ms (an unknown name forces a rescan).
+        """
+        now = time.monotonic()
+        if not force and now - self._specs_checked < EXISTS_CHECK_S:
+            return
+        d = layout.stores_dir(self.state_dir)
+        try:
+            mtime = d.stat().st_mtime_ns
+        except FileNotFoundError:
+            return
+        if mtime == self._specs_mtime and all(
+            layout.spec_path(self.state_dir, n).exists() for n in self._specs
+        ):
+            self._specs_checked = now
+            return
+        specs: dict[str, StoreSpec] = {}
+        for sub in sorted(d.iterdir()):
+            f = sub / "store.json"
+            try:
+                specs[sub.name] = StoreSpec.from_json(f.read_text(encoding="utf-8"))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"{f}: not a valid store spec: {exc}") from None
+        with self._lock:
+            self._specs = specs
+            self._specs_mtime = mtime
+            self._specs_checked = now  # only a scan that succeeded counts: a corrupt spec keeps failing
+
+    def catalog(self) -> dict[str, StoreSpec]:
+        self._rescan()
+        return dict(self._specs)
+
+    def _spec(self, name: str) -> StoreSpec:
+        spec = self._specs.get(name)
+        if spec is None:
+            self._rescan(force=True)
+            spec = self._specs.get(name)
+            if spec is None:
+                raise UnknownStateStoreException(
+                    f"Cannot get state store {name} because no such store exists under {self.state_dir}."
+                )
+        return spec
+
+    def app_info(self) -> AppInfo:
+        path = layout.app_json_path(self.state_dir)
+        try:
+            mtime = path.stat().st_mtime_ns
+        except FileNotFoundError:
+            self._info, self._info_mtime = AppInfo(None), None
+            return self._info
+        if mtime != self._info_mtime:
+            try:
+                raw = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                return self._info  # replaced between stat and read: keep the previous view
+            self._info, self._info_mtime = AppInfo(raw), mtime
+        else:
+            self._info.refresh()
+        return self._info
+
+    @property
+    def state(self) -> State:
+        return self.app_info().state
+
+    # -- stores ------------------------------------------------------------------------
+    def _partition(self, spec: StoreSpec, p: int) -> PartitionStore | None:
+        key = (spec.name, p)
+        store = self._stores.get(key)
+        if store is not None:
+            return store
+        path = layout.partition_path(self.state_dir, spec.name, p)
+        if not path.exists():
+            return None
+        with self._lock:
+            store = self._stores.get(key)
+            if store is None:
+                try:
+                    store = open_partition(spec, p, path, read_only=True)
+                except FileNotFoundError:
+                    return None
+                self._stores[key] = store
+        return store
+
+    def query(self, request: StateQueryRequest) -> StateQueryResult:
+        """The same per-partition dispatch as ``StreamsApp.query`` over the files (see module doc)."""
+        spec = self._spec(request.store_name)
+        wanted = range(spec.partitions) if request.partitions is None else request.partitions
+        local = {}
+        for p in wanted:
+            if 0 <= p < spec.partitions:
+                s = self._partition(spec, p)
+                if s is not None:
+                    local[p] = s
+        if request.active_required:
+            info = self.app_info()
+            running = info.alive and info.state is State.RUNNING
+            active = info.hosted.get(spec.name, frozenset())
+            label = str(info.state)
+        else:
+            running, active, label = True, frozenset(local), "RUNNING"
+        return run_request(request, spec, local, active, running, label)
+
+    def positions(self) -> dict[str, Position]:
+        out = {}
+        for name, spec in self.catalog().items():
+            pos = Position.empty()
+            for p in range(spec.partitions):
+                s = self._partition(spec, p)
+                if s is not None:
+                    pos = pos.merge(s.current_position())
+            out[name] = pos
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            for s in self._stores.values():
+                s.close()
+            self._stores.clear()
+
+    def __enter__(self) -> StateDirReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

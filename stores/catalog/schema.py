@@ -1,0 +1,204 @@
+"""What a store is: its kind, key and value columns with SQL types, partitions, sources.
+
+A ``StoreSpec`` is the catalog entry the planner plans against, the layout the
+engine stores, and what ``store.json`` beside the partition files records so
+another process (a gateway worker) can open the stores read-only.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import date, datetime
+from typing import Any
+
+from ..iqv2.timeutil import to_epoch_ms
+
+__all__ = ["SqlType", "StoreKind", "Column", "StoreSpec", "coerce_key", "KeyTypeError"]
+
+
+class SqlType(str, enum.Enum):
+    """Column types stores know. TIMESTAMP values are epoch ms in stores, DATE values days since epoch."""
+
+    BIGINT = "BIGINT"
+    INTEGER = "INTEGER"
+    DOUBLE = "DOUBLE"
+    VARCHAR = "VARCHAR"
+    BOOLEAN = "BOOLEAN"
+    TIMESTAMP = "TIMESTAMP"
+    DATE = "DATE"
+
+    @classmethod
+    def parse(cls, text: str) -> SqlType:
+        t = text.strip().upper()
+        aliases = {
+            "LONG": "BIGINT", "INT": "INTEGER", "SMALLINT": "INTEGER", "TINYINT": "INTEGER",
+            "FLOAT": "DOUBLE", "REAL": "DOUBLE", "STRING": "VARCHAR", "TEXT": "VARCHAR",
+            "BOOL": "BOOLEAN", "TIMESTAMP_NTZ": "TIMESTAMP", "TIMESTAMP_LTZ": "TIMESTAMP",
+        }
+        t = aliases.get(t, t)
+        try:
+            return cls(t)
+        except ValueError:
+            raise ValueError(f"unsupported column type {text!r}; supported: {', '.join(m.value for m in cls)}") from None
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class StoreKind(str, enum.Enum):
+    KEY_VALUE = "key_value"
+    TIMESTAMPED_KEY_VALUE = "timestamped_key_value"
+    WINDOW = "window"
+    SESSION = "session"
+    VERSIONED = "versioned"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    name: str
+    type: SqlType
+    nullable: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise ValueError(f"column name must be a non-empty string, got {self.name!r}")
+        if not isinstance(self.type, SqlType):
+            object.__setattr__(self, "type", SqlType.parse(str(self.type)))
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSpec:
+    """One materialized store.
+
+    ``source_topics`` are the topics whose offsets make up the store's
+    Position; ``window_size_ms``/``window_advance_ms`` describe window stores,
+    ``gap_ms`` session stores, ``history_retention_ms`` versioned stores.
+    """
+
+    name: str
+    kind: StoreKind
+    key: Column
+    values: tuple[Column, ...]
+    partitions: int = 1
+    source_topics: tuple[str, ...] = ()
+    partitioner: str = "murmur2"
+    window_size_ms: int | None = None
+    window_advance_ms: int | None = None
+    gap_ms: int | None = None
+    history_retention_ms: int | None = None
+    options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.replace("_", "a").isalnum() or self.name[0].isdigit():
+            raise ValueError(f"store name {self.name!r} must be letters, digits and _ and not start with a digit")
+        if not isinstance(self.kind, StoreKind):
+            object.__setattr__(self, "kind", StoreKind(self.kind))
+        if self.partitions < 1:
+            raise ValueError(f"store {self.name!r}: partitions must be >= 1, got {self.partitions}")
+        names = [self.key.name] + [c.name for c in self.values]
+        reserved = set(self.system_columns()) | {"_partition", "_position", "_failure_reason", "_failure_message"}
+        for n in names:
+            if n in reserved:
+                raise ValueError(f"store {self.name!r}: column name {n!r} is reserved")
+        if len(set(names)) != len(names):
+            raise ValueError(f"store {self.name!r}: duplicate column names in {names}")
+
+    # -- the SQL face of the store (DESIGN §4) -------------------------------
+    def system_columns(self) -> tuple[str, ...]:
+        """Columns the kind adds: window bounds, the record time, or version validity."""
+        return {
+            StoreKind.KEY_VALUE: (),
+            StoreKind.TIMESTAMPED_KEY_VALUE: ("rowtime",),
+            StoreKind.WINDOW: ("window_start", "window_end"),
+            StoreKind.SESSION: ("window_start", "window_end"),
+            StoreKind.VERSIONED: ("valid_from", "valid_to"),
+        }[self.kind]
+
+    def columns(self) -> tuple[Column, ...]:
+        """Every column ``SELECT *`` shows, in order: key, window/time columns, values."""
+        sys_cols = tuple(Column(n, SqlType.TIMESTAMP, n == "valid_to") for n in self.system_columns())
+        if self.kind in (StoreKind.WINDOW, StoreKind.SESSION):
+            return (self.key,) + sys_cols + self.values
+        return (self.key,) + self.values + sys_cols
+
+    def value_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.values)
+
+    # -- persistence ---------------------------------------------------------
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["kind"] = self.kind.value
+        d["key"] = {"name": self.key.name, "type": self.key.type.value, "nullable": self.key.nullable}
+        d["values"] = [{"name": c.name, "type": c.type.value, "nullable": c.nullable} for c in self.values]
+        d["source_topics"] = list(self.source_topics)
+        return json.dumps(d, indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> StoreSpec:
+        d = json.loads(text)
+        d["kind"] = StoreKind(d["kind"])
+        d["key"] = Column(d["key"]["name"], SqlType.parse(d["key"]["type"]), d["key"].get("nullable", True))
+        d["values"] = tuple(Column(c["name"], SqlType.parse(c["type"]), c.get("nullable", True)) for c in d["values"])
+        d["source_topics"] = tuple(d.get("source_topics", ()))
+        return cls(**d)
+
+
+class KeyTypeError(TypeError):
+    """A key value that cannot be coerced to the key column's SQL type."""
+
+
+def coerce_key(sql_type: SqlType, value: Any) -> Any:
+    """The canonical Python form of a key of ``sql_type`` (ints, floats, str, bool, epoch ms, days).
+
+    Stores order keys by this form, so integers compare numerically and
+    strings by code point; the planner coerces SQL literals the same way.
+    """
+    if value is None:
+        raise KeyTypeError("the key should not be null")
+    try:
+        if sql_type in (SqlType.BIGINT, SqlType.INTEGER):
+            if isinstance(value, bool):
+                raise ValueError
+            if isinstance(value, float):
+                if not value.is_integer():
+                    raise ValueError
+                return int(value)
+            if isinstance(value, str):
+                return int(value.strip(), 10)
+            return int(value)
+        if sql_type is SqlType.DOUBLE:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if sql_type is SqlType.VARCHAR:
+            if not isinstance(value, str):
+                raise ValueError
+            return value
+        if sql_type is SqlType.BOOLEAN:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in ("true", "false"):
+                return value.lower() == "true"
+            raise ValueError
+        if sql_type is SqlType.TIMESTAMP:
+            if isinstance(value, str):
+                value = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+            return to_epoch_ms(value, "key")
+        if sql_type is SqlType.DATE:
+            if isinstance(value, str):
+                value = date.fromisoformat(value.strip())
+            if isinstance(value, datetime):
+                value = value.date()
+            if isinstance(value, date):
+                return (value - date(1970, 1, 1)).days
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+            raise ValueError
+    except (ValueError, TypeError, OverflowError):
+        raise KeyTypeError(f"{value!r} cannot be converted to {sql_type.value}") from None
+    raise KeyTypeError(f"unsupported key type {sql_type}")

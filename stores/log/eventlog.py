@@ -1,0 +1,394 @@
+"""EventLog: the embedded partitioned source log (a small, local stand-in for Kafka topics).
+
+Producers (``iqgate produce``, tests, the demo) append without Spark, so this
+module must never import pyspark. Layout under the root::
+
+    topics/<topic>/topic.json   {"name", "partitions", "epoch", "created_ms"}
+    topics/<topic>/<p>.log      one JSON line per record: {"k": key, "v": value, "t": ts_ms}
+    topics/<topic>/<p>.idx      8-byte big-endian end byte position per record (offset = entry number)
+    topics/<topic>/<p>.lock     flock target serialising appenders of that partition
+
+Why this shape: the data line is written and fsynced before its index entry,
+so a reader that sees index entry ``o`` always finds record ``o`` complete,
+readers need no lock, and a crash between the two writes leaves only an
+unindexed tail that the next appender cuts off. The ``epoch`` changes when a
+topic is deleted and recreated, which lets the Spark source tell a recreated
+(shorter) topic from one that merely has no new data.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import shutil
+import struct
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from ..catalog.partitioner import partition_for_key
+from ..iqv2.timeutil import to_epoch_ms
+
+__all__ = [
+    "EventLog", "Record", "EventLogError", "UnknownTopicError", "TopicExistsError",
+    "InvalidRecordError", "TOPIC_NAME_RE",
+]
+
+#: Kafka's legal topic characters. ``@`` is deliberately absent: the Spark
+#: source uses ``@epochs`` as a reserved key inside its offset JSON.
+TOPIC_NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_IDX = struct.Struct(">Q")
+
+
+class EventLogError(Exception):
+    """Base of the log's errors."""
+
+
+class UnknownTopicError(EventLogError, KeyError):
+    """The topic does not exist (never created, or deleted)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else "unknown topic"
+
+
+class TopicExistsError(EventLogError):
+    """create_topic on a name that is taken."""
+
+
+class InvalidRecordError(EventLogError, ValueError):
+    """A record that cannot be appended (bad key, value, timestamp or partition)."""
+
+
+class Record(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    key: Any
+    value: Any
+    timestamp: int
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class EventLog:
+    """A directory of topics with a fixed partition count each.
+
+    >>> log = EventLog(tmp)                                    # doctest: +SKIP
+    >>> log.create_topic("orders", partitions=4)               # doctest: +SKIP
+    >>> partition, offset = log.append("orders", key="c42", value={"amount": 9.5}, timestamp=ts)  # doctest: +SKIP
+
+    Keys choose the partition with Kafka's murmur2 over their serialized
+    bytes, so the same key always lands in the same partition and the
+    planner can compute it too. ``value=None`` is a tombstone (a delete for
+    tables). Every method is safe with several producer processes at once.
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self._topics_dir = self.root / "topics"
+        self._topics_dir.mkdir(parents=True, exist_ok=True)
+
+    def __repr__(self) -> str:
+        return f"EventLog({str(self.root)!r})"
+
+    # -- topics ---------------------------------------------------------
+    def create_topic(self, name: str, partitions: int = 1, *, exist_ok: bool = False) -> None:
+        """Create ``name`` atomically (a renamed temp dir), so readers never see a half-made topic.
+
+        With ``exist_ok`` an existing topic is accepted only if its partition
+        count matches: silently reading a different layout would misplace keys.
+        """
+        _check_topic_name(name)
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            raise ValueError(f"topic {name!r}: partitions must be an integer >= 1, got {partitions!r}")
+        final = self._topics_dir / name
+        if final.exists():
+            return self._existing(name, partitions, exist_ok)
+        tmp = self._topics_dir / f".tmp-{name}-{uuid.uuid4().hex}"
+        tmp.mkdir()
+        meta = {"name": name, "partitions": partitions, "epoch": uuid.uuid4().hex, "created_ms": _now_ms()}
+        _write_fsynced(tmp / "topic.json", json.dumps(meta).encode())
+        for p in range(partitions):
+            for suffix in ("log", "idx", "lock"):
+                (tmp / f"{p}.{suffix}").touch()
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if final.exists():
+                return self._existing(name, partitions, exist_ok)
+            raise
+        _fsync_dir(self._topics_dir)
+
+    def _existing(self, name: str, partitions: int, exist_ok: bool) -> None:
+        if not exist_ok:
+            raise TopicExistsError(f"topic {name!r} already exists in {self.root}")
+        have = self.partitions(name)
+        if have != partitions:
+            raise TopicExistsError(f"topic {name!r} exists with {have} partitions, not {partitions}")
+
+    def delete_topic(self, name: str) -> None:
+        """Remove the topic; a rename first makes the deletion atomic for readers and appenders."""
+        _check_topic_name(name)
+        final = self._topics_dir / name
+        if not (final / "topic.json").exists():
+            raise UnknownTopicError(f"topic {name!r} does not exist in {self.root}")
+        trash = self._topics_dir / f".deleted-{name}-{uuid.uuid4().hex}"
+        os.rename(final, trash)
+        _fsync_dir(self._topics_dir)
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def list_topics(self) -> dict[str, int]:
+        """``{topic: partitions}`` of every existing topic, sorted by name."""
+        out: dict[str, int] = {}
+        for d in sorted(self._topics_dir.iterdir()):
+            if d.name.startswith(".") or not (d / "topic.json").exists():
+                continue
+            try:
+                out[d.name] = int(self._meta(d.name)["partitions"])
+            except UnknownTopicError:
+                continue  # deleted while listing
+        return out
+
+    def has_topic(self, name: str) -> bool:
+        return (self._topics_dir / name / "topic.json").exists()
+
+    def partitions(self, topic: str) -> int:
+        return int(self._meta(topic)["partitions"])
+
+    def epoch(self, topic: str) -> str:
+        """An id that changes when the topic is deleted and recreated."""
+        return str(self._meta(topic)["epoch"])
+
+    def _meta(self, topic: str) -> dict[str, Any]:
+        _check_topic_name(topic)
+        try:
+            return json.loads((self._topics_dir / topic / "topic.json").read_bytes())
+        except FileNotFoundError:
+            raise UnknownTopicError(f"topic {topic!r} does not exist in {self.root}") from None
+
+    # -- offsets --------------------------------------------------------
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        """``{partition: next offset}`` (Kafka's end offsets: exclusive)."""
+        n = self.partitions(topic)
+        d = self._topics_dir / topic
+        out = {}
+        for p in range(n):
+            try:
+                out[p] = (d / f"{p}.idx").stat().st_size // _IDX.size
+            except FileNotFoundError:
+                raise UnknownTopicError(f"topic {topic!r} was deleted while reading its offsets") from None
+        return out
+
+    def last_offsets(self, topic: str) -> dict[int, int]:
+        """``{partition: offset of the last record}`` for non-empty partitions: a read-your-writes bound."""
+        return {p: e - 1 for p, e in self.end_offsets(topic).items() if e > 0}
+
+    # -- append ---------------------------------------------------------
+    def partition_for(self, topic: str, key: Any) -> int:
+        """The partition ``key`` lands in (murmur2, like Kafka's default partitioner)."""
+        return _partition(key, self.partitions(topic), topic)
+
+    def append(
+        self,
+        topic: str,
+        key: Any,
+        value: Mapping[str, Any] | None,
+        timestamp: int | datetime | date | None = None,
+        *,
+        partition: int | None = None,
+    ) -> tuple[int, int]:
+        """Append one record durably; returns ``(partition, offset)`` to use as a read-your-writes bound."""
+        return self.append_batch(topic, [(key, value, timestamp)], partition=partition)[0]
+
+    def append_batch(
+        self,
+        topic: str,
+        records: Iterable[tuple[Any, Any, Any] | Mapping[str, Any]],
+        *,
+        partition: int | None = None,
+    ) -> list[tuple[int, int]]:
+        """Append many records with one fsync per partition; returns ``(partition, offset)`` per record.
+
+        Records are ``(key, value, timestamp)`` tuples or mappings with
+        ``key``/``value``/``timestamp``. Every record is validated and
+        encoded before anything is written, so bad input writes nothing.
+        """
+        n = self.partitions(topic)
+        if partition is not None and (isinstance(partition, bool) or not isinstance(partition, int)
+                                      or not 0 <= partition < n):
+            raise InvalidRecordError(f"topic {topic!r}: partition {partition!r} is outside 0..{n - 1}")
+        by_part: dict[int, list[tuple[int, bytes]]] = {}
+        count = 0
+        for i, rec in enumerate(records):
+            key, value, ts = _unpack(rec, i)
+            where = f"record {i} of topic {topic!r}"
+            p = partition if partition is not None else _partition(key, n, topic, where)
+            by_part.setdefault(p, []).append((i, _encode(key, value, ts, where)))
+            count += 1
+        out: list[tuple[int, int]] = [(0, 0)] * count
+        for p in sorted(by_part):
+            first = self._append_partition(topic, p, [line for _, line in by_part[p]])
+            for j, (i, _) in enumerate(by_part[p]):
+                out[i] = (p, first + j)
+        return out
+
+    def _append_partition(self, topic: str, p: int, lines: list[bytes]) -> int:
+        d = self._topics_dir / topic
+        with _locked(d / f"{p}.lock", topic):
+            if not (d / "topic.json").exists():
+                raise UnknownTopicError(f"topic {topic!r} was deleted while appending")
+            fd_idx = os.open(d / f"{p}.idx", os.O_RDWR)
+            fd_log = os.open(d / f"{p}.log", os.O_RDWR)
+            try:
+                size = os.fstat(fd_idx).st_size
+                whole = size - size % _IDX.size
+                if whole != size:  # a torn index entry from a crash: drop it
+                    os.ftruncate(fd_idx, whole)
+                end = _IDX.unpack(os.pread(fd_idx, _IDX.size, whole - _IDX.size))[0] if whole else 0
+                if os.fstat(fd_log).st_size != end:  # an unindexed tail from a crash
+                    os.ftruncate(fd_log, end)
+                data = b"".join(lines)
+                os.pwrite(fd_log, data, end)
+                os.fsync(fd_log)
+                entries = bytearray()
+                pos = end
+                for line in lines:
+                    pos += len(line)
+                    entries += _IDX.pack(pos)
+                os.pwrite(fd_idx, bytes(entries), whole)
+                os.fsync(fd_idx)
+                return whole // _IDX.size
+            finally:
+                os.close(fd_idx)
+                os.close(fd_log)
+
+    # -- read -----------------------------------------------------------
+    def read(self, topic: str, partition: int, start: int = 0, end: int | None = None) -> list[Record]:
+        """Records ``start <= offset < end`` of one partition (``end`` None: up to the current end)."""
+        return [Record(topic, partition, o, k, v, t)
+                for o, k, v, t in self.read_raw(topic, partition, start, end)]
+
+    def read_raw(self, topic: str, partition: int, start: int, end: int | None = None
+                 ) -> Iterator[tuple[int, Any, Any, int]]:
+        """``(offset, key, value, timestamp)`` without building Record objects (the Spark reader's path)."""
+        n = self.partitions(topic)
+        if not 0 <= partition < n:
+            raise EventLogError(f"topic {topic!r} has no partition {partition} (it has {n})")
+        d = self._topics_dir / topic
+        if start < 0:
+            raise EventLogError(f"topic {topic!r} partition {partition}: start offset {start} is negative")
+        try:
+            with open(d / f"{partition}.idx", "rb") as fi, open(d / f"{partition}.log", "rb") as fl:
+                avail = os.fstat(fi.fileno()).st_size // _IDX.size
+                stop = avail if end is None else end
+                if stop > avail:
+                    raise EventLogError(
+                        f"SOURCE_TRUNCATED: topic {topic!r} partition {partition} ends at offset {avail}, "
+                        f"but offsets up to {stop} were asked for")
+                if start >= stop:
+                    return
+                lo = _IDX.unpack(_pread(fi, (start - 1) * _IDX.size))[0] if start else 0
+                hi = _IDX.unpack(_pread(fi, (stop - 1) * _IDX.size))[0]
+                fl.seek(lo)
+                chunk = fl.read(hi - lo)
+        except FileNotFoundError:
+            raise UnknownTopicError(f"topic {topic!r} was deleted while reading") from None
+        for o, line in enumerate(chunk.splitlines(), start):
+            rec = json.loads(line)
+            yield o, rec["k"], rec["v"], rec["t"]
+
+
+def _pread(f: Any, at: int) -> bytes:
+    return os.pread(f.fileno(), _IDX.size, at)
+
+
+def _check_topic_name(name: Any) -> None:
+    if not isinstance(name, str) or not TOPIC_NAME_RE.match(name) or name in (".", ".."):
+        raise ValueError(f"invalid topic name {name!r}: use 1-249 of the characters A-Z a-z 0-9 . _ -")
+
+
+def _unpack(rec: Any, i: int) -> tuple[Any, Any, Any]:
+    if isinstance(rec, Mapping):
+        unknown = set(rec) - {"key", "value", "timestamp"}
+        if unknown or "key" not in rec:
+            raise InvalidRecordError(f"record {i}: expected keys key, value, timestamp; got {sorted(rec)}")
+        return rec["key"], rec.get("value"), rec.get("timestamp")
+    if isinstance(rec, (tuple, list)) and len(rec) in (2, 3):
+        return rec[0], rec[1], rec[2] if len(rec) == 3 else None
+    raise InvalidRecordError(f"record {i}: expected (key, value, timestamp) or a mapping, got {rec!r}")
+
+
+def _partition(key: Any, n: int, topic: str, where: str | None = None) -> int:
+    where = where or f"topic {topic!r}"
+    if key is None:
+        raise InvalidRecordError(f"{where}: the key is null; give a key or an explicit partition")
+    try:
+        return partition_for_key(key, n)
+    except TypeError as exc:
+        raise InvalidRecordError(f"{where}: {exc}") from None
+
+
+def _encode(key: Any, value: Any, ts: Any, where: str) -> bytes:
+    if key is not None and (isinstance(key, float) or not isinstance(key, (str, int))):
+        raise InvalidRecordError(f"{where}: key must be a string or an integer, got {type(key).__name__}")
+    if value is not None and not isinstance(value, Mapping):
+        raise InvalidRecordError(f"{where}: value must be a mapping of field -> value or None, "
+                                 f"got {type(value).__name__}")
+    try:
+        t = _now_ms() if ts is None else to_epoch_ms(ts, "timestamp")
+    except TypeError as exc:
+        raise InvalidRecordError(f"{where}: {exc}") from None
+    if value is not None:
+        value = {str(k): _jsonable(v) for k, v in value.items()}
+    try:
+        line = json.dumps({"k": key, "v": value, "t": t}, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidRecordError(f"{where}: value is not JSON-serializable: {exc}") from None
+    return line.encode("utf-8") + b"\n"
+
+
+def _jsonable(v: Any) -> Any:
+    """Datetimes become ISO strings, which Spark's JSON reader parses into TIMESTAMP/DATE fields."""
+    if isinstance(v, datetime):
+        return v.isoformat()
+    if isinstance(v, date):
+        return v.isoformat()
+    return v
+
+
+@contextmanager
+def _locked(path: Path, topic: str) -> Iterator[None]:
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        raise UnknownTopicError(f"topic {topic!r} does not exist (deleted?)") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _write_fsynced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,228 @@
+"""SparkRuntime: runs one streaming query per store and reports to the StreamsApp (KIP-696/662/671).
+
+Each store's query is a "unit" (Kafka's stream thread). A monitor thread
+watches the queries; a failed one goes to ``app.handle_uncaught`` with its
+error classified by the stable code in Spark's error text (the Python
+exception type does not survive Spark): ``MISSING_SOURCE_TOPIC`` becomes
+MissingSourceTopicException. RUNNING is reported once every query has
+caught up with the log as it was when the query started.
+
+Recovery happens before a query starts: a store whose partition files lag
+the checkpoint's last committed batch (a lost or replaced file) is wiped
+together with its checkpoint and rebuilt by replaying the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ..iqv2.errors import MissingSourceTopicException, StreamsException
+from ..iqv2.position import Position
+from .iqlog_source import MISSING_SOURCE_TOPIC, SOURCE_TRUNCATED
+from .materializer import BatchSink, last_committed_batch
+
+__all__ = ["SparkRuntime", "classify_failure", "SourceTruncatedException"]
+
+log = logging.getLogger(__name__)
+
+
+class SourceTruncatedException(StreamsException):
+    """Records the checkpoint had read are gone (log truncated, or the topic recreated)."""
+
+
+def classify_failure(exc: BaseException) -> BaseException:
+    """Map a failed query's error to our exception type by the stable code in its text."""
+    text = str(exc)
+    for code, cls in ((MISSING_SOURCE_TOPIC, MissingSourceTopicException),
+                      (SOURCE_TRUNCATED, SourceTruncatedException)):
+        at = text.find(code + ":")
+        if at >= 0:
+            detail = text[at:].splitlines()[0]
+            new = cls(detail)
+            new.__cause__ = exc if isinstance(exc, BaseException) else None
+            return new
+    if isinstance(exc, StreamsException):
+        return exc
+    new = StreamsException(f"streaming query failed: {text.splitlines()[0] if text else type(exc).__name__}")
+    new.__cause__ = exc
+    return new
+
+
+class _Unit:
+    """One store's streaming query and its progress toward RUNNING."""
+
+    def __init__(self, decl: Any, checkpoint: Path) -> None:
+        self.decl = decl
+        self.name = decl.spec.name
+        self.checkpoint = checkpoint
+        self.query: Any = None
+        self.target: Position = Position.empty()
+        self.caught_up = False
+        self.batches = 0
+
+
+class SparkRuntime:
+    """The Runtime a Spark ``Topology`` gives its StreamsApp."""
+
+    def __init__(self, topology: Any, app: Any) -> None:
+        self.topology = topology
+        self.app = app
+        self.spark = topology.spark
+        self.checkpoints = Path(app.state_dir) / "checkpoints"
+        self.units = {d.spec.name: _Unit(d, self.checkpoints / d.spec.name) for d in topology.declarations()}
+        self._lock = threading.RLock()
+        self._stopping = threading.Event()
+        self._monitor: threading.Thread | None = None
+        self._failed: set[str] = set()
+
+    # -- Runtime protocol ----------------------------------------------------------
+    def start(self) -> None:
+        self._monitor = threading.Thread(target=self._run, name=f"iqgate-{self.app.application_id}-spark",
+                                         daemon=True)
+        self._monitor.start()
+
+    def replace(self, unit: str) -> None:
+        """REPLACE_THREAD: restart the failed query from its checkpoint."""
+        if unit not in self.units:
+            raise StreamsException(f"cannot replace unknown unit {unit!r}; units are {sorted(self.units)}")
+        u = self.units[unit]
+        if u.query is not None and u.query.isActive:
+            u.query.stop()
+        self._recover(u)
+        self._failed.discard(unit)
+        self._start_unit(u)
+
+    def stop(self, timeout_s: float) -> None:
+        with self._lock:  # no query starts after this point (see _start_unit)
+            self._stopping.set()
+            queries = [(u.name, u.query) for u in self.units.values() if u.query is not None]
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        for name, q in queries:
+            try:
+                q.stop()
+            except Exception:  # noqa: BLE001 - stopping regardless
+                log.exception("stopping query of store %s failed", name)
+        m = self._monitor
+        if m is not None and m is not threading.current_thread():
+            m.join(max(0.0, deadline - time.monotonic()))
+
+    # -- the monitor thread ---------------------------------------------------------
+    def _run(self) -> None:
+        for u in self.units.values():
+            if self._stopping.is_set():
+                return
+            try:
+                self._check_topics(u)
+                self._recover(u)
+                self._start_unit(u)
+            except BaseException as exc:  # noqa: BLE001 - goes to the uncaught-exception handler
+                if self._stopping.is_set():
+                    return
+                self._failed.add(u.name)
+                self._fail(classify_failure(exc), u.name)
+        # Each check is a py4j call that competes for the GIL with foreachBatch: poll gently once RUNNING.
+        while not self._stopping.wait(0.5 if self.app.state.value == "RUNNING" else 0.2):
+            for u in list(self.units.values()):
+                q = u.query
+                if q is None or u.name in self._failed:
+                    continue
+                if not q.isActive:
+                    if self._stopping.is_set():
+                        return
+                    err = q.exception()
+                    self._failed.add(u.name)
+                    exc = classify_failure(err) if err is not None else StreamsException(
+                        f"the streaming query of store {u.name!r} stopped unexpectedly")
+                    self._fail(exc, u.name)
+                elif not u.caught_up and self._target_reached(u):
+                    u.caught_up = True
+            self._maybe_running()
+
+    def _fail(self, exc: BaseException, unit: str) -> None:
+        log.error("store query %s failed: %s", unit, exc)
+        self.app.handle_uncaught(exc, unit)
+
+    def _check_topics(self, u: _Unit) -> None:
+        src = self.topology.log
+        if hasattr(src, "has_topic"):
+            for t in u.decl.spec.source_topics:
+                if not src.has_topic(t):
+                    raise MissingSourceTopicException(
+                        f"{MISSING_SOURCE_TOPIC}: source topic {t!r} of store {u.name!r} does not exist")
+
+    def _recover(self, u: _Unit) -> None:
+        """Rebuild a store whose files lag its checkpoint (lost file) by replaying the log from the start."""
+        committed = last_committed_batch(u.checkpoint)
+        applied = self.app.writer(u.name).last_batch_id()
+        if committed is None:
+            planned = (u.checkpoint / "offsets").is_dir() and any(
+                p.name.isdigit() for p in (u.checkpoint / "offsets").iterdir())
+            if applied is None or planned:
+                return  # a fresh store, or a first batch applied but not yet committed: Spark replays it
+        elif applied is not None and applied >= committed:
+            return
+        log.warning("store %s: partitions applied batch %s but the checkpoint committed %s; rebuilding from "
+                    "the log", u.name, applied, committed)
+        self.app.reset_store(u.name)
+        shutil.rmtree(u.checkpoint, ignore_errors=True)
+
+    def _start_unit(self, u: _Unit) -> None:
+        with self._lock:
+            if self._stopping.is_set():
+                return
+            self._start_unit_locked(u)
+
+    def _start_unit_locked(self, u: _Unit) -> None:
+        u.caught_up = False
+        u.target = self._log_end(u)
+        sink = BatchSink(u.decl, u.checkpoint, lambda: self.app.writer(u.name), self._applied)
+        u.checkpoint.mkdir(parents=True, exist_ok=True)
+        writer = (u.decl.df.writeStream.queryName(f"{self.app.application_id}-{u.name}-{os.getpid()}")
+                  .outputMode(u.decl.output_mode).foreachBatch(sink)
+                  .option("checkpointLocation", str(u.checkpoint))
+                  .trigger(processingTime=self.topology.trigger))
+        u.query = writer.start()
+        if self._target_reached(u):
+            u.caught_up = True
+
+    def _log_end(self, u: _Unit) -> Position:
+        src = self.topology.log
+        if not hasattr(src, "last_offsets"):
+            return Position.empty()  # Kafka: the first committed batch counts as caught up
+        raw = {}
+        for t in u.decl.spec.source_topics:
+            if src.has_topic(t):
+                raw[t] = src.last_offsets(t)
+        return Position.from_map(raw)
+
+    def _target_reached(self, u: _Unit) -> bool:
+        try:
+            pos = self.app.positions().get(u.name, Position.empty())
+        except Exception:  # noqa: BLE001 - stores closing
+            return False
+        for t in u.target.topics():
+            for p, o in u.target.partition_positions(t).items():
+                have = pos.offset(t, p)
+                if have is None or have < o:
+                    return False
+        return True
+
+    def _applied(self, store: str, batch_id: int, position: Position) -> None:
+        u = self.units[store]
+        u.batches += 1
+        if not u.caught_up and self._target_reached(u):
+            u.caught_up = True
+            self._maybe_running()
+
+    def _maybe_running(self) -> None:
+        if self._stopping.is_set():
+            return
+        if all(u.caught_up and u.name not in self._failed for u in self.units.values()):
+            self.app.mark_running()
+

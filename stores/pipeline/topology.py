@@ -1,0 +1,320 @@
+"""Topology: declare IQv2 stores with PySpark DataFrame code (DESIGN §7).
+
+A declaration is checked when it is made, not when the query first runs:
+Spark's own errors for a bad streaming plan arrive seconds later, wrapped in
+a failed query, so the mistakes we can see from the plan (no key column, a
+store name used twice, an output mode the shape cannot use, a column type a
+store cannot hold) are raised here with the store named.
+
+Shapes and the store kind each becomes:
+
+- ``table(name, df.groupBy(key).agg(...), key=...)`` → timestamped key-value
+  store (update mode). Its record time is the ``timestamp=`` column if given
+  (for instance ``F.max("timestamp")``), else the batch's trigger time.
+- ``table(name, df.groupBy(F.window(...), key)..., key=..., window="window")``
+  → window store (update mode; ``output_mode="append"`` emits only closed
+  windows). ``F.session_window`` → session store (append mode only, Spark's rule).
+- ``table(name, stream_df, key=...)`` (no aggregation) → the latest value per
+  key in log order; a record whose value fields are all null (a tombstone,
+  ``value=None``) deletes the key.
+- ``versioned_table(name, stream_df, key=..., timestamp=...)`` → versioned
+  store: every record is a version valid from its event time; tombstones too.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType, TimestampNTZType, TimestampType
+
+from ..catalog.schema import Column, SqlType, StoreKind, StoreSpec
+from ..log.eventlog import EventLog
+from .iqlog_source import METADATA_COLUMNS, parse_value_schema
+
+__all__ = ["Topology", "KafkaSource", "StoreDecl", "TopologyError"]
+
+_STREAM_IDS = itertools.count(1)
+_STREAM_OPT = "iqgate.stream"
+
+
+class TopologyError(ValueError):
+    """A store declaration that cannot work; the message names the store and the problem."""
+
+
+@dataclass(frozen=True)
+class KafkaSource:
+    """Read topics from Kafka instead of the EventLog (needs the spark-sql-kafka jar on the classpath).
+
+    ``partitions`` gives each topic's partition count, used as the default
+    store partition count (Kafka metadata is not looked up from here).
+    """
+
+    bootstrap_servers: str
+    partitions: dict[str, int] | None = None
+    options: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class StoreDecl:
+    """One declared store: its spec plus what the materializer needs to turn rows into Changes."""
+
+    spec: StoreSpec
+    df: DataFrame
+    shape: str  # "aggregate" | "window" | "session" | "latest" | "versioned"
+    output_mode: str
+    key_col: str
+    value_cols: tuple[str, ...]
+    window_col: str | None
+    timestamp_col: str | None
+
+
+class Topology:
+    """A set of stores fed by streaming DataFrames over one source (an EventLog, or Kafka).
+
+    ``trigger`` is the micro-batch interval of every store's query
+    (``processingTime``); shorter means fresher stores and more batch overhead.
+    """
+
+    def __init__(self, spark: SparkSession, log: EventLog | KafkaSource | str, *,
+                 trigger: str = "100 milliseconds") -> None:
+        if isinstance(log, str):
+            log = EventLog(log)
+        if not isinstance(log, (EventLog, KafkaSource)):
+            raise TypeError(f"Topology needs an EventLog or a KafkaSource, got {type(log).__name__}")
+        from .session import register_sources
+
+        register_sources(spark)
+        self.spark = spark
+        self.log = log
+        self.trigger = trigger
+        self._streams: dict[str, tuple[str, ...]] = {}  # stream id -> topics
+        self._decls: dict[str, StoreDecl] = {}
+
+    # -- sources ------------------------------------------------------
+    def stream(self, topic: str | Sequence[str], value_schema: str | StructType = "value STRING", *,
+               key_type: str = "string", max_records_per_batch: int | None = None,
+               starting_offsets: str = "earliest") -> DataFrame:
+        """A streaming DataFrame over ``topic`` (or several): key, value fields, timestamp, topic, partition, offset.
+
+        ``value_schema`` is the DDL of the JSON value's fields (``"amount
+        DOUBLE, item STRING"``); missing or mistyped fields read as null, a
+        tombstone as all-null. ``max_records_per_batch`` caps a micro-batch.
+        """
+        topics = (topic,) if isinstance(topic, str) else tuple(topic)
+        if not topics or not all(isinstance(t, str) and t for t in topics):
+            raise TopologyError(f"stream: topic must be a name or a list of names, got {topic!r}")
+        schema = parse_value_schema(value_schema)
+        ddl = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields)
+        sid = str(next(_STREAM_IDS))
+        self._streams[sid] = topics
+        if isinstance(self.log, KafkaSource):
+            return self._kafka_stream(topics, schema, key_type, max_records_per_batch, starting_offsets, sid)
+        reader = (self.spark.readStream.format("iqlog").option("path", str(self.log.root))
+                  .option("topics", ",".join(topics)).option("valueSchema", ddl).option("keyType", key_type)
+                  .option("startingOffsets", starting_offsets).option(_STREAM_OPT, sid))
+        if max_records_per_batch is not None:
+            reader = reader.option("maxRecordsPerBatch", str(int(max_records_per_batch)))
+        return reader.load()
+
+    def _kafka_stream(self, topics: tuple[str, ...], schema: StructType, key_type: str,
+                      max_records: int | None, starting: str, sid: str) -> DataFrame:
+        src = self.log
+        assert isinstance(src, KafkaSource)
+        reader = (self.spark.readStream.format("kafka").option("kafka.bootstrap.servers", src.bootstrap_servers)
+                  .option("subscribe", ",".join(topics)).option("startingOffsets", starting)
+                  .option("failOnDataLoss", "true").option(_STREAM_OPT, sid))
+        for k, v in (src.options or {}).items():
+            reader = reader.option(k, v)
+        if max_records is not None:
+            reader = reader.option("maxOffsetsPerTrigger", str(int(max_records)))
+        raw = reader.load()
+        value = F.from_json(F.col("value").cast("string"), schema)
+        return raw.select(F.col("key").cast("string").cast(key_type).alias("key"),
+                          *[value[f.name].alias(f.name) for f in schema.fields],
+                          "timestamp", "topic", "partition", "offset")
+
+    # -- stores -------------------------------------------------------
+    def table(self, name: str, df: DataFrame, *, key: str, window: str | None = None,
+              timestamp: str | None = None, partitions: int | None = None,
+              output_mode: str | None = None, retention_ms: int | None = None) -> StoreSpec:
+        """Materialize ``df`` as a key-value, window or session store (see the module docstring)."""
+        self._check_new(name, df)
+        plan = _plan_text(df)
+        aggregated = _is_aggregate(plan)
+        cols = dict(df.dtypes)
+        _require_col(name, cols, key, "key")
+        if window is not None:
+            _require_col(name, cols, window, "window")
+            if not cols[window].startswith("struct<start:timestamp,end:timestamp"):
+                raise TopologyError(f"store {name!r}: window column {window!r} is {cols[window]}, not the "
+                                    "struct<start,end> that F.window / F.session_window make")
+        if timestamp is not None:
+            _require_col(name, cols, timestamp, "timestamp")
+            if cols[timestamp] not in ("timestamp", "timestamp_ntz", "bigint"):
+                raise TopologyError(f"store {name!r}: timestamp column {timestamp!r} is {cols[timestamp]}, "
+                                    "not a timestamp or epoch-ms bigint")
+        if aggregated:
+            session = window is not None and "session_window" in plan
+            shape = "session" if session else ("window" if window is not None else "aggregate")
+            default_mode = "append" if session else "update"
+            allowed = {"session": ("append",), "window": ("update", "append"), "aggregate": ("update",)}[shape]
+        else:
+            if window is not None:
+                raise TopologyError(f"store {name!r}: a window column needs a windowed aggregation "
+                                    "(df.groupBy(F.window(...), key).agg(...))")
+            shape, default_mode, allowed = "latest", "append", ("append",)
+            if timestamp is None and cols.get("timestamp") == "timestamp":
+                timestamp = "timestamp"
+        mode = _check_mode(name, shape, output_mode or default_mode, allowed)
+        skip = {key, window, timestamp} | (set(METADATA_COLUMNS) if shape == "latest" else set())
+        value_cols = tuple(c for c in df.columns if c not in skip)
+        kind = {"aggregate": StoreKind.TIMESTAMPED_KEY_VALUE, "latest": StoreKind.TIMESTAMPED_KEY_VALUE,
+                "window": StoreKind.WINDOW, "session": StoreKind.SESSION}[shape]
+        if shape == "latest" and timestamp is None:
+            kind = StoreKind.KEY_VALUE
+        size, advance, gap = _window_params(plan) if window is not None else (None, None, None)
+        spec = self._spec(name, df, plan, kind, key, value_cols, partitions,
+                          window_size_ms=size if shape == "window" else None,
+                          window_advance_ms=advance if shape == "window" else None,
+                          gap_ms=gap if shape == "session" else None,
+                          history_retention_ms=None, options={"retention_ms": retention_ms} if retention_ms else {})
+        return self._add(StoreDecl(spec, df, shape, mode, key, value_cols, window, timestamp))
+
+    def versioned_table(self, name: str, df: DataFrame, *, key: str, timestamp: str = "timestamp",
+                        partitions: int | None = None, history_retention_ms: int | None = None) -> StoreSpec:
+        """Keep every version of each key by event time (``timestamp``); all-null values are tombstones."""
+        self._check_new(name, df)
+        plan = _plan_text(df)
+        if _is_aggregate(plan):
+            raise TopologyError(f"store {name!r}: a versioned table takes the records themselves, "
+                                "not an aggregation; use table() for aggregates")
+        cols = dict(df.dtypes)
+        _require_col(name, cols, key, "key")
+        _require_col(name, cols, timestamp, "timestamp")
+        if cols[timestamp] not in ("timestamp", "timestamp_ntz", "bigint"):
+            raise TopologyError(f"store {name!r}: timestamp column {timestamp!r} is {cols[timestamp]}, "
+                                "not a timestamp or epoch-ms bigint")
+        skip = {key, timestamp} | set(METADATA_COLUMNS)
+        value_cols = tuple(c for c in df.columns if c not in skip)
+        spec = self._spec(name, df, plan, StoreKind.VERSIONED, key, value_cols, partitions,
+                          history_retention_ms=history_retention_ms)
+        return self._add(StoreDecl(spec, df, "versioned", "append", key, value_cols, None, timestamp))
+
+    # -- TopologyLike ---------------------------------------------------
+    def store_specs(self) -> list[StoreSpec]:
+        return [d.spec for d in self._decls.values()]
+
+    def declarations(self) -> list[StoreDecl]:
+        return list(self._decls.values())
+
+    def create_runtime(self, app: Any) -> Any:
+        from .runtime import SparkRuntime
+
+        return SparkRuntime(self, app)
+
+    # -- helpers --------------------------------------------------------
+    def _check_new(self, name: str, df: Any) -> None:
+        if not isinstance(name, str) or not name:
+            raise TopologyError(f"store name must be a non-empty string, got {name!r}")
+        if name in self._decls:
+            raise TopologyError(f"store name {name!r} is used twice in this topology")
+        if not isinstance(df, DataFrame):
+            raise TopologyError(f"store {name!r}: expected a pyspark DataFrame, got {type(df).__name__}")
+        if not df.isStreaming:
+            raise TopologyError(f"store {name!r}: the DataFrame is not streaming; build it from Topology.stream()")
+
+    def _add(self, decl: StoreDecl) -> StoreSpec:
+        self._decls[decl.spec.name] = decl
+        return decl.spec
+
+    def _spec(self, name: str, df: DataFrame, plan: str, kind: StoreKind, key: str,
+              value_cols: tuple[str, ...], partitions: int | None, **extra: Any) -> StoreSpec:
+        fields = {f.name: f.dataType for f in df.schema.fields}
+        topics = self._topics_of(df)
+        if partitions is None:
+            partitions = max((self._source_partitions(t) for t in topics), default=1)
+        try:
+            return StoreSpec(name=name, kind=kind, key=_column(name, key, fields[key]),
+                             values=tuple(_column(name, c, fields[c]) for c in value_cols),
+                             partitions=partitions, source_topics=topics, **extra)
+        except ValueError as exc:
+            raise TopologyError(str(exc)) from None
+
+    def _topics_of(self, df: DataFrame) -> tuple[str, ...]:
+        ids = _stream_ids(df)
+        topics = {t for i in ids for t in self._streams.get(i, ())}
+        if not topics:  # a DataFrame this topology did not make: assume every stream
+            topics = {t for ts in self._streams.values() for t in ts}
+        return tuple(sorted(topics))
+
+    def _source_partitions(self, topic: str) -> int:
+        if isinstance(self.log, KafkaSource):
+            return (self.log.partitions or {}).get(topic, 1)
+        return self.log.partitions(topic) if self.log.has_topic(topic) else 1
+
+
+def _plan_text(df: DataFrame) -> str:
+    return str(df._jdf.queryExecution().analyzed().toString())
+
+
+def _stream_ids(df: DataFrame) -> set[str]:
+    """The ``iqgate.stream`` option of every streaming source leaf in the plan (which topics feed a store)."""
+    ids = set()
+    leaves = df._jdf.queryExecution().analyzed().collectLeaves().iterator()
+    while leaves.hasNext():
+        leaf = leaves.next()
+        try:
+            sid = leaf.extraOptions().get(_STREAM_OPT)
+        except Exception:  # noqa: BLE001 - a leaf without options (a batch relation)
+            continue
+        if sid is not None:
+            ids.add(str(sid))
+    return ids
+
+
+def _is_aggregate(plan: str) -> bool:
+    return re.search(r"^[\s:+\-!~]*Aggregate \[", plan, re.MULTILINE) is not None
+
+
+def _require_col(store: str, cols: dict[str, str], col: Any, role: str) -> None:
+    if not isinstance(col, str) or col not in cols:
+        raise TopologyError(f"store {store!r}: no {role} column {col!r}; the DataFrame's columns are "
+                            f"{list(cols)}")
+
+
+def _check_mode(store: str, shape: str, mode: str, allowed: tuple[str, ...]) -> str:
+    if mode not in allowed:
+        what = {"aggregate": "an aggregation by key", "window": "a window aggregation",
+                "session": "a session-window aggregation", "latest": "a table of records"}[shape]
+        raise TopologyError(f"store {store!r}: output mode {mode!r} is not supported for {what}; "
+                            f"use {' or '.join(allowed)}")
+    return mode
+
+
+def _column(store: str, name: str, dt: Any) -> Column:
+    if isinstance(dt, (TimestampType, TimestampNTZType)):
+        return Column(name, SqlType.TIMESTAMP)
+    try:
+        return Column(name, SqlType.parse(dt.simpleString()))
+    except ValueError:
+        raise TopologyError(f"store {store!r}: column {name!r} has type {dt.simpleString()}, which a store "
+                            "cannot hold; cast it or drop it") from None
+
+
+_UNITS_MS = {"millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
+
+
+def _window_params(plan: str) -> tuple[int | None, int | None, int | None]:
+    """(size, advance, gap) in ms read from the analyzed plan (best effort: None if not found)."""
+    size = re.search(r"\) \+ (\d+)\), LongType, TimestampType\)", plan)
+    slide = re.search(r"% (\d+)\) < cast\(0 as bigint\)", plan)
+    gap = re.search(r"cast\((\d+) (millisecond|second|minute|hour|day)s? as interval\)", plan)
+    return (int(size.group(1)) // 1000 if size else None,
+            int(slide.group(1)) // 1000 if slide else None,
+            int(gap.group(1)) * _UNITS_MS[gap.group(2)] if gap else None)

@@ -1,0 +1,1 @@
+"""Tests of the gateway: the engine and its faces over real stores."""

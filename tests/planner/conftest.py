@@ -1,8 +1,0 @@
-"""Make the planner test helpers (catalog, fixture reader) importable by the test modules."""
-
-from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parent))

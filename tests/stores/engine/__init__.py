@@ -1,0 +1,1 @@
+"""Tests of the storage engine: batch writes, properties, failures as data."""

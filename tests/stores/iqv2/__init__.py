@@ -1,0 +1,1 @@
+"""Tests of the IQv2 value model."""

@@ -1,0 +1,75 @@
+"""kill -9 of the pipeline process at an arbitrary point, then a restart: no batch lost, none applied twice."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+import pyspark  # noqa: E402,F401 - Spark tests run or fail, never skip quietly
+
+from stores import State, StreamsApp  # noqa: E402
+from stores.log.eventlog import EventLog  # noqa: E402
+from stores.pipeline.materializer import last_committed_batch  # noqa: E402
+from tests.stores.pipeline.oracle import (  # noqa: E402
+    caught_up,
+    check_all,
+    wait_for_state,
+    wait_until,
+)
+from tests.stores.pipeline.test_pipeline_spark import shop  # noqa: E402
+
+SHOP_STORES = ("revenue", "revenue_per_min", "last_order")
+
+
+def _planned(ck: Path) -> int:
+    d = ck / "offsets"
+    return max((int(p.name) for p in d.iterdir() if p.name.isdigit()), default=-1) if d.is_dir() else -1
+
+
+def test_kill_9_mid_stream_then_restart_matches_the_oracle(spark, tmp_path):
+    log = EventLog(tmp_path / "log")
+    log.create_topic("orders", partitions=shop.TOPICS["orders"])
+    log.append_batch("orders", shop.generate_orders(300, customers=20, seed=11))
+    state = tmp_path / "state"
+    child = subprocess.Popen([sys.executable, str(Path(__file__).with_name("pipeline_child.py")),
+                              str(tmp_path / "log"), str(state)],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()  # blocks until RUNNING (or the child dies: empty line)
+        assert line.strip() == "RUNNING", f"child did not reach RUNNING (exit {child.poll()})"
+        ck = state / "checkpoints" / "revenue"
+        seed = 12
+        for _ in range(40):  # keep producing in small chunks until a new batch is in flight, then kill
+            log.append_batch("orders", shop.generate_orders(25, customers=20, seed=seed,
+                                                            start_ts=1_700_000_000_000 + seed * 60_000))
+            seed += 1
+            if _planned(ck) > (last_committed_batch(ck) or -1) and _planned(ck) >= 3:
+                break
+            time.sleep(0.05)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(30)
+    assert child.returncode == -signal.SIGKILL
+    log.append_batch("orders", shop.generate_orders(50, customers=20, seed=999, start_ts=1_700_100_000_000))
+    total = sum(log.end_offsets("orders").values())
+
+    app = StreamsApp(shop.build(spark, log), application_id="shop-restarted", state_dir=state)
+    try:
+        app.start()
+        wait_for_state(app, State.RUNNING)
+        wait_until(lambda: caught_up(app, log, SHOP_STORES), "the restarted stores to catch up", 60)
+        sizes = check_all(app, log, profiles=False)
+        assert sizes["orders"] == total  # every record counted exactly once
+    finally:
+        assert app.close(60)

@@ -1,0 +1,118 @@
+"""Topology declarations: store kinds, SQL types, window sizes, and clear errors for what cannot work.
+
+Needs the shared SparkSession (plans are analyzed) but starts no streaming query.
+"""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import functions as F
+
+from stores.catalog.schema import SqlType, StoreKind
+from stores.log.eventlog import EventLog
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture()
+def topo(spark, tmp_path):
+    from stores.pipeline.topology import Topology
+
+    log = EventLog(tmp_path / "log")
+    log.create_topic("orders", partitions=3)
+    log.create_topic("users", partitions=2)
+    return Topology(spark, log)
+
+
+def test_store_kinds_columns_and_partitions(topo):
+    orders = topo.stream("orders", value_schema="amount DOUBLE, item STRING")
+    rev = topo.table("revenue", orders.groupBy("key").agg(F.sum("amount").alias("revenue"),
+                                                          F.max("timestamp").alias("ts")),
+                     key="key", timestamp="ts")
+    assert rev.kind is StoreKind.TIMESTAMPED_KEY_VALUE
+    assert (rev.key.name, rev.key.type) == ("key", SqlType.VARCHAR)
+    assert [(c.name, c.type) for c in rev.values] == [("revenue", SqlType.DOUBLE)]
+    assert rev.partitions == 3 and rev.source_topics == ("orders",)
+
+    win = topo.table("per_min", orders.withWatermark("timestamp", "1 minute")
+                     .groupBy(F.window("timestamp", "1 minute", "30 seconds"), "key").count(),
+                     key="key", window="window", partitions=2)
+    assert win.kind is StoreKind.WINDOW
+    assert (win.window_size_ms, win.window_advance_ms, win.partitions) == (60_000, 30_000, 2)
+    assert [(c.name, c.type) for c in win.values] == [("count", SqlType.BIGINT)]
+
+    ses = topo.table("sessions", orders.withWatermark("timestamp", "1 minute")
+                     .groupBy(F.session_window("timestamp", "5 minutes"), "key").count(),
+                     key="key", window="session_window")
+    assert (ses.kind, ses.gap_ms) == (StoreKind.SESSION, 300_000)
+
+    users = topo.stream("users", value_schema="name STRING, age INT", key_type="bigint")
+    latest = topo.table("users_latest", users, key="key")
+    assert latest.kind is StoreKind.TIMESTAMPED_KEY_VALUE
+    assert latest.key.type is SqlType.BIGINT
+    assert [c.name for c in latest.values] == ["name", "age"]  # metadata columns are not values
+    assert latest.source_topics == ("users",) and latest.partitions == 2
+
+    ver = topo.versioned_table("user_history", users, key="key", timestamp="timestamp")
+    assert ver.kind is StoreKind.VERSIONED
+    assert [s.name for s in topo.store_specs()] == ["revenue", "per_min", "sessions", "users_latest",
+                                                     "user_history"]
+
+
+def test_declaration_errors_name_the_store_and_the_problem(topo, spark):
+    from stores.pipeline.topology import TopologyError
+
+    orders = topo.stream("orders", value_schema="amount DOUBLE")
+    agg = orders.groupBy("key").agg(F.sum("amount").alias("s"))
+    with pytest.raises(TopologyError, match="store 'a': no key column 'customer'; the DataFrame's columns are"):
+        topo.table("a", agg, key="customer")
+    topo.table("a", agg, key="key")
+    with pytest.raises(TopologyError, match="store name 'a' is used twice"):
+        topo.table("a", agg, key="key")
+    with pytest.raises(TopologyError, match="output mode 'complete' is not supported .* use update"):
+        topo.table("b", agg, key="key", output_mode="complete")
+    with pytest.raises(TopologyError, match="output mode 'update' is not supported for a table of records"):
+        topo.table("b", orders, key="key", output_mode="update")
+    sess = orders.withWatermark("timestamp", "1 minute").groupBy(F.session_window("timestamp", "1 minute"),
+                                                                 "key").count()
+    with pytest.raises(TopologyError, match="session-window aggregation; use append"):
+        topo.table("b", sess, key="key", window="session_window", output_mode="update")
+    with pytest.raises(TopologyError, match="not streaming"):
+        topo.table("b", spark.range(3).withColumnRenamed("id", "key"), key="key")
+    with pytest.raises(TopologyError, match="expected a pyspark DataFrame"):
+        topo.table("b", [1, 2], key="key")
+    with pytest.raises(TopologyError, match="window column 'key' is string"):
+        topo.table("b", agg, key="key", window="key")
+    with pytest.raises(TopologyError, match="a window column needs a windowed aggregation"):
+        topo.table("b", orders.withColumn("w", F.window("timestamp", "1 minute")), key="key", window="w")
+    with pytest.raises(TopologyError, match="versioned table takes the records themselves"):
+        topo.versioned_table("b", agg, key="key")
+    with pytest.raises(TopologyError, match="timestamp column 'amount' is double"):
+        topo.versioned_table("b", orders, key="key", timestamp="amount")
+    with pytest.raises(TopologyError, match="column 'tags' has type array<string>"):
+        topo.table("b", orders.withColumn("tags", F.array(F.lit("x"))), key="key")
+    with pytest.raises(TopologyError, match="store name 'bad name'"):
+        topo.table("bad name", agg, key="key")
+    with pytest.raises(TopologyError, match="reserved"):
+        topo.table("b", orders.withColumnRenamed("amount", "rowtime"), key="key")
+    assert [s.name for s in topo.store_specs()] == ["a"]  # nothing half-declared
+
+
+def test_topology_needs_a_log(spark):
+    from stores.pipeline.topology import Topology
+
+    with pytest.raises(TypeError, match="EventLog or a KafkaSource"):
+        Topology(spark, 42)
+
+
+def test_kafka_source_stream_has_the_same_columns_when_the_connector_is_present(spark):
+    """Without the connector jar (this machine), Spark refuses the format; with it, columns match iqlog's."""
+    from stores.pipeline.topology import KafkaSource, Topology
+
+    t = Topology(spark, KafkaSource("127.0.0.1:9", partitions={"orders": 4}))
+    try:
+        df = t.stream("orders", value_schema="amount DOUBLE")
+    except Exception as exc:  # noqa: BLE001 - pyspark's AnalysisException family
+        assert "kafka" in str(exc).lower()
+        return
+    assert df.columns == ["key", "amount", "timestamp", "topic", "partition", "offset"]
