@@ -206,7 +206,9 @@ def _data_rows(shaper: _Shaper, request: StateQueryRequest, result: Any) -> Iter
             out.append(shaper.row(query.key, item))
         elif isinstance(item, KeyValue) or (isinstance(item, tuple) and len(item) == 2):
             k, v = item
-            if is_window_key:
+            if isinstance(v, VersionedRecord):  # MultiVersionedRangeQuery
+                out.append(shaper.row(k, v))
+            elif is_window_key:
                 out.append(shaper.row(query.key, v, ws=k))
             elif isinstance(k, Windowed):
                 out.append(shaper.row(k.key, v, ws=k.window.start, we=k.window.end))
@@ -243,6 +245,8 @@ def _raw_builder(spec: StoreSpec, row_columns: tuple[str, ...]) -> RawBuilder | 
     elif kind is StoreKind.VERSIONED and row_columns == ("valid_from", "valid_to"):
         pick_v = operator.itemgetter(*vals, 0, 1)
         return lambda r, key, tail: (key, *pick_v(r), *tail)
+    elif kind is StoreKind.VERSIONED and row_columns == ("key", "valid_from", "valid_to"):
+        pick = operator.itemgetter(0, *vals, 1, 2)
     else:
         return None
     return lambda r, _key, tail: pick(r) + tail

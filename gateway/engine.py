@@ -33,6 +33,7 @@ from stores.iqv2.state import State
 
 from . import statements
 from .arrow_rows import ScanRows, collect
+from .bounds import check_bound_topics
 from .config import GatewayConfig, Session, as_position
 from .duck import DuckPool, Watchdog, duck_error, fetch_chunks, row_limit_error
 from .errors import BadRequest, GatewayInternalError, StatementTimeout, translate
@@ -195,6 +196,7 @@ class Gateway:
         bound = plan.position_bound.position
         bound = bound.merge(_bound_from(settings.get("position_bound")))
         bound = bound.merge(_bound_from(position))
+        check_bound_topics(bound, [catalog[scan.store] for scan in plan.scans], catalog.values())
 
         scans: list[tuple[StoreScan, ScanRows]] = []
         merged = Position.empty()

@@ -153,6 +153,14 @@ class UnknownStoreError(GatewayError, ProgrammingError):
     http_status = 404
 
 
+class UnknownTopicError(GatewayError, ProgrammingError):
+    """A position bound that names no input topic of the stores a statement reads (a typo would silently
+    bound nothing: read-your-writes lost without a word)."""
+
+    code = "UNKNOWN_TOPIC"
+    http_status = 400
+
+
 class NotSupported(GatewayError, NotSupportedError):
     code = "NOT_SUPPORTED"
     http_status = 400
@@ -274,7 +282,7 @@ _BY_CODE: dict[str, type[GatewayError]] = {
         NotUpToBoundError, StreamsNotStartedError, StreamsRebalancingError, StateStoreMigratedError,
         StreamsStoppedError, StateStoreNotAvailableError, InvalidPartitionError, RowLimitExceeded,
         StatementTimeout, RequestTooLarge, Unauthorized, BadRequest, NotAcceptable, RouteNotFound,
-        MethodNotAllowed, GatewayInternalError,
+        MethodNotAllowed, GatewayInternalError, UnknownTopicError,
     )
 }
 

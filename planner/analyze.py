@@ -34,7 +34,7 @@ from .positions import line_col, node_position
 from .residual import rewrite_stars, unsupported_table_args, wrap_store
 from .scopes import analyze_scope
 from .statements import plan_describe, plan_reset, plan_set, plan_show
-from .template import ScanTemplate, Template
+from .template import ScanTemplate, SystemTime, Template
 
 __all__ = ["ScanTemplate", "Template", "analyze"]
 
@@ -220,22 +220,35 @@ def _start(node: exp.Expression) -> int:
     return 1 << 60
 
 
+_SYSTEM_TIME_KINDS = {"AS OF": ("as_of", 1), "FROM": ("from_to", 2), "BETWEEN": ("between", 2), "ALL": ("all", 0)}
+
+
 def _version(sql: str, table: exp.Table, scan: ScanTemplate, param_index: dict[int, int]) -> None:
+    """``FOR SYSTEM_TIME …`` on a versioned store → the scan's SystemTime (SQL:2011; see planner/README.md)."""
     version = table.args.get("version")
     if version is None:
         return
     line, col = node_position(sql, version) if node_position(sql, version)[0] else node_position(sql, table)
     if scan.spec.kind is not StoreKind.VERSIONED:
         raise UnsupportedSqlError(
-            f"FOR SYSTEM_TIME AS OF applies only to versioned stores; store {scan.store} is {scan.spec.kind.value}",
+            f"FOR SYSTEM_TIME applies only to versioned stores; store {scan.store} is {scan.spec.kind.value}",
             line=line, col=col,
         )
-    if str(version.args.get("kind", "")).upper() != "AS OF":
-        raise UnsupportedSqlError("only FOR SYSTEM_TIME AS OF <timestamp> is supported", line=line, col=col)
-    ref = value_ref(version.expression, param_index)
-    if ref is None:
-        raise UnsupportedSqlError("FOR SYSTEM_TIME AS OF needs a timestamp literal (TIMESTAMP '…')", line=line, col=col)
-    scan.as_of = ref
+    written = str(version.args.get("kind", "")).upper()
+    if written not in _SYSTEM_TIME_KINDS:
+        raise UnsupportedSqlError(
+            f"FOR SYSTEM_TIME {written} is not supported; use AS OF t, FROM a TO b, BETWEEN a AND b or ALL",
+            line=line, col=col)
+    kind, arity = _SYSTEM_TIME_KINDS[written]
+    expr = version.expression
+    parts = [] if arity == 0 else (list(expr.expressions) if isinstance(expr, exp.Tuple) else [expr])
+    refs = tuple(value_ref(e, param_index) for e in parts)
+    if len(refs) != arity or any(r is None for r in refs):
+        raise UnsupportedSqlError(
+            f"FOR SYSTEM_TIME {written} needs {'a timestamp' if arity == 1 else 'two timestamps'}: "
+            "a literal (TIMESTAMP '…') or a parameter",
+            line=line, col=col)
+    scan.system_time = SystemTime(kind, refs)  # type: ignore[arg-type]
     table.set("version", None)
 
 

@@ -1,9 +1,10 @@
 """Literal values: reading them from the AST, coercing them to a column's type, writing them as SQL.
 
 A predicate is only pushed into an IQv2 query when the planner can compute,
-ahead of DuckDB, exactly what DuckDB would compare; anything ambiguous (a
-timestamp string with a UTC offset, a DATE compared with a TIMESTAMP) is left
-to the residual SQL instead of being guessed.
+ahead of DuckDB, exactly what DuckDB would compare (timestamps with UTC
+offsets read as DuckDB reads them, see ``_parse_timestamp``); anything
+ambiguous (``'infinity'``, a DATE compared with a TIMESTAMP) is left to the
+residual SQL instead of being guessed.
 """
 
 from __future__ import annotations
@@ -177,17 +178,23 @@ def _epoch_micros(dt: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-def _parse_naive_timestamp(text: str) -> datetime | None:
-    """A timestamp string without a UTC offset, or None (offsets are DuckDB's to interpret)."""
+def _parse_timestamp(text: str, sql_type: str) -> datetime:
+    """A timestamp string as DuckDB reads it against a TIMESTAMP WITH TIME ZONE store column (UTC session).
+
+    A ``TIMESTAMP '…+02'`` literal keeps its wall clock and drops the offset
+    (DuckDB and PostgreSQL alike); a ``TIMESTAMPTZ`` literal or a bare string
+    with an offset is that instant. Naive results mean UTC.
+    """
     try:
         dt = datetime.fromisoformat(text.strip())
     except ValueError:
-        try:
-            d = date.fromisoformat(text.strip())
-        except ValueError:
-            raise
+        d = date.fromisoformat(text.strip())
         return datetime.combine(d, time())
-    return dt if dt.tzinfo is None else None
+    if dt.tzinfo is None:
+        return dt
+    if sql_type == "TIMESTAMP":
+        return dt.replace(tzinfo=None)
+    return dt.astimezone(timezone.utc).replace(tzinfo=None)
 
 
 def coerce_bound(
@@ -289,22 +296,18 @@ def _coerce(
             return value.strip().lower() == "true", op
         raise fail()
     if target is SqlType.TIMESTAMP:
-        if sql_type in ("TIMESTAMP", "VARCHAR", "DATE") and isinstance(value, str):
+        if sql_type in ("TIMESTAMP", "TIMESTAMPTZ", "VARCHAR", "DATE") and isinstance(value, str):
             if value.strip().lower() in _SPECIAL_TIMES:
                 return NOT_PUSHABLE, op
             try:
-                dt = _parse_naive_timestamp(value)
+                dt = _parse_timestamp(value, sql_type)
             except ValueError:
                 raise fail() from None
-            if dt is None:
-                return NOT_PUSHABLE, op
             return _micros_to_bound(_epoch_micros(dt), op)
         if isinstance(value, datetime):  # parameters: aware ones are rendered in UTC, like this
             return _micros_to_bound(_epoch_micros(value), op)
         if sql_type == "DATE_VALUE":
             return _micros_to_bound(_epoch_micros(datetime.combine(value, time())), op)
-        if sql_type == "TIMESTAMPTZ":
-            return NOT_PUSHABLE, op
         raise fail()
     if target is SqlType.DATE:
         if sql_type in ("DATE", "VARCHAR") and isinstance(value, str):

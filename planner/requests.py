@@ -17,6 +17,7 @@ from stores.iqv2.position import PositionBound
 from stores.iqv2.query import (
     KeyQuery,
     MultiVersionedKeyQuery,
+    MultiVersionedRangeQuery,
     RangeQuery,
     ResultOrder,
     TimestampedKeyQuery,
@@ -194,36 +195,26 @@ def bind_scan(
             raise _needs_key(sql, t, "session stores can only be queried by key (Kafka's session stores answer only WindowRangeQuery.with_key)")
         queries = [(WindowRangeQuery.with_key(k), ps) for k in keys if (ps := for_key(k)) is not None]
     elif kind is StoreKind.VERSIONED:
-        if not key_lookup:
-            raise _needs_key(sql, t, "versioned stores can only be queried by key (IQv2 has no scan of versioned stores)")
-        as_of = None
-        if t.as_of is not None:
-            try:
-                as_of, _ = b.value(t.as_of, SqlType.TIMESTAMP, "=", "FOR SYSTEM_TIME AS OF", "value")
-            except TypeMismatchError as err:
-                value, _t = resolve(t.as_of, params)
-                raise TypeMismatchError(f"FOR SYSTEM_TIME AS OF needs a timestamp; {value!r} is not one",
-                                        line=err.line, col=err.col) from None
-            if as_of is NOT_PUSHABLE or as_of is NO_MATCH:
-                line, col = _pos(sql, t.as_of, t.start)
-                raise UnsupportedSqlError("FOR SYSTEM_TIME AS OF needs a timestamp without a time zone offset, in whole milliseconds", line=line, col=col)
-        history = vf.bounded or vt.bounded
-        for k in keys:
-            ps = for_key(k)
-            if ps is None:
-                continue
-            if as_of is not None:
-                queries.append((VersionedKeyQuery.with_key(k).as_of(as_of), ps))
-            elif history:
-                # a version [vf, vt) overlaps [from, to] iff vf <= to and vt > from (kafka-iqv2.md §1.8)
-                to_candidates = [x for x in (vf.hi, None if vt.hi is None else vt.hi - 1) if x is not None]
-                from_candidates = [x for x in (vt.lo, vf.lo) if x is not None]
-                q = MultiVersionedKeyQuery.with_key(k)
-                q = q.from_time(max(from_candidates) if from_candidates else None)
-                q = q.to_time(min(to_candidates) if to_candidates else None)
-                queries.append((q.with_ascending_timestamps(), ps))
-            else:
-                queries.append((VersionedKeyQuery.with_key(k), ps))
+        window = _system_time_window(sql, t, b, params, vf, vt)
+        if window is None:
+            impossible = True
+        elif key_lookup:
+            for k in keys:
+                ps = for_key(k)
+                if ps is None:
+                    continue
+                if window.point is not None:
+                    q: Any = VersionedKeyQuery.with_key(k)
+                    queries.append((q if window.point == MAX_MS else q.as_of(window.point), ps))
+                else:
+                    mq = MultiVersionedKeyQuery.with_key(k).from_time(window.lo).to_time(window.hi)
+                    queries.append((mq.with_ascending_timestamps(), ps))
+        else:
+            rq = (MultiVersionedRangeQuery.with_key_range(key_range.lo, key_range.hi)
+                  .from_time(window.lo).to_time(window.hi).with_ascending_timestamps())
+            rq = rq.with_descending_keys() if t.order is ResultOrder.DESCENDING else rq.with_ascending_keys()
+            full_scan = not key_range.bounded
+            queries = [(rq, frozenset(all_parts))]
 
     if impossible:
         queries, full_scan = [], False
@@ -249,6 +240,64 @@ def bind_scan(
         store_kind=spec.kind.value, store_partitions=spec.partitions,
     )
     return scan, fast
+
+
+@dataclass(frozen=True, slots=True)
+class _TimeWindow:
+    """Which versions a versioned scan asks for: those overlapping [lo, hi] (None: open).
+
+    ``point`` is set when the clause selects one instant (the current versions are the
+    instant MAX_MS): then a key lookup is a VersionedKeyQuery, not a history query.
+    """
+
+    lo: int | None
+    hi: int | None
+    point: int | None = None
+
+
+def _system_time_window(sql: str, t: ScanTemplate, b: _Binder, params: Any, vf: _Range,
+                        vt: _Range) -> _TimeWindow | None:
+    """SQL:2011 semantics: the clause decides which versions the table has; valid_from/valid_to predicates
+    only narrow the history a FROM/BETWEEN/ALL clause asks for (they always stay in the residual).
+    None: no version can match (an empty period).
+    """
+    st = t.system_time
+    if st is None:
+        return _TimeWindow(MAX_MS, MAX_MS, MAX_MS)  # the current versions: those valid at the end of time
+    what = f"FOR SYSTEM_TIME {st.kind.replace('_', ' ').upper().replace('FROM TO', 'FROM … TO')}"
+    times = [_system_time_value(sql, t, b, params, ref, what) for ref in st.values]
+    if st.kind == "as_of":
+        return _TimeWindow(times[0], times[0], times[0])
+    if st.kind == "all":
+        lo, hi = None, None
+    else:
+        lo, hi = times
+        if st.kind == "from_to":
+            if hi == MIN_MS:
+                return None
+            hi -= 1  # TO is exclusive; times are whole milliseconds
+        if lo > hi:
+            return None
+    # a version [vf, vt) overlaps [lo, hi] iff vf <= hi and vt > lo (kafka-iqv2.md §1.8)
+    his = [x for x in (hi, vf.hi, None if vt.hi is None else vt.hi - 1) if x is not None]
+    los = [x for x in (lo, vt.lo, vf.lo) if x is not None]
+    lo, hi = (max(los) if los else None), (min(his) if his else None)
+    if lo is not None and hi is not None and lo > hi:
+        return None
+    return _TimeWindow(lo, hi)
+
+
+def _system_time_value(sql: str, t: ScanTemplate, b: _Binder, params: Any, ref: ValueRef, what: str) -> int:
+    try:
+        value, _ = b.value(ref, SqlType.TIMESTAMP, "=", what, "value")
+    except TypeMismatchError as err:
+        raw, _t = resolve(ref, params)
+        raise TypeMismatchError(f"{what} needs a timestamp; {raw!r} is not one", line=err.line, col=err.col) from None
+    if value is NOT_PUSHABLE or value is NO_MATCH:
+        line, col = _pos(sql, ref, t.start)
+        raise UnsupportedSqlError(f"{what} needs a timestamp (with or without a UTC offset) in whole milliseconds",
+                                  line=line, col=col)
+    return value
 
 
 def _count(ref: ValueRef, params: Any) -> int | None:

@@ -44,7 +44,7 @@ _CONSUMABLE: dict[StoreKind, set[tuple[str, str]]] = {
     StoreKind.TIMESTAMPED_KEY_VALUE: {("key", "eq"), ("key", "range"), ("_partition", "eq")},
     StoreKind.WINDOW: {("key", "eq"), ("window_start", "eq"), ("window_start", "range"), ("_partition", "eq")},
     StoreKind.SESSION: {("key", "eq"), ("_partition", "eq")},
-    StoreKind.VERSIONED: {("key", "eq"), ("_partition", "eq")},
+    StoreKind.VERSIONED: {("key", "eq"), ("key", "range"), ("_partition", "eq")},
 }
 
 

@@ -17,7 +17,20 @@ from .literals import ValueRef
 from .plan import StatementKind
 from .predicates import Constraint
 
-__all__ = ["ScanTemplate", "Template"]
+__all__ = ["ScanTemplate", "Template", "SystemTime"]
+
+
+@dataclass(frozen=True)
+class SystemTime:
+    """A versioned store's ``FOR SYSTEM_TIME`` clause (SQL:2011 system-versioned tables).
+
+    ``kind``: ``as_of`` (one value), ``from_to`` (``FROM a TO b``: a version counts if it overlaps
+    [a, b)), ``between`` (``BETWEEN a AND b``: overlaps [a, b]) or ``all`` (no values). Without a
+    clause the table is the current versions.
+    """
+
+    kind: str
+    values: tuple[ValueRef, ...] = ()
 
 
 @dataclass
@@ -31,7 +44,7 @@ class ScanTemplate:
     alias: str
     start: int | None
     constraints: list[Constraint] = field(default_factory=list)
-    as_of: ValueRef | None = None
+    system_time: SystemTime | None = None
     all_consumed: bool = False
     order: ResultOrder | None = None
     limit: ValueRef | None = None

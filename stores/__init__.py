@@ -24,6 +24,7 @@ from .iqv2.position import Position, PositionBound, PositionError
 from .iqv2.query import (
     KeyQuery,
     MultiVersionedKeyQuery,
+    MultiVersionedRangeQuery,
     Query,
     RangeQuery,
     ResultOrder,
@@ -50,7 +51,7 @@ __all__ = [
     "StateQueryRequest", "StateQueryResult", "QueryResult", "FailureReason",
     "Position", "PositionBound", "PositionError", "ResultOrder", "Query",
     "KeyQuery", "RangeQuery", "TimestampedKeyQuery", "TimestampedRangeQuery",
-    "WindowKeyQuery", "WindowRangeQuery", "VersionedKeyQuery", "MultiVersionedKeyQuery",
+    "WindowKeyQuery", "WindowRangeQuery", "VersionedKeyQuery", "MultiVersionedKeyQuery", "MultiVersionedRangeQuery",
     "ValueAndTimestamp", "VersionedRecord", "KeyValue", "KeyValueIterator", "TimeWindow", "Windowed",
     "Column", "SqlType", "StoreKind", "StoreSpec", "StoreTopology", "StateDirReader", "Change",
 ]

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from ..iqv2.position import Position
-from ..iqv2.query import MultiVersionedKeyQuery, ResultOrder, VersionedKeyQuery
+from ..iqv2.query import MultiVersionedKeyQuery, MultiVersionedRangeQuery, ResultOrder, VersionedKeyQuery
 from ..iqv2.timeutil import MAX_MS, MIN_MS
-from ..iqv2.values import VersionedRecord
+from ..iqv2.values import KeyValue, VersionedRecord
 from .base import Handler, PartitionStore
 from .change import Change
 from .rows import RowIterator
@@ -84,14 +84,58 @@ def _build_multi(store: VersionedStore, _p: _Multi, rows: list[Any]) -> RowItera
     return RowIterator(rows, lambda r: VersionedRecord(codec.value(r, 2), r[0], r[1]), ("valid_from", "valid_to"))
 
 
+class _MultiRange(NamedTuple):
+    lo: Any
+    hi: Any
+    time_from: int
+    time_to: int
+    keys_descending: bool
+    newest_first: bool
+    empty: bool
+
+
+def _prep_multi_range(store: VersionedStore, q: MultiVersionedRangeQuery) -> _MultiRange:
+    lo = MIN_MS if q.from_timestamp is None else q.from_timestamp
+    hi = MAX_MS if q.to_timestamp is None else q.to_timestamp
+    if lo > hi:
+        raise ValueError(f"The `fromTime` timestamp ({lo}) must be smaller than or equal to the `toTime` timestamp ({hi}).")
+    coerce = store.codec.coerce_query_key
+    klo = None if q.lower is None else coerce(q.lower)
+    khi = None if q.upper is None else coerce(q.upper)
+    return _MultiRange(klo, khi, lo, hi, q.key_order is ResultOrder.DESCENDING,
+                       q.result_order is ResultOrder.DESCENDING, klo is not None and khi is not None and klo > khi)
+
+
+def _fetch_multi_range(store: VersionedStore, p: _MultiRange) -> tuple[Position, list[Any]]:
+    if p.empty:
+        return store.current_position(), []
+    has_lo, has_hi = p.lo is not None, p.hi is not None
+
+    def make() -> str:
+        cond = "".join((" AND k >= ?" if has_lo else "", " AND k <= ?" if has_hi else ""))
+        return (f"SELECT k, vf, vt{store.vcols_tail} FROM ver WHERE tomb = 0 AND vf <= ? AND (vt IS NULL OR vt > ?)"
+                f"{cond} ORDER BY k {'DESC' if p.keys_descending else 'ASC'}, vf {'DESC' if p.newest_first else 'ASC'}")
+
+    sql = store.cached_sql(("multi_range", has_lo, has_hi, p.keys_descending, p.newest_first), make)
+    params = (p.time_to, p.time_from, *(b for b in (p.lo, p.hi) if b is not None))
+    return store.snapshot(sql, params)
+
+
+def _build_multi_range(store: VersionedStore, _p: _MultiRange, rows: list[Any]) -> RowIterator:
+    codec = store.codec
+    return RowIterator(rows, lambda r: KeyValue(codec.key(r[0]), VersionedRecord(codec.value(r, 3), r[1], r[2])),
+                       ("key", "valid_from", "valid_to"))
+
+
 class VersionedStore(PartitionStore):
-    """A versioned key-value partition: VersionedKeyQuery and MultiVersionedKeyQuery."""
+    """A versioned key-value partition: VersionedKeyQuery, MultiVersionedKeyQuery, MultiVersionedRangeQuery."""
 
     TABLE = "ver"
 
     HANDLERS = {
         VersionedKeyQuery: Handler(_prep_vkq, _fetch_vkq, _build_vkq),
         MultiVersionedKeyQuery: Handler(_prep_multi, _fetch_multi, _build_multi),
+        MultiVersionedRangeQuery: Handler(_prep_multi_range, _fetch_multi_range, _build_multi_range),
     }
 
     def ddl(self) -> Sequence[str]:

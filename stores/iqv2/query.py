@@ -1,4 +1,4 @@
-"""The IQv2 query types (KIP-796, 805, 806, 960, 968, 985, 992) as immutable values.
+"""The IQv2 query types (KIP-796, 805, 806, 960, 968, 969, 985, 992) as immutable values.
 
 Stores dispatch on ``type(query)`` through a handler table, so each query is
 its own class; builders return new objects (``dataclasses.replace``).
@@ -25,6 +25,7 @@ __all__ = [
     "WindowRangeQuery",
     "VersionedKeyQuery",
     "MultiVersionedKeyQuery",
+    "MultiVersionedRangeQuery",
 ]
 
 R = TypeVar("R")
@@ -243,4 +244,57 @@ class MultiVersionedKeyQuery(Query[Any]):
         return (
             f"MultiVersionedKeyQuery{{key={self.key!r}, fromTime={_opt(self.from_timestamp)}, "
             f"toTime={_opt(self.to_timestamp)}, order={self.result_order.value}}}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MultiVersionedRangeQuery(Query[Any]):
+    """Versions of every key in [lower, upper] overlapping [from_time, to_time] (KIP-969's range query).
+
+    Kafka never shipped it (its PoC was closed); it is how a versioned store is
+    scanned: ``from = to = t`` gives the versions valid at ``t``, and
+    ``from = to = None`` … the whole history. The result iterates
+    ``(key, VersionedRecord)`` pairs, keys ascending (or descending), each key's
+    versions oldest first (or newest first). Key bounds are inclusive; ``None``
+    means open. Tombstones are never returned.
+    """
+
+    lower: Any = None
+    upper: Any = None
+    from_timestamp: int | None = None
+    to_timestamp: int | None = None
+    key_order: ResultOrder = ResultOrder.ANY
+    result_order: ResultOrder = ResultOrder.ANY
+
+    @classmethod
+    def with_key_range(cls, lower: Any, upper: Any) -> MultiVersionedRangeQuery:
+        return cls(lower, upper)
+
+    @classmethod
+    def with_no_key_bounds(cls) -> MultiVersionedRangeQuery:
+        return cls()
+
+    def from_time(self, t: Time | None) -> MultiVersionedRangeQuery:
+        return replace(self, from_timestamp=None if t is None else to_epoch_ms(t, "from_time"))
+
+    def to_time(self, t: Time | None) -> MultiVersionedRangeQuery:
+        return replace(self, to_timestamp=None if t is None else to_epoch_ms(t, "to_time"))
+
+    def with_descending_keys(self) -> MultiVersionedRangeQuery:
+        return replace(self, key_order=ResultOrder.DESCENDING)
+
+    def with_ascending_keys(self) -> MultiVersionedRangeQuery:
+        return replace(self, key_order=ResultOrder.ASCENDING)
+
+    def with_ascending_timestamps(self) -> MultiVersionedRangeQuery:
+        return replace(self, result_order=ResultOrder.ASCENDING)
+
+    def with_descending_timestamps(self) -> MultiVersionedRangeQuery:
+        return replace(self, result_order=ResultOrder.DESCENDING)
+
+    def __repr__(self) -> str:
+        return (
+            f"MultiVersionedRangeQuery{{lower={_opt(self.lower)}, upper={_opt(self.upper)}, "
+            f"fromTime={_opt(self.from_timestamp)}, toTime={_opt(self.to_timestamp)}, "
+            f"keyOrder={self.key_order.value}, order={self.result_order.value}}}"
         )

@@ -349,3 +349,36 @@ def test_open_reads_the_same_rows_from_another_process(shop_app: StreamsApp, gw:
         got = json.loads(p.stdout.strip().splitlines()[-1])
         assert [tuple(r) for r in got["rows"]] == [(k, *shop.revenue[k]) for k in sorted(shop.revenue)]
         assert Position.from_map(got["position"]) == shop.position
+
+
+def test_a_bound_naming_no_topic_any_store_reads_is_refused(tmp_path: Path) -> None:
+    """A misspelt topic (``order`` for ``orders``) would bound nothing: refused, naming the known topics.
+
+    A topic another store reads keeps its meaning (ignored here), so one token serves many stores.
+    """
+    from stores.catalog.schema import Column, StoreKind, StoreSpec
+
+    specs = [StoreSpec(n, StoreKind.KEY_VALUE, Column("k", SqlType.VARCHAR), (Column("v", SqlType.BIGINT),),
+                       partitions=2, source_topics=(t,)) for n, t in (("a", "orders"), ("b", "profiles"))]
+    app = StreamsApp(StoreTopology(specs), application_id="bound-topics", state_dir=tmp_path)
+    app.start()
+    try:
+        for n, t in (("a", "orders"), ("b", "profiles")):
+            app.writer(n).write_batch(0, [Change("x", (1,))], Position.from_map({t: {0: 5, 1: 5}}))
+        gw = Gateway(app)
+        with pytest.raises(ge.UnknownTopicError) as info:
+            gw.sql("SELECT * FROM a", position={"order": {"0": 1}})
+        err = info.value
+        assert err.http_status == 400 and err.code == "UNKNOWN_TOPIC" and not err.retryable
+        assert "'order'" in err.message and "read orders" in err.message and "profiles" in err.message
+        with pytest.raises(ge.UnknownTopicError):
+            gw.sql("SELECT * FROM a AS OF POSITION '{\"ordres\": {\"0\": 1}}'")
+        with pytest.raises(ge.UnknownTopicError):
+            gw.session(position_bound='{"order": {"0": 1}}').sql("SELECT * FROM a")
+        assert gw.sql("SELECT v FROM a", position={"profiles": {"0": 99}}).rows() == [(1,)]  # another store's topic
+        assert gw.sql("SELECT v FROM a", position={"order": {"0": 9}, "orders": {"0": 5}}).rows() == [(1,)]
+        with pytest.raises(ge.NotUpToBoundError):
+            gw.sql("SELECT v FROM a JOIN b USING (k)", position={"profiles": {"0": 6}})
+        gw.close()
+    finally:
+        app.close(10)

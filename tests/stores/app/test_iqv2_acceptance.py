@@ -22,6 +22,7 @@ from stores.iqv2.position import Position, PositionBound
 from stores.iqv2.query import (
     KeyQuery,
     MultiVersionedKeyQuery,
+    MultiVersionedRangeQuery,
     Query,
     RangeQuery,
     TimestampedKeyQuery,
@@ -78,6 +79,7 @@ QUERIES: dict[str, Query[Any]] = {
     "window_range_by_start": WindowRangeQuery.with_window_start_range(WS, WS),
     "versioned_key": VersionedKeyQuery.with_key(1),
     "multi_versioned_key": MultiVersionedKeyQuery.with_key(1),
+    "multi_versioned_range": MultiVersionedRangeQuery.with_no_key_bounds(),
     "unknown": UnknownQuery(),
 }
 ANSWERS = {
@@ -85,7 +87,7 @@ ANSWERS = {
     StoreKind.TIMESTAMPED_KEY_VALUE: {"key", "range", "ts_key", "ts_range"},
     StoreKind.WINDOW: {"window_key", "window_range_by_start"},
     StoreKind.SESSION: {"window_range_by_key"},
-    StoreKind.VERSIONED: {"versioned_key", "multi_versioned_key"},
+    StoreKind.VERSIONED: {"versioned_key", "multi_versioned_key", "multi_versioned_range"},
 }
 SPECIAL_MESSAGES = {
     (StoreKind.WINDOW, "window_range_by_key"): "because WindowStores only supports WindowRangeQuery.withWindowStartRange.",
@@ -436,6 +438,46 @@ def test_multi_versioned_key_query(versioned: Any, q: Query[Any], expected: list
     r = versioned.query(vreq(q)).partition_results[0]
     assert r.is_success and r.result is not None
     assert list(r.result) == expected
+
+
+@pytest.fixture
+def versioned_keys(versioned: Any) -> Any:
+    """Key 2's four versions, key 1 once then deleted (a tombstone), key 5 once."""
+    versioned.writer("versioned").write_batch(2, [Change(1, (1,), T1), Change(1, None, T2), Change(5, (5,), T2)],
+                                              Position.from_map({TOPIC: {0: 6}}))
+    return versioned
+
+
+def _kv(k: int, *rs: VersionedRecord) -> list[KeyValue]:
+    return [KeyValue(k, r) for r in rs]
+
+
+V2 = ALL_VERSIONS[::-1]  # key 2's versions, oldest first
+V1 = VersionedRecord((1,), T1, T2)
+V5 = VersionedRecord((5,), T2, None)
+
+
+@pytest.mark.parametrize("q,expected", [
+    # the current versions: valid at the end of time (key 1's latest is a tombstone)
+    (MultiVersionedRangeQuery.with_no_key_bounds().from_time(2**63 - 1).to_time(2**63 - 1), _kv(2, V2[3]) + _kv(5, V5)),
+    (MultiVersionedRangeQuery.with_no_key_bounds(), _kv(1, V1) + _kv(2, *V2) + _kv(5, V5)),
+    (MultiVersionedRangeQuery.with_no_key_bounds().from_time(T1).to_time(T1), _kv(1, V1) + _kv(2, V2[1])),
+    (MultiVersionedRangeQuery.with_key_range(2, 9).from_time(T2).to_time(T2), _kv(2, V2[2]) + _kv(5, V5)),
+    (MultiVersionedRangeQuery.with_key_range(2, 2).from_time(T1 + 1).to_time(T2), _kv(2, V2[1], V2[2])),
+    (MultiVersionedRangeQuery.with_no_key_bounds().with_descending_keys().with_descending_timestamps()
+     .from_time(T1).to_time(T3), _kv(5, V5) + _kv(2, V2[3], V2[2], V2[1]) + _kv(1, V1)),
+    (MultiVersionedRangeQuery.with_key_range(6, 2), []),
+    (MultiVersionedRangeQuery.with_no_key_bounds().from_time(T0 - 9).to_time(T0 - 1), []),
+])
+def test_multi_versioned_range_query(versioned_keys: Any, q: Query[Any], expected: list[Any]) -> None:
+    r = versioned_keys.query(vreq(q)).partition_results[0]
+    assert r.is_success and r.result is not None
+    assert list(r.result) == expected
+
+
+def test_multi_versioned_range_from_after_to_raises(versioned: Any) -> None:
+    with pytest.raises(ValueError, match="must be smaller than or equal"):
+        versioned.query(vreq(MultiVersionedRangeQuery.with_no_key_bounds().from_time(T2).to_time(T1)))
 
 
 def test_multi_versioned_reads_a_snapshot(versioned: Any) -> None:
