@@ -140,25 +140,30 @@ def _visible_at(app: Any, partition: int, offset: int, key: str, timeout_s: floa
     raise TimeoutError(f"offset {offset} of partition {partition} never became visible")
 
 
-def _freshness(spark: Any, root: Path, samples: int) -> tuple[list[float], list[float]]:
-    """Append → visible, ours then bare; a bare warm-up round first so neither side pays the JIT's warm-up."""
-    from stores import EventLog, StreamsApp
-    from stores.pipeline.topology import Topology
+def event_log(root: Path, name: str) -> Any:
+    from stores import EventLog
 
-    log = EventLog(root / "fresh-log")
+    return EventLog(root / name)
+
+
+def _freshness(spark: Any, root: Path, samples: int, source: Any = event_log) -> tuple[list[float], list[float]]:
+    """Append → visible, ours then bare; a bare warm-up round first so neither side pays the JIT's warm-up."""
+    from stores import StreamsApp, Topology
+
+    log = source(root, "fresh-log")
     log.create_topic(TOPIC, partitions=2)
     _fill(log, 1000, 100)
     _bare_samples(spark, log, root / "fresh-warmup-ck", max(3, samples // 4))
     t = Topology(spark, log, trigger=TRIGGER)
     t.table("revenue", _aggregation(t), key="key")
-    app = StreamsApp(t, application_id="bench-fresh", state_dir=root / "fresh-state", synchronous="NORMAL")
+    app = StreamsApp(t, application_id=f"bench-fresh-{root.name}", state_dir=root / "fresh-state", synchronous="NORMAL")
     ours: list[float] = []
     app.start()
     try:
         _wait_running(app)
         for i in range(samples):
             t0 = time.perf_counter()
-            p, o = log.append(TOPIC, f"k{i % 10}", {"amount": 1.0})
+            [(p, o)] = log.append_batch(TOPIC, [(f"k{i % 10}", {"amount": 1.0}, None)])
             ours.append(_visible_at(app, p, o, f"k{i % 10}") - t0)
             time.sleep(0.05 + random.random() * 0.1)  # land at random points of the trigger interval
     finally:
@@ -167,7 +172,7 @@ def _freshness(spark: Any, root: Path, samples: int) -> tuple[list[float], list[
 
 
 def _bare_samples(spark: Any, log: Any, checkpoint: Path, samples: int) -> list[float]:
-    from stores.pipeline.topology import Topology
+    from stores import Topology
 
     bare = BareQuery(spark, Topology(spark, log, trigger=TRIGGER), checkpoint)
     out = []
@@ -176,7 +181,7 @@ def _bare_samples(spark: Any, log: Any, checkpoint: Path, samples: int) -> list[
             bare.wait_for(p, o)
         for i in range(samples):
             t0 = time.perf_counter()
-            p, o = log.append(TOPIC, f"k{i % 10}", {"amount": 1.0})
+            [(p, o)] = log.append_batch(TOPIC, [(f"k{i % 10}", {"amount": 1.0}, None)])
             out.append(bare.wait_for(p, o) - t0)
             time.sleep(0.05 + random.random() * 0.1)
     finally:
@@ -194,12 +199,11 @@ def _wait_running(app: Any, timeout_s: float = 300.0) -> None:
         time.sleep(0.05)
 
 
-def _ingest(spark: Any, root: Path, events: int, keys: int) -> tuple[float, float, float]:
-    """(ours rec/s, bare rec/s, log append rec/s): each query starts on the full backlog and runs to its end."""
-    from stores import EventLog, StreamsApp
-    from stores.pipeline.topology import Topology
+def _ingest(spark: Any, root: Path, events: int, keys: int, source: Any = event_log) -> tuple[float, float, float]:
+    """(ours rec/s, bare rec/s, append rec/s): each query starts on the full backlog and runs to its end."""
+    from stores import StreamsApp, Topology
 
-    log = EventLog(root / "ingest-log")
+    log = source(root, "ingest-log")
     log.create_topic(TOPIC, partitions=4)
     t0 = time.perf_counter()
     _fill(log, events, keys)
@@ -217,7 +221,7 @@ def _ingest(spark: Any, root: Path, events: int, keys: int) -> tuple[float, floa
 
     t = Topology(spark, log, trigger=TRIGGER)
     t.table("revenue", _aggregation(t), key="key")
-    app = StreamsApp(t, application_id="bench-ingest", state_dir=root / "ingest-state", synchronous="NORMAL")
+    app = StreamsApp(t, application_id=f"bench-ingest-{root.name}", state_dir=root / "ingest-state", synchronous="NORMAL")
     t0 = time.perf_counter()
     app.start()
     try:

@@ -29,6 +29,7 @@ MODULES = (
     "benchmarks.bench_gateway",
     "benchmarks.bench_dbapi",
     "benchmarks.bench_pipeline",
+    "benchmarks.bench_kafka",
     "benchmarks.bench_statestore",
     "benchmarks.bench_memory",
 )

@@ -102,14 +102,19 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 # -- produce ---------------------------------------------------------------------------------------
 def cmd_produce(args: argparse.Namespace) -> int:
-    """JSON lines ``{"key", "value", "timestamp"?}`` from stdin into a topic; all or nothing."""
-    from stores.log.eventlog import EventLog
+    """JSON lines ``{"key", "value", "timestamp"?}`` from stdin into a topic of the event log or of Kafka.
 
-    log = EventLog(args.log)
+    Prints the Position of what was written (the last offset per partition), usable verbatim as
+    ``AS OF POSITION`` for read-your-writes. Every line is checked before anything is written.
+    """
+    from .hosting import source_log
+
+    source = source_log(args.bootstrap_servers, _kafka_options(args), args.log)
+    where = source.describe()
     if args.partitions is not None:
-        log.create_topic(args.topic, partitions=args.partitions, exist_ok=True)
-    elif not log.has_topic(args.topic):
-        raise SystemExit(f"iqgate produce: topic {args.topic!r} does not exist in {args.log}; "
+        source.create_topic(args.topic, partitions=args.partitions, exist_ok=True)
+    elif not source.has_topic(args.topic):
+        raise SystemExit(f"iqgate produce: topic {args.topic!r} does not exist in {where}; "
                          "pass --partitions N to create it")
     records = []
     for lineno, line in enumerate(sys.stdin, start=1):
@@ -124,14 +129,29 @@ def cmd_produce(args: argparse.Namespace) -> int:
                              f"optionally \"timestamp\" (epoch ms); got {line.strip()[:80]!r}; nothing was written")
         records.append((rec["key"], rec.get("value"), rec.get("timestamp")))
     try:
-        written = log.append_batch(args.topic, records)
-    except Exception as exc:  # noqa: BLE001 - the log validates everything before writing anything
+        written = source.append_batch(args.topic, records)
+    except Exception as exc:  # noqa: BLE001 - records are checked before anything is written
+        from stores.log.kafka import KafkaError
+
+        if isinstance(exc, KafkaError):  # Kafka has no all-or-nothing: the message counts what was written
+            raise SystemExit(f"iqgate produce: {exc}") from None
         raise SystemExit(f"iqgate produce: {exc}; nothing was written") from None
     last: dict[str, dict[str, int]] = {args.topic: {}}
     for p, o in written:
         last[args.topic][str(p)] = max(o, last[args.topic].get(str(p), -1))
     print(json.dumps({"records": len(written), "position": last}))
     return 0
+
+
+def _kafka_options(args: argparse.Namespace) -> dict[str, str]:
+    """``--kafka-option name=value`` (repeatable): librdkafka client settings such as security.protocol, sasl.*."""
+    out = {}
+    for item in getattr(args, "kafka_option", None) or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise SystemExit(f"iqgate: --kafka-option must be name=value, got {item!r}")
+        out[name.strip()] = value
+    return out
 
 
 # -- serve and demo ------------------------------------------------------------------------------------
@@ -165,14 +185,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         finally:
             gw.close()
         return 0
-    from stores.log.eventlog import EventLog
-
-    from .hosting import load_pipeline, start_pipeline
+    from .hosting import load_pipeline, pipeline_source, start_pipeline
 
     module = load_pipeline(args.pipeline)
     base = Path(args.data_dir)
-    log = EventLog(args.log_dir or base / "log")
-    app = start_pipeline(module, log, Path(args.state_dir or base / "state"))
+    log = pipeline_source(module, args.bootstrap_servers, _kafka_options(args), args.log_dir or base / "log")
+    app = start_pipeline(module, log, Path(args.state_dir or base / "state"), master=args.master)
     try:
         _serve_until_stopped(Gateway(app, config=_config(args)), args, f"pipeline {module.APPLICATION_ID}")
     finally:
@@ -223,6 +241,12 @@ _positive_int = _int_at_least(1)
 _non_negative_int = _int_at_least(0)
 
 
+def _kafka_args(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--bootstrap-servers", metavar="HOST:PORT[,HOST:PORT]", help=what)
+    p.add_argument("--kafka-option", action="append", default=[], metavar="NAME=VALUE",
+                   help="a librdkafka client setting, e.g. security.protocol=SASL_SSL (repeatable)")
+
+
 def _server_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8080)
@@ -244,6 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-dir", default="data", help="where the log and state live (default ./data)")
     serve.add_argument("--log-dir", help="event log directory (default DATA_DIR/log)")
     serve.add_argument("--state-dir", help="state directory (default DATA_DIR/state); alone: serve it read-only")
+    _kafka_args(serve, "read the pipeline's topics from Kafka instead of the event log")
+    serve.add_argument("--master", help="Spark master for the pipeline, e.g. spark://host:7077 (default: local[2])")
     _server_args(serve)
     serve.set_defaults(fn=cmd_serve)
 
@@ -256,10 +282,11 @@ def build_parser() -> argparse.ArgumentParser:
     _sql_args(explain)
     explain.set_defaults(fn=cmd_explain)
 
-    produce = sub.add_parser("produce", help="append JSON lines from stdin to a topic of the event log")
+    produce = sub.add_parser("produce", help="append JSON lines from stdin to a topic of the event log or Kafka")
     produce.add_argument("topic")
     produce.add_argument("--log", default="data/log", help="event log directory (default ./data/log)")
     produce.add_argument("--partitions", type=_positive_int, help="create the topic with this many partitions if missing")
+    _kafka_args(produce, "produce to Kafka instead of the event log")
     produce.set_defaults(fn=cmd_produce)
 
     demo = sub.add_parser("demo", help="the shop pipeline end to end: events, Spark, stores, HTTP, example queries")
@@ -267,6 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--orders", type=_non_negative_int, default=5_000, help="synthetic orders to load")
     demo.add_argument("--customers", type=_positive_int, default=100)
     demo.add_argument("--once", action="store_true", help="print the example answers and exit instead of serving")
+    demo.add_argument("--kafka", action="store_true",
+                      help="run over a Kafka broker (Tansu, in memory) the demo starts on 127.0.0.1 itself")
     demo.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the pipeline to load")
     _server_args(demo)
     demo.set_defaults(fn=cmd_demo)

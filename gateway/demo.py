@@ -51,8 +51,32 @@ def example_queries(orders: list[tuple[str, dict[str, Any], int]]) -> list[tuple
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from stores.log.eventlog import EventLog
+    """The demo on the embedded log, or (``--kafka``) on a Kafka broker it starts on 127.0.0.1 itself."""
+    if not getattr(args, "kafka", False):
+        from stores.log.eventlog import EventLog
 
+        return _run(args, EventLog(Path(args.dir) / "log"))
+    # Tansu keeps its topics in memory: the demo's Kafka data lives as long as the demo, so the state dir
+    # of an earlier Kafka demo (its checkpoints point into data that is gone) starts over.
+    import shutil
+
+    from stores.log.broker import LocalBroker
+    from stores.log.kafka import KafkaSource
+
+    base = Path(args.dir)
+    base.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(base / "state-kafka", ignore_errors=True)
+    with LocalBroker(log_path=base / "kafka-broker.log") as broker:
+        _say(f"  started a local Kafka broker (Tansu, in memory) at {broker.bootstrap_servers}")
+        source = KafkaSource(broker.bootstrap_servers)
+        try:
+            return _run(args, source, state_name="state-kafka",
+                        produce_hint=f"--bootstrap-servers {broker.bootstrap_servers}")
+        finally:
+            source.close()
+
+
+def _run(args: argparse.Namespace, log: Any, state_name: str = "state", produce_hint: str | None = None) -> int:
     from .config import GatewayConfig
     from .console import print_result, wait_for_stop
     from .engine import Gateway
@@ -63,7 +87,8 @@ def run_demo(args: argparse.Namespace) -> int:
 
     module = load_pipeline(PIPELINE)
     base = Path(args.dir)
-    log = EventLog(base / "log")
+    base.mkdir(parents=True, exist_ok=True)
+    where = log.describe()
     for topic, n in module.TOPICS.items():
         log.create_topic(topic, partitions=n, exist_ok=True)
     orders = module.generate_orders(args.orders, customers=args.customers)
@@ -72,12 +97,12 @@ def run_demo(args: argparse.Namespace) -> int:
         step = max(1, len(orders) // 20)
         for i in range(0, len(orders), step):
             log.append_batch("orders", orders[i:i + step])
-            _say(f"  loading events: {min(i + step, len(orders))}/{len(orders)} orders appended to {base / 'log'}")
+            _say(f"  loading events: {min(i + step, len(orders))}/{len(orders)} orders written to {where}")
     else:
-        _say(f"  reusing the {have} events already in {base / 'log'}")
+        _say(f"  reusing the {have} events already in {where}")
     _say("  starting Spark and the shop pipeline (revenue, revenue_per_min, last_order) ...")
     t0 = time.monotonic()
-    app = start_pipeline(module, log, base / "state")
+    app = start_pipeline(module, log, base / state_name)
     last = [-1]
 
     def progress(done: int, total: int) -> None:
@@ -105,7 +130,10 @@ def run_demo(args: argparse.Namespace) -> int:
                 print(flush=True)
             sample = example_queries(orders)[0][1].replace("'", "'\\''")
             print(f"Try it over HTTP:\n  curl -s {server.url}/v1/sql -H 'Content-Type: application/json' "
-                  f"-d '{{\"sql\": \"{sample}\"}}'\n  iqgate sql --url {server.url} \"SHOW TABLES\"\n", flush=True)
+                  f"-d '{{\"sql\": \"{sample}\"}}'\n  iqgate sql --url {server.url} \"SHOW TABLES\"", flush=True)
+            hint = produce_hint or f"--log {base / 'log'}"
+            print("  echo '{\"key\": \"c0001\", \"value\": {\"amount\": 5, \"item\": \"tea\"}}' | "
+                  f"iqgate produce orders {hint}\n", flush=True)
             if args.once:
                 return 0
             _say("Press Ctrl-C to stop.")

@@ -8,7 +8,10 @@ sits inside a function, so importing the gateway (the serving path, ``serve
 declared in pyproject's import-linter contract and in tests/test_layers.py.
 
 A pipeline file defines ``APPLICATION_ID``, ``TOPICS = {topic: partitions}``
-and ``build(spark, log) -> Topology`` (see examples/shop_pipeline.py).
+and ``build(spark, log) -> Topology`` (see examples/shop_pipeline.py); ``log`` is
+the source the topology reads: the embedded EventLog, or a KafkaSource when the
+command names ``--bootstrap-servers`` or the file sets ``BOOTSTRAP_SERVERS``
+(and optionally ``KAFKA_OPTIONS``, librdkafka settings).
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from typing import Any
 from stores.iqv2.position import Position
 from stores.iqv2.state import State
 from stores.log.eventlog import EventLog
+from stores.log.source import SourceLog
 
-__all__ = ["PipelineError", "load_pipeline", "start_pipeline", "caught_up", "wait_caught_up"]
+__all__ = ["PipelineError", "load_pipeline", "start_pipeline", "caught_up", "wait_caught_up", "source_log",
+           "pipeline_source"]
 
 
 class PipelineError(Exception):
@@ -54,33 +59,53 @@ def load_pipeline(path: str | Path) -> ModuleType:
     return module
 
 
-def spark_session() -> Any:
-    """The process's SparkSession (started on first use; several seconds)."""
-    from stores.pipeline.session import (
-        get_or_create,  # the declared exception: see the module docstring
-    )
+def source_log(bootstrap_servers: str | None, kafka_options: dict[str, Any] | None,
+               log_dir: str | Path) -> SourceLog:
+    """Kafka when bootstrap servers are given, else the embedded event log at ``log_dir``."""
+    if bootstrap_servers:
+        from stores.log.kafka import KafkaSource
 
-    return get_or_create()
+        return KafkaSource(bootstrap_servers, kafka_options or None)
+    return EventLog(log_dir)
 
 
-def start_pipeline(module: ModuleType, log: EventLog, state_dir: Path, spark: Any | None = None) -> Any:
-    """Create the topics, build the topology on Spark and start a StreamsApp over it."""
+def pipeline_source(module: ModuleType, bootstrap_servers: str | None, kafka_options: dict[str, Any] | None,
+                    log_dir: str | Path) -> SourceLog:
+    """The pipeline's source: the command's ``--bootstrap-servers``, else the file's ``BOOTSTRAP_SERVERS``, else the log."""
+    servers = bootstrap_servers or getattr(module, "BOOTSTRAP_SERVERS", None)
+    options = {**dict(getattr(module, "KAFKA_OPTIONS", None) or {}), **(kafka_options or {})}
+    if servers is not None and (not isinstance(servers, str) or not servers.strip()):
+        raise PipelineError(f"BOOTSTRAP_SERVERS must be 'host:port[,host:port]', got {servers!r}")
+    return source_log(servers, options, log_dir)
+
+
+def spark_session(master: str | None = None) -> Any:
+    """The process's SparkSession (started on first use; several seconds); ``master`` e.g. ``spark://host:7077``."""
+    from stores.pipeline.session import get_or_create  # the declared exception: see the module docstring
+
+    return get_or_create() if master is None else get_or_create(master=master)
+
+
+def start_pipeline(module: ModuleType, log: SourceLog, state_dir: Path, spark: Any | None = None, *,
+                   master: str | None = None) -> Any:
+    """Create the topics, build the topology on Spark (local, or the cluster at ``master``), start a StreamsApp."""
     from stores.app.streams import StreamsApp
 
     for topic, partitions in module.TOPICS.items():
         log.create_topic(topic, partitions=partitions, exist_ok=True)
-    topology = module.build(spark if spark is not None else spark_session(), log)
+    topology = module.build(spark if spark is not None else spark_session(master), log)
     app = StreamsApp(topology, application_id=module.APPLICATION_ID, state_dir=str(state_dir))
     app.start()
     return app
 
 
-def caught_up(app: Any, log: EventLog) -> tuple[int, int]:
+def caught_up(app: Any, log: SourceLog) -> tuple[int, int]:
     """(records applied by the slowest store, records in the log), summed over the source partitions."""
-    ends = {t: log.last_offsets(t) for t in log.list_topics()}
+    specs = app.catalog()
+    wanted_topics = {t for spec in specs.values() for t in spec.source_topics}
+    ends = {t: log.last_offsets(t) for t in log.list_topics() if t in wanted_topics or not wanted_topics}
     total = sum(o + 1 for parts in ends.values() for o in parts.values())
     positions: dict[str, Position] = app.positions()
-    specs = app.catalog()
     done = total
     for name, pos in positions.items():
         topics = specs[name].source_topics or tuple(ends)
@@ -90,7 +115,7 @@ def caught_up(app: Any, log: EventLog) -> tuple[int, int]:
     return done, total
 
 
-def wait_caught_up(app: Any, log: EventLog, timeout_s: float,
+def wait_caught_up(app: Any, log: SourceLog, timeout_s: float,
                    progress: Callable[[int, int], None] | None = None) -> None:
     """Block until every store has applied the whole log (and the app is RUNNING), or raise after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s

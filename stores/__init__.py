@@ -7,7 +7,7 @@ The subpackages name the architecture (ARCHITECTURE.md has the picture):
 - ``stores.engine``   the storage engine: one SQLite file per store partition, batch writes, query handlers;
 - ``stores.app``      the Kafka Streams client facade: StreamsApp, its state machine, IQv1 handles, and
                       StateDirReader for gateway processes that read another process's store files;
-- ``stores.log``      the source logs the pipeline reads (the embedded EventLog);
+- ``stores.log``      the source logs the pipeline reads: the embedded EventLog, and Kafka;
 - ``stores.pipeline`` the Spark Structured Streaming pipeline that maintains the stores (the only part that
                       imports pyspark).
 
@@ -47,7 +47,7 @@ from .iqv2.values import (
 )
 
 __all__ = [
-    "StreamsApp", "State", "Topology", "EventLog", "StreamThreadExceptionResponse",
+    "StreamsApp", "State", "Topology", "EventLog", "KafkaSource", "StreamThreadExceptionResponse",
     "StateQueryRequest", "StateQueryResult", "QueryResult", "FailureReason",
     "Position", "PositionBound", "PositionError", "ResultOrder", "Query",
     "KeyQuery", "RangeQuery", "TimestampedKeyQuery", "TimestampedRangeQuery",
@@ -62,6 +62,7 @@ _LAZY = {
     "StateDirReader": ("stores.app.reader", "StateDirReader"),
     "Change": ("stores.engine.change", "Change"),
     "EventLog": ("stores.log.eventlog", "EventLog"),
+    "KafkaSource": ("stores.log.kafka", "KafkaSource"),
     "Topology": ("stores.pipeline.topology", "Topology"),
 }
 

@@ -47,3 +47,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(_EXIT_STATUS[-1])
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One real Kafka-protocol broker (Tansu, memory storage) on a free 127.0.0.1 port for the whole run."""
+    from stores.log.broker import LocalBroker
+
+    with LocalBroker(log_path=tmp_path_factory.mktemp("kafka") / "broker.log") as broker:
+        yield broker

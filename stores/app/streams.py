@@ -113,6 +113,7 @@ class StreamsApp:
         self._lock = threading.RLock()
         self._start_lock = threading.Lock()
         self._handler: UncaughtHandler | None = None
+        self._fatal: BaseException | None = None  # why the client went to ERROR, for every later error message
         self._runtime: Runtime | None = None
         self._coordinator = ShutdownCoordinator(application_id, self, coordination_base, shutdown_poll_s)
         self._fsm = ClientStateMachine(application_id, on_change=lambda new, old: self._write_app_json(new))
@@ -277,10 +278,20 @@ class StreamsApp:
                         log.exception("stream-client %s: replacing unit %s failed", self.application_id, unit)
                         self._close_to_error()
         elif response is StreamThreadExceptionResponse.SHUTDOWN_CLIENT:
+            self._fatal = self._fatal or exc
             self._close_to_error()
         else:
+            self._fatal = self._fatal or exc
             self._request_application_shutdown()
         return response
+
+    def _why(self) -> str:
+        """`` It stopped because …`` when an uncaught exception stopped it (KIP-662's reason reaches the user)."""
+        exc = self._fatal
+        if exc is None:
+            return ""
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        return f" It stopped because of {type(exc).__name__}: {text}"
 
     def _request_application_shutdown(self) -> None:
         """SHUTDOWN_APPLICATION: every instance with this application_id, in this process and others."""
@@ -315,7 +326,9 @@ class StreamsApp:
             return w
 
     def _check_writable(self, name: str) -> None:
-        if not self.state.is_running_or_rebalancing():
+        """Writes are refused once the stores are (being) closed; a batch in flight while the runtime is being
+        stopped (PENDING_SHUTDOWN/PENDING_ERROR) still commits whole: the stores close only after it."""
+        if self.state in (State.CREATED, State.NOT_RUNNING, State.ERROR):
             raise IllegalStateException(f"cannot write to store {name!r}: the app is {self.state}")
 
     def positions(self) -> dict[str, Position]:
@@ -410,7 +423,7 @@ class StreamsApp:
             )
         if state in _STOPPED:
             raise StreamsStoppedException(
-                f"KafkaStreams has been stopped ({state}). This instance can no longer serve queries."
+                f"KafkaStreams has been stopped ({state}). This instance can no longer serve queries.{self._why()}"
             )
         local, act = self._local_view(spec.name)
         return run_request(request, spec, local, act, state is State.RUNNING, state.value)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from datetime import date, datetime, timezone
 
-__all__ = ["to_epoch_ms", "from_epoch_ms", "MIN_MS", "MAX_MS"]
+__all__ = ["to_epoch_ms", "from_epoch_ms", "now_ms", "MIN_MS", "MAX_MS"]
 
 MIN_MS = -(2**63)
 MAX_MS = 2**63 - 1
@@ -30,3 +31,8 @@ def to_epoch_ms(value: int | datetime | date, what: str = "timestamp") -> int:
 
 def from_epoch_ms(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+
+
+def now_ms() -> int:
+    """The wall clock as epoch ms (a record produced without a timestamp gets this one)."""
+    return time.time_ns() // 1_000_000

@@ -24,7 +24,6 @@ import os
 import re
 import shutil
 import struct
-import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -33,7 +32,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..catalog.partitioner import partition_for_key
-from ..iqv2.timeutil import to_epoch_ms
+from ..iqv2.timeutil import now_ms
+from .records import InvalidRecordError, check_record, unpack_record
 
 __all__ = [
     "EventLog", "Record", "EventLogError", "UnknownTopicError", "TopicExistsError",
@@ -61,10 +61,6 @@ class TopicExistsError(EventLogError):
     """create_topic on a name that is taken."""
 
 
-class InvalidRecordError(EventLogError, ValueError):
-    """A record that cannot be appended (bad key, value, timestamp or partition)."""
-
-
 class Record(NamedTuple):
     topic: str
     partition: int
@@ -72,10 +68,6 @@ class Record(NamedTuple):
     key: Any
     value: Any
     timestamp: int
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class EventLog:
@@ -99,6 +91,9 @@ class EventLog:
     def __repr__(self) -> str:
         return f"EventLog({str(self.root)!r})"
 
+    def describe(self) -> str:
+        return f"event log at {self.root}"
+
     # -- topics ---------------------------------------------------------
     def create_topic(self, name: str, partitions: int = 1, *, exist_ok: bool = False) -> None:
         """Create ``name`` atomically (a renamed temp dir), so readers never see a half-made topic.
@@ -114,7 +109,7 @@ class EventLog:
             return self._existing(name, partitions, exist_ok)
         tmp = self._topics_dir / f".tmp-{name}-{uuid.uuid4().hex}"
         tmp.mkdir()
-        meta = {"name": name, "partitions": partitions, "epoch": uuid.uuid4().hex, "created_ms": _now_ms()}
+        meta = {"name": name, "partitions": partitions, "epoch": uuid.uuid4().hex, "created_ms": now_ms()}
         _write_fsynced(tmp / "topic.json", json.dumps(meta).encode())
         for p in range(partitions):
             for suffix in ("log", "idx", "lock"):
@@ -229,7 +224,7 @@ class EventLog:
         by_part: dict[int, list[tuple[int, bytes]]] = {}
         count = 0
         for i, rec in enumerate(records):
-            key, value, ts = _unpack(rec, i)
+            key, value, ts = unpack_record(rec, i)
             where = f"record {i} of topic {topic!r}"
             p = partition if partition is not None else _partition(key, n, topic, where)
             by_part.setdefault(p, []).append((i, _encode(key, value, ts, where)))
@@ -316,17 +311,6 @@ def _check_topic_name(name: Any) -> None:
         raise ValueError(f"invalid topic name {name!r}: use 1-249 of the characters A-Z a-z 0-9 . _ -")
 
 
-def _unpack(rec: Any, i: int) -> tuple[Any, Any, Any]:
-    if isinstance(rec, Mapping):
-        unknown = set(rec) - {"key", "value", "timestamp"}
-        if unknown or "key" not in rec:
-            raise InvalidRecordError(f"record {i}: expected keys key, value, timestamp; got {sorted(rec)}")
-        return rec["key"], rec.get("value"), rec.get("timestamp")
-    if isinstance(rec, (tuple, list)) and len(rec) in (2, 3):
-        return rec[0], rec[1], rec[2] if len(rec) == 3 else None
-    raise InvalidRecordError(f"record {i}: expected (key, value, timestamp) or a mapping, got {rec!r}")
-
-
 def _partition(key: Any, n: int, topic: str, where: str | None = None) -> int:
     where = where or f"topic {topic!r}"
     if key is None:
@@ -338,31 +322,9 @@ def _partition(key: Any, n: int, topic: str, where: str | None = None) -> int:
 
 
 def _encode(key: Any, value: Any, ts: Any, where: str) -> bytes:
-    if key is not None and (isinstance(key, float) or not isinstance(key, (str, int))):
-        raise InvalidRecordError(f"{where}: key must be a string or an integer, got {type(key).__name__}")
-    if value is not None and not isinstance(value, Mapping):
-        raise InvalidRecordError(f"{where}: value must be a mapping of field -> value or None, "
-                                 f"got {type(value).__name__}")
-    try:
-        t = _now_ms() if ts is None else to_epoch_ms(ts, "timestamp")
-    except TypeError as exc:
-        raise InvalidRecordError(f"{where}: {exc}") from None
-    if value is not None:
-        value = {str(k): _jsonable(v) for k, v in value.items()}
-    try:
-        line = json.dumps({"k": key, "v": value, "t": t}, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidRecordError(f"{where}: value is not JSON-serializable: {exc}") from None
-    return line.encode("utf-8") + b"\n"
-
-
-def _jsonable(v: Any) -> Any:
-    """Datetimes become ISO strings, which Spark's JSON reader parses into TIMESTAMP/DATE fields."""
-    if isinstance(v, datetime):
-        return v.isoformat()
-    if isinstance(v, date):
-        return v.isoformat()
-    return v
+    key, value, t = check_record(key, value, ts, where)
+    return (json.dumps({"k": key, "v": value, "t": t}, separators=(",", ":"), allow_nan=False)
+            .encode("utf-8") + b"\n")
 
 
 @contextmanager

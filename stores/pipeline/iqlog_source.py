@@ -19,27 +19,22 @@ the value fields), ``keyType`` (DDL type of the key, default ``string``),
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Sequence
-from datetime import date, datetime, timezone
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
-from pyspark.sql.types import (
-    BooleanType,
-    DataType,
-    DateType,
-    DoubleType,
-    FloatType,
-    IntegerType,
-    LongType,
-    ShortType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampNTZType,
-    TimestampType,
+from pyspark.sql.types import StructType
+
+from .stream_rows import (
+    METADATA_COLUMNS,
+    MISSING_SOURCE_TOPIC,
+    SOURCE_TRUNCATED,
+    admit,
+    parse_value_schema,
+    row_converter,
+    slices,
+    stream_schema,
 )
 
 __all__ = [
@@ -48,91 +43,12 @@ __all__ = [
 ]
 
 EPOCHS_KEY = "@epochs"
-MISSING_SOURCE_TOPIC = "MISSING_SOURCE_TOPIC"
-SOURCE_TRUNCATED = "SOURCE_TRUNCATED"
-METADATA_COLUMNS = ("timestamp", "topic", "partition", "offset")
-_SPLIT = 200_000  # records per Spark task: bounds a task's memory and spreads a backlog over cores
-
-_SUPPORTED = (BooleanType, DateType, DoubleType, FloatType, IntegerType, LongType, ShortType,
-              StringType, TimestampType, TimestampNTZType)
-
-
-def parse_value_schema(ddl: str | StructType) -> StructType:
-    """``"amount DOUBLE, item STRING"`` → StructType; refuses types the JSON records cannot carry."""
-    if isinstance(ddl, StructType):
-        schema = ddl
-    else:
-        if not isinstance(ddl, str) or not ddl.strip():
-            raise ValueError(f"value_schema must be a DDL string like 'amount DOUBLE', got {ddl!r}")
-        schema = _parse_ddl(ddl)
-    for f in schema.fields:
-        if not isinstance(f.dataType, _SUPPORTED):
-            raise ValueError(f"value field {f.name!r}: type {f.dataType.simpleString()} is not supported; "
-                             "use boolean, int, bigint, double, string, date or timestamp")
-        if f.name in ("key",) + METADATA_COLUMNS:
-            raise ValueError(f"value field {f.name!r} clashes with a column the stream adds "
-                             f"(key, {', '.join(METADATA_COLUMNS)})")
-    return schema
-
-
-_TYPES: dict[str, DataType] = {
-    "boolean": BooleanType(), "bool": BooleanType(), "date": DateType(), "double": DoubleType(),
-    "float": FloatType(), "real": FloatType(), "int": IntegerType(), "integer": IntegerType(),
-    "bigint": LongType(), "long": LongType(), "smallint": ShortType(), "short": ShortType(),
-    "string": StringType(), "varchar": StringType(), "text": StringType(), "timestamp": TimestampType(),
-    "timestamp_ltz": TimestampType(), "timestamp_ntz": TimestampNTZType(),
-}
-
-
-def _type_of(text: str, where: str) -> DataType:
-    t = _TYPES.get(text.strip().lower())
-    if t is None:
-        raise ValueError(f"{where}: type {text.strip()!r} is not supported; use one of "
-                         "boolean, int, bigint, double, string, date, timestamp")
-    return t
-
-
-def _parse_ddl(ddl: str) -> StructType:
-    """A small DDL parser: Spark's needs a live SparkContext, which the source's worker processes lack."""
-    fields = []
-    for i, part in enumerate(ddl.split(",")):
-        words = part.split()
-        if not words:
-            raise ValueError(f"value_schema {ddl!r}: field {i + 1} is empty")
-        nullable = True
-        if len(words) == 4 and [w.upper() for w in words[2:]] == ["NOT", "NULL"]:
-            nullable, words = False, words[:2]
-        if len(words) != 2:
-            raise ValueError(f"value_schema {ddl!r}: field {i + 1} ({part.strip()!r}) must be 'name TYPE'")
-        name = words[0].strip("`")
-        if not name.replace("_", "a").isalnum():
-            raise ValueError(f"value_schema {ddl!r}: field name {name!r} must be letters, digits and _")
-        fields.append(StructField(name, _type_of(words[1], f"value_schema field {name!r}"), nullable))
-    names = [f.name for f in fields]
-    if len(set(names)) != len(names):
-        raise ValueError(f"value_schema {ddl!r}: duplicate field names")
-    return StructType(fields)
-
-
-def stream_schema(value_schema: StructType, key_type: str = "string") -> StructType:
-    """The stream's columns: key, the value fields, timestamp, topic, partition, offset."""
-    kt = _type_of(key_type, "key")
-    if not isinstance(kt, (StringType, LongType, IntegerType)):
-        raise ValueError(f"key type {key_type!r} is not supported; use string, int or bigint")
-    return StructType(
-        [StructField("key", kt, True)] + list(value_schema.fields) + [
-            StructField("timestamp", TimestampType(), True),
-            StructField("topic", StringType(), False),
-            StructField("partition", IntegerType(), False),
-            StructField("offset", LongType(), False),
-        ])
 
 
 class _Slice(InputPartition):
     """One task's work: contiguous offset ranges ``(topic, partition, start, end, epoch)`` of log partitions.
 
-    Small batches go in one task (a task per log partition would pay a
-    Python worker round trip each); big ones are cut at ``_SPLIT`` records.
+    Grouped by ``stream_rows.slices``: small batches in one task, big ones cut.
     """
 
     def __init__(self, ranges: list[tuple[str, int, int, int, str | None]]) -> None:
@@ -220,7 +136,7 @@ class IqLogStreamReader(DataSourceStreamReader):
             for p, e in ends.items():
                 avail[(t, p)] = (seen.get(p, 0), e)
         if isinstance(limit, ReadMaxRows):
-            avail = _admit(avail, int(limit.max_rows))
+            avail = admit(avail, int(limit.max_rows))
         out: dict[str, Any] = {t: {} for t in self.topics}
         for (t, p), (_, e) in sorted(avail.items()):
             out[t][str(p)] = e
@@ -229,23 +145,10 @@ class IqLogStreamReader(DataSourceStreamReader):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         epochs = end.get(EPOCHS_KEY, {})
-        out: list[InputPartition] = []
-        current: list[tuple[str, int, int, int, str | None]] = []
-        room = _SPLIT
-        for t in self.topics:
-            for p, e in sorted(((int(p), int(e)) for p, e in end.get(t, {}).items())):
-                s = int(start.get(t, {}).get(str(p), 0))
-                while s < e:
-                    stop = min(e, s + room)
-                    current.append((t, p, s, stop, epochs.get(t)))
-                    room -= stop - s
-                    s = stop
-                    if room == 0:
-                        out.append(_Slice(current))
-                        current, room = [], _SPLIT
-        if current:
-            out.append(_Slice(current))
-        return out
+        ranges = [(t, p, int(start.get(t, {}).get(str(p), 0)), e, epochs.get(t))
+                  for t in self.topics
+                  for p, e in sorted((int(p), int(e)) for p, e in end.get(t, {}).items())]
+        return [_Slice(group) for group in slices(ranges)]
 
     def commit(self, end: dict) -> None:
         """The log keeps every record; nothing to release."""
@@ -256,7 +159,7 @@ class IqLogStreamReader(DataSourceStreamReader):
 
         sl: _Slice = partition  # type: ignore[assignment]
         log = self._log()
-        convert = _row_converter(self.schema)
+        convert = row_converter(self.schema)
         for topic, part, start, end, epoch in sl.ranges:
             try:
                 if epoch is not None and log.epoch(topic) != epoch:
@@ -267,70 +170,3 @@ class IqLogStreamReader(DataSourceStreamReader):
                 raise RuntimeError(f"{MISSING_SOURCE_TOPIC}: {exc}") from None
 
 
-def _admit(avail: dict[tuple[str, int], tuple[int, int]], budget: int) -> dict[tuple[str, int], tuple[int, int]]:
-    """Share ``budget`` records over partitions fairly (smallest backlog first), like Kafka's maxOffsetsPerTrigger."""
-    out = {}
-    pending = sorted(avail.items(), key=lambda kv: kv[1][1] - kv[1][0])
-    for i, (tp, (s, e)) in enumerate(pending):
-        share = math.ceil(budget / (len(pending) - i)) if budget > 0 else 0
-        take = max(0, min(e - s, share))
-        out[tp] = (s, s + take)
-        budget -= take
-    return out
-
-
-def _row_converter(schema: StructType) -> Any:
-    """A function from one log record to a row tuple in ``schema``'s order (value fields by name)."""
-    value_fields = [(f.name, _caster(f.dataType, f.name)) for f in schema.fields[1:-4]]
-    key_cast = _caster(schema.fields[0].dataType, "key")
-
-    def convert(key: Any, value: Any, ts: int, topic: str, partition: int, offset: int) -> tuple:
-        if value is None:
-            vals = [None] * len(value_fields)
-        else:
-            vals = [c(value.get(n)) for n, c in value_fields]
-        return (key_cast(key), *vals, _ts(ts), topic, partition, offset)
-
-    return convert
-
-
-def _ts(ms: Any) -> datetime | None:
-    if ms is None:
-        return None
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
-
-
-def _caster(dt: DataType, name: str) -> Any:
-    """Lenient JSON → Python conversion: a value of the wrong type becomes null, not a failed query.
-
-    A failing cast would stop the whole pipeline on one bad record; Spark's
-    own JSON reader (PERMISSIVE) makes the same choice.
-    """
-    def guard(fn: Any) -> Any:
-        def cast(v: Any) -> Any:
-            if v is None:
-                return None
-            try:
-                return fn(v)
-            except (TypeError, ValueError, OverflowError):
-                return None
-        return cast
-
-    if isinstance(dt, (IntegerType, LongType, ShortType)):
-        return guard(lambda v: int(v) if not isinstance(v, (bool, float)) or float(v).is_integer() else None)
-    if isinstance(dt, (DoubleType, FloatType)):
-        return guard(lambda v: None if isinstance(v, bool) else float(v))
-    if isinstance(dt, StringType):
-        return guard(lambda v: v if isinstance(v, str) else str(v))
-    if isinstance(dt, BooleanType):
-        return guard(lambda v: v if isinstance(v, bool) else None)
-    if isinstance(dt, (TimestampType, TimestampNTZType)):
-        def to_ts(v: Any) -> datetime | None:
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                return _ts(int(v))
-            d = datetime.fromisoformat(str(v).replace("Z", "+00:00"))
-            return d if d.tzinfo else d.replace(tzinfo=timezone.utc)
-        return guard(to_ts)
-    if isinstance(dt, DateType):
-        return guard(lambda v: v if isinstance(v, date) else date.fromisoformat(str(v)[:10]))
-    raise ValueError(f"field {name!r}: unsupported type {dt.simpleString()}")

@@ -24,8 +24,8 @@ from typing import Any
 
 from ..iqv2.errors import MissingSourceTopicException, StreamsException
 from ..iqv2.position import Position
-from .iqlog_source import MISSING_SOURCE_TOPIC, SOURCE_TRUNCATED
 from .materializer import BatchSink, last_committed_batch
+from .stream_rows import MISSING_SOURCE_TOPIC, SOURCE_TRUNCATED
 
 __all__ = ["SparkRuntime", "classify_failure", "SourceTruncatedException"]
 
@@ -145,16 +145,41 @@ class SparkRuntime:
             self._maybe_running()
 
     def _fail(self, exc: BaseException, unit: str) -> None:
+        exc = self._explain(exc, self.units[unit]) if unit in self.units else exc
         log.error("store query %s failed: %s", unit, exc)
         self.app.handle_uncaught(exc, unit)
 
-    def _check_topics(self, u: _Unit) -> None:
+    def _explain(self, exc: BaseException, u: _Unit) -> BaseException:
+        """A failure without a stable code whose source topic is gone is KIP-662's, whatever the error said.
+
+        The error text does not always survive: a Python source process that died (librdkafka can crash when
+        a topic it reads is deleted) reaches us as a bare EOF with no message.
+        """
+        if isinstance(exc, (MissingSourceTopicException, SourceTruncatedException)):
+            return exc
         src = self.topology.log
-        if hasattr(src, "has_topic"):
-            for t in u.decl.spec.source_topics:
-                if not src.has_topic(t):
-                    raise MissingSourceTopicException(
-                        f"{MISSING_SOURCE_TOPIC}: source topic {t!r} of store {u.name!r} does not exist")
+        try:
+            topics = src.list_topics()
+        except Exception:  # noqa: BLE001 - the source itself is unreachable: keep the original error
+            return exc
+        missing = [t for t in u.decl.spec.source_topics if t not in topics]
+        if not missing:
+            return exc
+        new = MissingSourceTopicException(
+            f"{MISSING_SOURCE_TOPIC}: source topic(s) {', '.join(map(repr, missing))} of store {u.name!r} no longer "
+            f"exist in {src.describe()} (the query failed with: {str(exc).splitlines()[0] if str(exc) else exc!r})")
+        new.__cause__ = exc
+        return new
+
+    def _check_topics(self, u: _Unit) -> None:
+        """KIP-662 before a query starts: a source topic that does not exist fails the unit, it is not created."""
+        src = self.topology.log
+        topics = src.list_topics()
+        for t in u.decl.spec.source_topics:
+            if t not in topics:
+                raise MissingSourceTopicException(
+                    f"{MISSING_SOURCE_TOPIC}: source topic {t!r} of store {u.name!r} does not exist in "
+                    f"{src.describe()}")
 
     def _recover(self, u: _Unit) -> None:
         """Rebuild a store whose files lag its checkpoint (lost file) by replaying the log from the start."""
@@ -192,14 +217,10 @@ class SparkRuntime:
             u.caught_up = True
 
     def _log_end(self, u: _Unit) -> Position:
+        """Where the source ends now: the query counts as caught up once its store reaches it."""
         src = self.topology.log
-        if not hasattr(src, "last_offsets"):
-            return Position.empty()  # Kafka: the first committed batch counts as caught up
-        raw = {}
-        for t in u.decl.spec.source_topics:
-            if src.has_topic(t):
-                raw[t] = src.last_offsets(t)
-        return Position.from_map(raw)
+        topics = src.list_topics()
+        return Position.from_map({t: src.last_offsets(t) for t in u.decl.spec.source_topics if t in topics})
 
     def _target_reached(self, u: _Unit) -> bool:
         try:

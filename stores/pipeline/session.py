@@ -17,7 +17,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-__all__ = ["get_or_create", "DEFAULT_CONF", "register_sources"]
+__all__ = ["get_or_create", "DEFAULT_CONF", "register_sources", "check_workers_import_project", "WorkerImportError"]
 
 DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -53,7 +53,9 @@ def get_or_create(master: str = "local[2]", conf: Mapping[str, str] | None = Non
             _apply_runtime(spark, conf)
         else:
             # Workers must run the same interpreter as the driver (the venv's).
-            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            # (PYSPARK_PYTHON wins over spark.pyspark.python in PySpark 4: set it only when the conf is silent.)
+            if "spark.pyspark.python" not in (conf or {}):
+                os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
             builder = SparkSession.builder.master(master).appName(app_name)
             for k, v in {**DEFAULT_CONF, **(conf or {})}.items():
@@ -65,10 +67,52 @@ def get_or_create(master: str = "local[2]", conf: Mapping[str, str] | None = Non
 
 
 def register_sources(spark: SparkSession) -> None:
-    """Register the ``iqlog`` Python data source (idempotent, cheap)."""
+    """Register the ``iqlog`` and ``iqkafka`` Python data sources (idempotent, cheap)."""
     from .iqlog_source import IqLogDataSource
+    from .kafka_source import IqKafkaDataSource
 
     spark.dataSource.register(IqLogDataSource)
+    spark.dataSource.register(IqKafkaDataSource)
+
+
+_checked: set[str] = set()
+
+
+class WorkerImportError(RuntimeError):
+    """Spark's Python workers cannot import iqgate: the message says exactly what to set."""
+
+
+def check_workers_import_project(spark: SparkSession) -> None:
+    """Run one tiny task that imports ``stores`` in a Python worker, once per SparkContext.
+
+    Without it, a session whose workers run another interpreter (a user's own SparkSession, a cluster
+    whose executors lack iqgate) fails seconds later inside a streaming query with a bare
+    ``ModuleNotFoundError: No module named 'stores'`` from a worker.
+    """
+    sc = spark.sparkContext
+    key = sc.applicationId
+    if key in _checked:
+        return
+    try:
+        sc.parallelize([0], 1).map(_import_stores).collect()
+    except Exception as exc:  # noqa: BLE001 - the worker's error arrives as a Py4J/PySpark exception
+        text = str(exc)
+        if "No module named" not in text and "ModuleNotFoundError" not in text:
+            raise
+        python = sc.getConf().get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON") or "python3"
+        raise WorkerImportError(
+            f"Spark's Python workers cannot import iqgate (they run {python!r}, the driver runs {sys.executable!r}). "
+            f"Set spark.pyspark.python (or PYSPARK_PYTHON) to an interpreter where iqgate is installed, e.g. "
+            f".config('spark.pyspark.python', {sys.executable!r}) on this machine; on a cluster install iqgate "
+            f"(pip install iqgate[spark]) in the executors' Python. Worker error: "
+            f"{next((ln for ln in text.splitlines() if 'No module named' in ln), text.splitlines()[0])}") from None
+    _checked.add(key)
+
+
+def _import_stores(_: Any) -> str:
+    import stores
+
+    return stores.__name__
 
 
 def _apply_runtime(spark: SparkSession, conf: Mapping[str, Any] | None) -> None:

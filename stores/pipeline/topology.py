@@ -35,9 +35,12 @@ from pyspark.sql.types import StructType, TimestampNTZType, TimestampType
 
 from ..catalog.schema import Column, SqlType, StoreKind, StoreSpec
 from ..log.eventlog import EventLog
-from .iqlog_source import METADATA_COLUMNS, parse_value_schema
+from ..log.kafka import KafkaSource
+from ..log.source import SourceLog
+from .kafka_source import source_options
+from .stream_rows import METADATA_COLUMNS, parse_value_schema
 
-__all__ = ["Topology", "KafkaSource", "StoreDecl", "TopologyError"]
+__all__ = ["Topology", "StoreDecl", "TopologyError"]
 
 _STREAM_IDS = itertools.count(1)
 _STREAM_OPT = "iqgate.stream"
@@ -45,19 +48,6 @@ _STREAM_OPT = "iqgate.stream"
 
 class TopologyError(ValueError):
     """A store declaration that cannot work; the message names the store and the problem."""
-
-
-@dataclass(frozen=True)
-class KafkaSource:
-    """Read topics from Kafka instead of the EventLog (needs the spark-sql-kafka jar on the classpath).
-
-    ``partitions`` gives each topic's partition count, used as the default
-    store partition count (Kafka metadata is not looked up from here).
-    """
-
-    bootstrap_servers: str
-    partitions: dict[str, int] | None = None
-    options: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -87,11 +77,12 @@ class Topology:
             log = EventLog(log)
         if not isinstance(log, (EventLog, KafkaSource)):
             raise TypeError(f"Topology needs an EventLog or a KafkaSource, got {type(log).__name__}")
-        from .session import register_sources
+        from .session import check_workers_import_project, register_sources
 
         register_sources(spark)
+        check_workers_import_project(spark)
         self.spark = spark
-        self.log = log
+        self.log: SourceLog = log
         self.trigger = trigger
         self._streams: dict[str, tuple[str, ...]] = {}  # stream id -> topics
         self._decls: dict[str, StoreDecl] = {}
@@ -124,13 +115,28 @@ class Topology:
 
     def _kafka_stream(self, topics: tuple[str, ...], schema: StructType, key_type: str,
                       max_records: int | None, starting: str, sid: str) -> DataFrame:
+        """Kafka through Spark's own source when its jar is on the classpath, else through ``iqkafka``."""
         src = self.log
         assert isinstance(src, KafkaSource)
+        if _native_kafka_available(self.spark):
+            return self._native_kafka_stream(src, topics, schema, key_type, max_records, starting, sid)
+        ddl = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields)
+        reader = (self.spark.readStream.format("iqkafka").option("topics", ",".join(topics))
+                  .option("valueSchema", ddl).option("keyType", key_type).option("startingOffsets", starting)
+                  .option(_STREAM_OPT, sid))
+        for k, v in source_options(src.bootstrap_servers, dict(src.options or {})).items():
+            reader = reader.option(k, v)
+        if max_records is not None:
+            reader = reader.option("maxOffsetsPerTrigger", str(int(max_records)))
+        return reader.load()
+
+    def _native_kafka_stream(self, src: KafkaSource, topics: tuple[str, ...], schema: StructType, key_type: str,
+                             max_records: int | None, starting: str, sid: str) -> DataFrame:
         reader = (self.spark.readStream.format("kafka").option("kafka.bootstrap.servers", src.bootstrap_servers)
                   .option("subscribe", ",".join(topics)).option("startingOffsets", starting)
                   .option("failOnDataLoss", "true").option(_STREAM_OPT, sid))
         for k, v in (src.options or {}).items():
-            reader = reader.option(k, v)
+            reader = reader.option(k if k.startswith("kafka.") else f"kafka.{k}", str(v))
         if max_records is not None:
             reader = reader.option("maxOffsetsPerTrigger", str(int(max_records)))
         raw = reader.load()
@@ -254,8 +260,6 @@ class Topology:
         return tuple(sorted(topics))
 
     def _source_partitions(self, topic: str) -> int:
-        if isinstance(self.log, KafkaSource):
-            return (self.log.partitions or {}).get(topic, 1)
         return self.log.partitions(topic) if self.log.has_topic(topic) else 1
 
 
@@ -276,6 +280,16 @@ def _stream_ids(df: DataFrame) -> set[str]:
         if sid is not None:
             ids.add(str(sid))
     return ids
+
+
+def _native_kafka_available(spark: SparkSession) -> bool:
+    """Whether Spark's own Kafka source (the spark-sql-kafka jar) is on the classpath: then it reads Kafka."""
+    try:
+        spark.sparkContext._jvm.java.lang.Class.forName(  # type: ignore[union-attr]
+            "org.apache.spark.sql.kafka010.KafkaSourceProvider")
+        return True
+    except Exception:  # noqa: BLE001 - ClassNotFoundException through py4j
+        return False
 
 
 def _is_aggregate(plan: str) -> bool:

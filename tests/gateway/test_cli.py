@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -104,6 +105,49 @@ def test_produce_needs_an_existing_topic(tmp_path: Path, monkeypatch: pytest.Mon
     _stdin(monkeypatch, '{"key": "a", "value": {}}\n')
     with pytest.raises(SystemExit, match="does not exist"):
         main(["produce", "nope", "--log", str(tmp_path / "log")])
+
+
+def test_produce_to_kafka_prints_the_broker_offsets(kafka_broker: Any, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The printed Position is the last offset per partition from the delivery reports: a read-your-writes bound."""
+    from stores import KafkaSource
+
+    bs = kafka_broker.bootstrap_servers
+    lines = [{"key": f"c{i}", "value": {"amount": i}, "timestamp": 1_700_000_000_000 + i} for i in range(50)]
+    _stdin(monkeypatch, "\n".join(json.dumps(x) for x in lines))
+    assert main(["produce", "cli-orders", "--bootstrap-servers", bs, "--partitions", "3"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    src = KafkaSource(bs)
+    assert out["records"] == 50
+    assert out["position"] == {"cli-orders": {str(p): o for p, o in src.last_offsets("cli-orders").items()}}
+    _stdin(monkeypatch, '{"key": "a", "value": {}}\nnot json\n')
+    with pytest.raises(SystemExit, match="line 2 is not JSON"):
+        main(["produce", "cli-orders", "--bootstrap-servers", bs])
+    assert src.last_offsets("cli-orders") == {int(p): o for p, o in out["position"]["cli-orders"].items()}
+    _stdin(monkeypatch, '{"key": "a", "value": {}}\n')
+    with pytest.raises(SystemExit, match=f"topic 'nope' does not exist in Kafka at {bs}"):
+        main(["produce", "nope", "--bootstrap-servers", bs])
+    assert not src.has_topic("nope")
+    with pytest.raises(SystemExit, match="--kafka-option must be name=value"):
+        main(["produce", "cli-orders", "--bootstrap-servers", bs, "--kafka-option", "oops"])
+    src.close()
+
+
+def test_a_pipeline_reads_kafka_when_the_command_or_the_file_names_it(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from gateway.hosting import pipeline_source
+    from stores import EventLog, KafkaSource
+
+    plain = SimpleNamespace()
+    assert isinstance(pipeline_source(plain, None, None, tmp_path / "log"), EventLog)
+    named = SimpleNamespace(BOOTSTRAP_SERVERS="h1:9092", KAFKA_OPTIONS={"security.protocol": "SSL"})
+    src = pipeline_source(named, None, {"sasl.mechanism": "PLAIN"}, tmp_path / "log")
+    assert isinstance(src, KafkaSource) and src.bootstrap_servers == "h1:9092"
+    assert dict(src.options or {}) == {"security.protocol": "SSL", "sasl.mechanism": "PLAIN"}
+    assert pipeline_source(named, "h2:9092", None, tmp_path / "log").bootstrap_servers == "h2:9092"
+    with pytest.raises(PipelineError, match="BOOTSTRAP_SERVERS must be"):
+        pipeline_source(SimpleNamespace(BOOTSTRAP_SERVERS=""), None, None, tmp_path / "log")
 
 
 def test_serve_needs_a_pipeline_or_a_state_dir() -> None:

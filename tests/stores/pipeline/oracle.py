@@ -21,12 +21,12 @@ from stores import (
     TimestampedRangeQuery,
     WindowRangeQuery,
 )
-from stores.log.eventlog import EventLog
+from stores.log.source import SourceLog
 
 FOREVER = (-(2**62), 2**62)
 
 
-def log_table(con: duckdb.DuckDBPyConnection, log: EventLog, topic: str, position: Position,
+def log_table(con: duckdb.DuckDBPyConnection, log: SourceLog, topic: str, position: Position,
               fields: tuple[str, ...], name: str) -> None:
     """Table ``name`` of the records of ``topic`` with offset <= position (key, fields, ts, partition, offset)."""
     rows = []
@@ -65,7 +65,7 @@ def wait_for_state(app: Any, state: State, timeout_s: float = 90.0) -> None:
     assert app.state is state, f"app is {app.state}, expected {state}"
 
 
-def caught_up(app: Any, log: EventLog, stores: tuple[str, ...]) -> bool:
+def caught_up(app: Any, log: SourceLog, stores: tuple[str, ...]) -> bool:
     pos = app.positions()
     for s in stores:
         for t in app.catalog()[s].source_topics:
@@ -138,7 +138,7 @@ def expected_profiles(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, in
     return {k: (n, a) for k, n, a, dead in con.execute(q).fetchall() if not dead}
 
 
-def check_all(app: Any, log: EventLog, *, profiles: bool = True) -> dict[str, int]:
+def check_all(app: Any, log: SourceLog, *, profiles: bool = True) -> dict[str, int]:
     """Compare every shop store with the oracle at the store's own Position; returns sizes for sanity checks."""
     con = duckdb.connect()
     pos, rev = read_revenue(app)

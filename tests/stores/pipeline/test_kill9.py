@@ -1,4 +1,7 @@
-"""kill -9 of the pipeline process at an arbitrary point, then a restart: no batch lost, none applied twice."""
+"""kill -9 of the pipeline process at an arbitrary point, then a restart: no batch lost, none applied twice.
+
+On the embedded log and on a real Kafka broker (Tansu): the checkpoint's offsets mean the same on both.
+"""
 
 from __future__ import annotations
 
@@ -33,13 +36,27 @@ def _planned(ck: Path) -> int:
     return max((int(p.name) for p in d.iterdir() if p.name.isdigit()), default=-1) if d.is_dir() else -1
 
 
-def test_kill_9_mid_stream_then_restart_matches_the_oracle(spark, tmp_path):
-    log = EventLog(tmp_path / "log")
+@pytest.fixture(params=["embedded", "kafka"])
+def source(request, tmp_path):
+    """(the source log, how the child process names it): the embedded log, or a fresh real Kafka broker."""
+    if request.param == "embedded":
+        yield EventLog(tmp_path / "log"), str(tmp_path / "log")
+        return
+    from stores import KafkaSource
+    from stores.log.broker import LocalBroker
+
+    with LocalBroker(log_path=tmp_path / "broker.log") as broker:
+        src = KafkaSource(broker.bootstrap_servers)
+        yield src, f"kafka:{broker.bootstrap_servers}"
+        src.close()
+
+
+def test_kill_9_mid_stream_then_restart_matches_the_oracle(spark, tmp_path, source):
+    log, named = source
     log.create_topic("orders", partitions=shop.TOPICS["orders"])
     log.append_batch("orders", shop.generate_orders(300, customers=20, seed=11))
     state = tmp_path / "state"
-    child = subprocess.Popen([sys.executable, str(Path(__file__).with_name("pipeline_child.py")),
-                              str(tmp_path / "log"), str(state)],
+    child = subprocess.Popen([sys.executable, str(Path(__file__).with_name("pipeline_child.py")), named, str(state)],
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert child.stdout is not None

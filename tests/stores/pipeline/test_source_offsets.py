@@ -16,13 +16,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # no
 from stores.iqv2.errors import MissingSourceTopicException, StreamsException  # noqa: E402
 from stores.iqv2.position import Position  # noqa: E402
 from stores.log.eventlog import EventLog  # noqa: E402
-from stores.pipeline.iqlog_source import (  # noqa: E402
-    EPOCHS_KEY,
-    IqLogStreamReader,
-    _admit,
-    parse_value_schema,
-    stream_schema,
-)
+from stores.pipeline.iqlog_source import EPOCHS_KEY, IqLogStreamReader  # noqa: E402
 from stores.pipeline.materializer import (  # noqa: E402
     last_committed_batch,
     position_from_offsets,
@@ -30,6 +24,7 @@ from stores.pipeline.materializer import (  # noqa: E402
     rows_to_changes,
 )
 from stores.pipeline.runtime import SourceTruncatedException, classify_failure  # noqa: E402
+from stores.pipeline.stream_rows import admit, parse_value_schema, slices, stream_schema  # noqa: E402
 
 
 def _reader(root, topics="orders", **opts):
@@ -63,7 +58,7 @@ def test_max_records_per_batch_is_shared_over_partitions(log):
     end = r.latestOffset(start, r.getDefaultReadLimit())
     assert sum(end["orders"].values()) == 5
     assert min(end["orders"].values()) >= 2  # both partitions progress
-    assert _admit({("t", 0): (0, 1), ("t", 1): (0, 100)}, 10) == {("t", 0): (0, 1), ("t", 1): (0, 9)}
+    assert admit({("t", 0): (0, 1), ("t", 1): (0, 100)}, 10) == {("t", 0): (0, 1), ("t", 1): (0, 9)}
 
 
 def test_partitions_and_read_return_the_records_between_offsets(log):
@@ -211,3 +206,11 @@ def test_session_rows_end_at_the_last_event_as_in_kafka():
     data = {"__k": ["a"], "__v0": [2], "__ws": [1000], "__we": [1000 + 10_000 + 60_000]}
     [c] = rows_to_changes(decl, data, 5)
     assert (c.window_start, c.window_end) == (1000, 11_000)
+
+
+def test_slices_group_small_ranges_and_cut_big_ones() -> None:
+    ranges = [("t", 0, 0, 3, None), ("t", 1, 5, 5, None), ("t", 2, 10, 17, "x")]
+    assert slices(ranges, size=100) == [[("t", 0, 0, 3, None), ("t", 2, 10, 17, "x")]]  # empty range dropped
+    assert slices(ranges, size=4) == [[("t", 0, 0, 3, None), ("t", 2, 10, 11, "x")],
+                                      [("t", 2, 11, 15, "x")], [("t", 2, 15, 17, "x")]]
+    assert sum(e - s for group in slices(ranges, size=2) for _, _, s, e, _ in group) == 10

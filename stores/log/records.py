@@ -1,0 +1,69 @@
+"""What a source record is, checked the same way for every source a producer writes to (EventLog, Kafka).
+
+A record is ``(key, value, timestamp)`` (or a mapping with those keys): the
+key a string or an integer (it chooses the partition), the value a mapping of
+field → value (JSON) or None (a tombstone), the timestamp epoch ms or a
+datetime (None: now). Checking everything before writing anything is what
+lets a producer say "nothing was written" truthfully.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import date, datetime
+from typing import Any
+
+from ..iqv2.timeutil import now_ms, to_epoch_ms
+
+__all__ = ["InvalidRecordError", "unpack_record", "check_record", "value_json"]
+
+
+class InvalidRecordError(ValueError):
+    """A record that cannot be appended (bad key, value, timestamp or partition)."""
+
+
+def unpack_record(rec: Any, i: int) -> tuple[Any, Any, Any]:
+    """``(key, value, timestamp)`` of a tuple or a mapping; record ``i`` is named in the error."""
+    if isinstance(rec, Mapping):
+        unknown = set(rec) - {"key", "value", "timestamp"}
+        if unknown or "key" not in rec:
+            raise InvalidRecordError(f"record {i}: expected keys key, value, timestamp; got {sorted(rec)}")
+        return rec["key"], rec.get("value"), rec.get("timestamp")
+    if isinstance(rec, (tuple, list)) and len(rec) in (2, 3):
+        return rec[0], rec[1], rec[2] if len(rec) == 3 else None
+    raise InvalidRecordError(f"record {i}: expected (key, value, timestamp) or a mapping, got {rec!r}")
+
+
+def check_record(key: Any, value: Any, ts: Any, where: str) -> tuple[Any, dict[str, Any] | None, int]:
+    """The record in canonical form (JSON-ready value, epoch-ms timestamp) or InvalidRecordError."""
+    if key is not None and (isinstance(key, float) or not isinstance(key, (str, int))):
+        raise InvalidRecordError(f"{where}: key must be a string or an integer, got {type(key).__name__}")
+    if value is not None and not isinstance(value, Mapping):
+        raise InvalidRecordError(f"{where}: value must be a mapping of field -> value or None, "
+                                 f"got {type(value).__name__}")
+    try:
+        t = now_ms() if ts is None else to_epoch_ms(ts, "timestamp")
+    except TypeError as exc:
+        raise InvalidRecordError(f"{where}: {exc}") from None
+    if value is not None:
+        value = {str(k): _jsonable(v) for k, v in value.items()}
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidRecordError(f"{where}: value is not JSON-serializable: {exc}") from None
+    return key, value, t
+
+
+def value_json(value: dict[str, Any] | None) -> bytes | None:
+    """The bytes of a checked value as sources carry it (compact JSON; None stays a tombstone)."""
+    if value is None:
+        return None
+    return json.dumps(value, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def _jsonable(v: Any) -> Any:
+    """Datetimes become ISO strings, which the sources parse into TIMESTAMP/DATE fields."""
+    if isinstance(v, (datetime, date)):
+        return v.isoformat()
+    return v

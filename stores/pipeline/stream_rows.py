@@ -1,0 +1,207 @@
+"""The stream's columns and record → row conversion, shared by every source (EventLog, Kafka).
+
+A stream has exactly these columns whatever feeds it: ``key``, the value
+fields of the declared schema, ``timestamp``, ``topic``, ``partition``,
+``offset``. Values are JSON objects; conversion is lenient (a field of the
+wrong type reads as null, never a failed query), as Spark's PERMISSIVE JSON.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import date, datetime, timezone
+from typing import Any
+
+from pyspark.sql.types import (
+    BooleanType,
+    DataType,
+    DateType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+__all__ = [
+    "MISSING_SOURCE_TOPIC", "SOURCE_TRUNCATED", "METADATA_COLUMNS", "SPLIT", "parse_value_schema", "stream_schema", "row_converter", "admit", "slices",
+]
+
+# Errors raised in a source reach the app only as text inside a Spark error (spark-notes.md), so each
+# starts with a stable code the runtime classifies on.
+MISSING_SOURCE_TOPIC = "MISSING_SOURCE_TOPIC"  # → MissingSourceTopicException (KIP-662)
+SOURCE_TRUNCATED = "SOURCE_TRUNCATED"  # records the checkpoint has seen are gone (truncated, recreated, retention)
+
+METADATA_COLUMNS = ("timestamp", "topic", "partition", "offset")
+SPLIT = 200_000  # records per Spark task: bounds a task's memory and spreads a backlog over cores
+
+_SUPPORTED = (BooleanType, DateType, DoubleType, FloatType, IntegerType, LongType, ShortType,
+              StringType, TimestampType, TimestampNTZType)
+
+
+def parse_value_schema(ddl: str | StructType) -> StructType:
+    """``"amount DOUBLE, item STRING"`` → StructType; refuses types the JSON records cannot carry."""
+    if isinstance(ddl, StructType):
+        schema = ddl
+    else:
+        if not isinstance(ddl, str) or not ddl.strip():
+            raise ValueError(f"value_schema must be a DDL string like 'amount DOUBLE', got {ddl!r}")
+        schema = _parse_ddl(ddl)
+    for f in schema.fields:
+        if not isinstance(f.dataType, _SUPPORTED):
+            raise ValueError(f"value field {f.name!r}: type {f.dataType.simpleString()} is not supported; "
+                             "use boolean, int, bigint, double, string, date or timestamp")
+        if f.name in ("key",) + METADATA_COLUMNS:
+            raise ValueError(f"value field {f.name!r} clashes with a column the stream adds "
+                             f"(key, {', '.join(METADATA_COLUMNS)})")
+    return schema
+
+
+_TYPES: dict[str, DataType] = {
+    "boolean": BooleanType(), "bool": BooleanType(), "date": DateType(), "double": DoubleType(),
+    "float": FloatType(), "real": FloatType(), "int": IntegerType(), "integer": IntegerType(),
+    "bigint": LongType(), "long": LongType(), "smallint": ShortType(), "short": ShortType(),
+    "string": StringType(), "varchar": StringType(), "text": StringType(), "timestamp": TimestampType(),
+    "timestamp_ltz": TimestampType(), "timestamp_ntz": TimestampNTZType(),
+}
+
+
+def _type_of(text: str, where: str) -> DataType:
+    t = _TYPES.get(text.strip().lower())
+    if t is None:
+        raise ValueError(f"{where}: type {text.strip()!r} is not supported; use one of "
+                         "boolean, int, bigint, double, string, date, timestamp")
+    return t
+
+
+def _parse_ddl(ddl: str) -> StructType:
+    """A small DDL parser: Spark's needs a live SparkContext, which the source's worker processes lack."""
+    fields = []
+    for i, part in enumerate(ddl.split(",")):
+        words = part.split()
+        if not words:
+            raise ValueError(f"value_schema {ddl!r}: field {i + 1} is empty")
+        nullable = True
+        if len(words) == 4 and [w.upper() for w in words[2:]] == ["NOT", "NULL"]:
+            nullable, words = False, words[:2]
+        if len(words) != 2:
+            raise ValueError(f"value_schema {ddl!r}: field {i + 1} ({part.strip()!r}) must be 'name TYPE'")
+        name = words[0].strip("`")
+        if not name.replace("_", "a").isalnum():
+            raise ValueError(f"value_schema {ddl!r}: field name {name!r} must be letters, digits and _")
+        fields.append(StructField(name, _type_of(words[1], f"value_schema field {name!r}"), nullable))
+    names = [f.name for f in fields]
+    if len(set(names)) != len(names):
+        raise ValueError(f"value_schema {ddl!r}: duplicate field names")
+    return StructType(fields)
+
+
+def stream_schema(value_schema: StructType, key_type: str = "string") -> StructType:
+    """The stream's columns: key, the value fields, timestamp, topic, partition, offset."""
+    kt = _type_of(key_type, "key")
+    if not isinstance(kt, (StringType, LongType, IntegerType)):
+        raise ValueError(f"key type {key_type!r} is not supported; use string, int or bigint")
+    return StructType(
+        [StructField("key", kt, True)] + list(value_schema.fields) + [
+            StructField("timestamp", TimestampType(), True),
+            StructField("topic", StringType(), False),
+            StructField("partition", IntegerType(), False),
+            StructField("offset", LongType(), False),
+        ])
+
+
+def admit(avail: dict[tuple[str, int], tuple[int, int]], budget: int) -> dict[tuple[str, int], tuple[int, int]]:
+    """Share ``budget`` records over partitions fairly (smallest backlog first), like Kafka's maxOffsetsPerTrigger."""
+    out = {}
+    pending = sorted(avail.items(), key=lambda kv: kv[1][1] - kv[1][0])
+    for i, (tp, (s, e)) in enumerate(pending):
+        share = math.ceil(budget / (len(pending) - i)) if budget > 0 else 0
+        take = max(0, min(e - s, share))
+        out[tp] = (s, s + take)
+        budget -= take
+    return out
+
+
+def row_converter(schema: StructType) -> Any:
+    """A function from one log record to a row tuple in ``schema``'s order (value fields by name)."""
+    value_fields = [(f.name, _caster(f.dataType, f.name)) for f in schema.fields[1:-4]]
+    key_cast = _caster(schema.fields[0].dataType, "key")
+
+    def convert(key: Any, value: Any, ts: int, topic: str, partition: int, offset: int) -> tuple:
+        if value is None:
+            vals = [None] * len(value_fields)
+        else:
+            vals = [c(value.get(n)) for n, c in value_fields]
+        return (key_cast(key), *vals, _ts(ts), topic, partition, offset)
+
+    return convert
+
+
+def _ts(ms: Any) -> datetime | None:
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+
+
+def _caster(dt: DataType, name: str) -> Any:
+    """Lenient JSON → Python conversion: a value of the wrong type becomes null, not a failed query.
+
+    A failing cast would stop the whole pipeline on one bad record; Spark's
+    own JSON reader (PERMISSIVE) makes the same choice.
+    """
+    def guard(fn: Any) -> Any:
+        def cast(v: Any) -> Any:
+            if v is None:
+                return None
+            try:
+                return fn(v)
+            except (TypeError, ValueError, OverflowError):
+                return None
+        return cast
+
+    if isinstance(dt, (IntegerType, LongType, ShortType)):
+        return guard(lambda v: int(v) if not isinstance(v, (bool, float)) or float(v).is_integer() else None)
+    if isinstance(dt, (DoubleType, FloatType)):
+        return guard(lambda v: None if isinstance(v, bool) else float(v))
+    if isinstance(dt, StringType):
+        return guard(lambda v: v if isinstance(v, str) else str(v))
+    if isinstance(dt, BooleanType):
+        return guard(lambda v: v if isinstance(v, bool) else None)
+    if isinstance(dt, (TimestampType, TimestampNTZType)):
+        def to_ts(v: Any) -> datetime | None:
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                return _ts(int(v))
+            d = datetime.fromisoformat(str(v).replace("Z", "+00:00"))
+            return d if d.tzinfo else d.replace(tzinfo=timezone.utc)
+        return guard(to_ts)
+    if isinstance(dt, DateType):
+        return guard(lambda v: v if isinstance(v, date) else date.fromisoformat(str(v)[:10]))
+    raise ValueError(f"field {name!r}: unsupported type {dt.simpleString()}")
+
+
+def slices(ranges: list[tuple[str, int, int, int, Any]], size: int = SPLIT) -> list[list[tuple[str, int, int, int, Any]]]:
+    """Offset ranges ``(topic, partition, start, end, tag)`` grouped into tasks of at most ``size`` records.
+
+    Small batches go in one task (a task per partition would pay a Python
+    worker round trip each); big ranges are cut.
+    """
+    out: list[list[tuple[str, int, int, int, Any]]] = []
+    current: list[tuple[str, int, int, int, Any]] = []
+    room = size
+    for t, p, s, e, tag in ranges:
+        while s < e:
+            stop = min(e, s + room)
+            current.append((t, p, s, stop, tag))
+            room -= stop - s
+            s = stop
+            if room == 0:
+                out.append(current)
+                current, room = [], size
+    if current:
+        out.append(current)
+    return out

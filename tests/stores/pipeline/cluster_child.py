@@ -1,0 +1,48 @@
+"""Runs the shop pipeline over Kafka on a Spark standalone cluster, checks it against the oracle, prints OK.
+
+Usage: python cluster_child.py <spark master url> <bootstrap servers> <state dir>. Its own process, because
+a SparkContext is one per process and the test run shares a local one. Exit 0 only if every store equals
+the oracle at its Position and the work really ran in the cluster's executors.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> None:
+    from stores import KafkaSource, State, StreamsApp
+    from stores.pipeline.session import get_or_create
+    from tests.stores.pipeline.oracle import caught_up, check_all
+
+    master, servers, state_dir = sys.argv[1:4]
+    spec = importlib.util.spec_from_file_location("shop_pipeline", ROOT / "examples" / "shop_pipeline.py")
+    shop = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shop)
+    spark = get_or_create(master=master, conf={
+        "spark.executor.memory": "512m", "spark.cores.max": "1", "spark.pyspark.python": sys.executable})
+    executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()  # driver + executors
+    src = KafkaSource(servers)
+    app = StreamsApp(shop.build(spark, src), application_id="shop-cluster", state_dir=state_dir)
+    app.start()
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not (app.state is State.RUNNING
+                                                and caught_up(app, src, ("revenue", "revenue_per_min", "last_order"))):
+        if app.state.has_completed_shutdown():
+            break
+        time.sleep(0.5)
+    assert app.state is State.RUNNING, f"the app is {app.state}"
+    sizes = check_all(app, src, profiles=False)
+    app.close(60)
+    print(f"OK orders={sizes['orders']} executors={executors - 1}", flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
