@@ -71,6 +71,22 @@ def analyze(sql: str, statement: exp.Expression, catalog: Mapping[str, StoreSpec
     return _analyze_query(sql, statement, catalog, explain)
 
 
+def _replace_placeholders(placeholders: list[exp.Placeholder]) -> None:
+    """Each placeholder becomes a slot column, linearly: replacing list items one by one re-parents the whole
+    list every time (quadratic for ``IN (?, ?, …)`` with thousands of parameters)."""
+    lists: dict[tuple[int, str], tuple[exp.Expression, str, dict[int, exp.Expression]]] = {}
+    for i, p in enumerate(placeholders):
+        slot = exp.column(f"__iqp{_NONCE}_{i}__")
+        parent, key = p.parent, p.arg_key
+        if parent is not None and isinstance(parent.args.get(key), list):
+            entry = lists.setdefault((id(parent), key), (parent, key, {}))
+            entry[2][id(p)] = slot
+        else:
+            p.replace(slot)
+    for parent, key, slots in lists.values():
+        parent.set(key, [slots.get(id(e), e) for e in parent.args[key]])
+
+
 def _placeholders(sql: str, root: exp.Expression) -> tuple[list[exp.Placeholder], str | None]:
     for node in root.find_all(exp.Parameter):
         line, col = node_position(sql, node)
@@ -195,8 +211,7 @@ def _analyze_query(sql: str, root: exp.Expression, catalog: Mapping[str, StoreSp
         scan = by_table.get(id(table))
         if scan is not None:
             table.replace(wrap_store(table, scan, exposed_by_scan[id(table)]))
-    for i, p in enumerate(placeholders):
-        p.replace(exp.column(f"__iqp{_NONCE}_{i}__"))
+    _replace_placeholders(placeholders)
     text = root.sql(dialect="duckdb")
     chunks: list[str | int] = []
     pos = 0

@@ -6,7 +6,6 @@ exact spelling wins, then a unique case-insensitive match.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 
 from sqlglot import exp
@@ -14,6 +13,7 @@ from sqlglot import exp
 from stores.catalog.schema import StoreSpec
 
 from .errors import UnknownStoreError
+from .suggest import closest
 
 __all__ = ["find_store", "resolve_store", "unknown_store", "store_column_names"]
 
@@ -33,9 +33,8 @@ def unknown_store(
     catalog: Mapping[str, StoreSpec], name: str, *, line: int | None, col: int | None, what: str = "store"
 ) -> UnknownStoreError:
     names = sorted(catalog)
-    close = difflib.get_close_matches(name.lower(), [n.lower() for n in names], n=1, cutoff=0.6)
-    if close:
-        suggestion = next(n for n in names if n.lower() == close[0])
+    suggestion = closest(name, names)
+    if suggestion is not None:
         hint = f"; did you mean {suggestion!r}?"
     elif names:
         hint = f"; known stores: {', '.join(names)}"

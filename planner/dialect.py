@@ -8,6 +8,7 @@ the planner sees them in the AST and the generator writes them back.
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 
@@ -107,6 +108,12 @@ class Parser(DuckDBParser):
             return this
         return super()._parse_alias(this, explicit)
 
+    def _parse_expression(self) -> exp.Expr | None:
+        # DuckDB's prefix alias (``name: expr``) must not swallow ``SELECT :p``: a keyword is no alias.
+        if self._curr is not None and self._curr.token_type == TokenType.SELECT:
+            return super(DuckDBParser, self)._parse_expression()
+        return super()._parse_expression()
+
     def _parse_statement(self) -> exp.Expr | None:
         if self._curr and self._curr.text.upper() == "EXPLAIN":
             self._advance()
@@ -116,6 +123,19 @@ class Parser(DuckDBParser):
                 self.raise_error("EXPLAIN needs a statement to explain")
             return Explain(this=inner, analyze=analyze)
         return super()._parse_statement()
+
+
+
+class _QuietCommandFallback(logging.Filter):
+    """sqlglot logs "'<the user's SQL>' contains unsupported syntax. Falling back to parsing as a 'Command'" for
+    statements it cannot parse fully (RESET ALL, LOAD …): user SQL in the server log, and the planner decides
+    what to do with a Command anyway (run it or refuse it with a clear error)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Falling back to parsing as a 'Command'" not in record.getMessage()
+
+
+logging.getLogger("sqlglot").addFilter(_QuietCommandFallback())
 
 
 class Generator(DuckDBGenerator):
@@ -163,6 +183,21 @@ _DIALECT = IqgateDialect()
 _TOKEN_RE = re.compile(r"<Token token_type: [^,]*, text: (.*?), line: \d+, col: \d+, start: \d+, end: \d+, comments: \[.*?\]>")
 
 
+_INTERNALS_RE = re.compile(r"Required keyword: '(\w+)' missing for <class 'sqlglot\.[\w.]*?\.(\w+)'>")
+
+
+_CLAUSES = {"Where": "a WHERE without a condition", "Having": "a HAVING without a condition",
+            "Alias": "an alias without an expression", "Order": "an ORDER BY without a column",
+            "Group": "a GROUP BY without a column", "Limit": "a LIMIT without a count", "Join": "an incomplete JOIN"}
+
+
+def _incomplete(class_name: str) -> str:
+    """What sqlglot's ``Required keyword … missing for <class …>`` means, in SQL words (no internals)."""
+    if class_name in _CLAUSES:
+        return _CLAUSES[class_name]
+    return "an operator or function is missing an operand"
+
+
 def parse_statement(sql: str) -> exp.Expression:
     """Exactly one statement, or a SqlSyntaxError with line and column.
 
@@ -174,6 +209,7 @@ def parse_statement(sql: str) -> exp.Expression:
         first = err.errors[0] if err.errors else {}
         message = _TOKEN_RE.sub(lambda m: repr(m.group(1)), str(first.get("description") or err).split("\n")[0])
         message = message.replace("'SENTINEL'", "the end of the statement")
+        message = _INTERNALS_RE.sub(lambda m: _incomplete(m.group(2)), message)
         col = first.get("col")
         if col is not None and first.get("highlight"):  # sqlglot reports the token's last column
             col = max(1, col - len(first["highlight"]) + 1)

@@ -11,28 +11,13 @@ from __future__ import annotations
 from sqlglot import exp
 
 from .errors import ForbiddenFunctionError, ReadOnlyError
+from .function_allowlist import GUARD_NAMES, REFUSED_DUCKDB_FUNCTIONS
 from .positions import node_position
+from .suggest import closest
 
-__all__ = ["check_read_only", "check_functions", "function_name", "FORBIDDEN_FUNCTIONS"]
+__all__ = ["check_read_only", "check_functions", "function_name", "is_allowed"]
 
 ALLOWED = "only SELECT, WITH, EXPLAIN, SHOW, DESCRIBE and SET are allowed"
-
-# Functions that reach files, the network, extensions, the environment or
-# DuckDB's own catalog. Prefixes catch the families (read_json_auto, ...).
-FORBIDDEN_FUNCTIONS = frozenset(
-    {
-        "glob", "getenv", "query", "query_table", "httpfs", "load_extension", "install_extension",
-        "sniff_csv", "parquet_scan", "sqlite_scan", "postgres_scan", "mysql_scan", "iceberg_scan",
-        "delta_scan", "st_read", "read_csv", "read_csv_auto", "read_parquet", "read_json",
-        "read_json_auto", "read_json_objects", "read_ndjson", "read_ndjson_auto", "read_text",
-        "read_blob", "read_xlsx", "current_setting", "enable_logging", "checkpoint",
-        "force_checkpoint", "which_secret", "set_variable", "getvariable", "load",
-    }
-)
-FORBIDDEN_PREFIXES = (
-    "read_", "parquet_", "sqlite_", "postgres_", "mysql_", "iceberg_", "delta_", "duckdb_",
-    "pragma_", "icu_", "pg_", "http", "s3", "azure_", "gcs_", "ducklake_", "excel_", "json_execute",
-)
 
 _STATEMENT_NAMES: dict[type, str] = {
     exp.Insert: "INSERT", exp.Update: "UPDATE", exp.Delete: "DELETE", exp.Merge: "MERGE",
@@ -40,7 +25,7 @@ _STATEMENT_NAMES: dict[type, str] = {
     exp.Attach: "ATTACH", exp.Detach: "DETACH", exp.Pragma: "PRAGMA", exp.Install: "INSTALL",
     exp.Use: "USE", exp.TruncateTable: "TRUNCATE", exp.Summarize: "SUMMARIZE", exp.Pivot: "PIVOT",
     exp.Transaction: "BEGIN", exp.Commit: "COMMIT", exp.Rollback: "ROLLBACK", exp.Analyze: "ANALYZE",
-    exp.Cache: "CACHE", exp.Uncache: "UNCACHE", exp.LoadData: "LOAD",
+    exp.Cache: "CACHE", exp.Uncache: "UNCACHE", exp.LoadData: "LOAD", exp.Into: "SELECT … INTO",
 }
 _WRITE_NODES = tuple(t for t in _STATEMENT_NAMES if t is not exp.Pivot)
 
@@ -76,22 +61,40 @@ def function_name(node: exp.Func) -> str:
     return node.sql_name().lower()
 
 
-def is_forbidden(name: str) -> bool:
-    return name in FORBIDDEN_FUNCTIONS or name.startswith(FORBIDDEN_PREFIXES)
+def is_allowed(name: str) -> bool:
+    return name in GUARD_NAMES
 
 
 def check_functions(sql: str, statement: exp.Expression) -> None:
-    """Refuse functions that reach outside the store relations, by name."""
+    """Only functions on the allowlist (``function_allowlist``, generated from DuckDB's own list) may be called.
+
+    Anything else — what reaches settings, the session, the catalog, files, the network or extensions, and any
+    function a newer DuckDB adds before it is classified — is refused by name, with a did-you-mean.
+    """
     for node in statement.walk():
-        if isinstance(node, exp.Func) and not isinstance(node, exp.Cast):
+        if isinstance(node, exp.Func) and not isinstance(node, (exp.Cast, exp.Connector)):  # AND/OR/XOR are operators
             name = function_name(node)
-            if name.startswith("duckdb_") and isinstance(node.parent, exp.Table):
-                continue  # a catalog function used as a table: refused as "not a store" by the analyser
-            if is_forbidden(name):
-                line, col = node_position(sql, node)
+            refused = name in REFUSED_DUCKDB_FUNCTIONS or name in _DANGEROUS or name.startswith(_REFUSED_HINTS)
+            if isinstance(node.parent, exp.Table) and not refused:
+                continue  # a function used as a table: the analyser allows only pure row generators there
+            if is_allowed(name) and not refused:
+                continue
+            line, col = node_position(sql, node)
+            if refused:
                 raise ForbiddenFunctionError(
-                    f"function {name}() is not allowed: it reaches files, the network, extensions or "
-                    "the engine's catalog; queries may only read stores",
-                    line=line,
-                    col=col,
-                )
+                    f"function {_short(name)}() is not allowed: it reaches settings, the session, the catalog, files, "
+                    "the network or extensions; queries may only compute over stores", line=line, col=col)
+            close = closest(name, GUARD_NAMES)
+            hint = f"; did you mean {close}()?" if close else ""
+            raise ForbiddenFunctionError(f"unknown function {_short(name)}(){hint}", line=line, col=col)
+
+
+# Names of functions that DuckDB extensions or other versions have, refused even when this DuckDB lacks them.
+_DANGEROUS = frozenset({"getenv", "httpfs", "load_extension", "install_extension", "st_read", "enable_logging",
+                        "set_variable", "getvariable", "which_secret", "load"})
+_REFUSED_HINTS = ("read_", "parquet_", "duckdb_", "pragma_", "http", "s3", "glob", "sqlite_", "postgres_",
+                  "mysql_", "iceberg_", "delta_", "ducklake_", "azure_", "gcs_", "excel_", "json_execute")
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= 64 else f"{name[:40]}… ({len(name)} characters)"

@@ -18,13 +18,16 @@ from stores.catalog.schema import StoreSpec
 from stores.iqv2.position import Position, PositionBound
 
 from .analyze import Template, analyze
+from .deep import run_deep
 from .dialect import parse_statement
 from .errors import ParameterError, TableScanDisabledError
 from .explain import explain_text
+from .limits import check_param_values, check_text
 from .literals import sql_literal
 from .plan import Plan, StatementKind
 from .positions import line_col
 from .requests import bind_scan, check_params
+from .rewrites import rewrite_or_chains
 from .settings import resolve_session
 
 __all__ = ["plan", "clear_cache", "cache_info"]
@@ -67,7 +70,8 @@ def _template(sql: str, catalog: Mapping[str, StoreSpec]) -> Template:
         _stats["hits"] += 1
         return cached
     _stats["misses"] += 1
-    template = analyze(key, parse_statement(key), catalog)
+    check_text(key)
+    template = run_deep(lambda: analyze(key, rewrite_or_chains(parse_statement(key)), catalog))
     with _lock:
         _cache[key] = template
         _cache.move_to_end(key)
@@ -100,6 +104,8 @@ def plan(
             settings=MappingProxyType(dict(template.settings)),
         )
         return _explained(inner) if template.explain else inner
+    if params:
+        check_param_values(params)
     params = check_params(params, template)
     bound = _bound(template, settings)
     text = _normalize(sql)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from sqlglot import exp
 
 from .literals import ValueRef, value_ref
+from .rewrites import flatten
 
 __all__ = ["Constraint", "conjuncts", "classify"]
 
@@ -35,22 +36,12 @@ class Constraint:
 
 
 def conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
-    """Top-level AND terms, looking through parentheses."""
-    if node is None:
-        return []
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.And):
-        return conjuncts(node.left) + conjuncts(node.right)
-    return [node]
+    """Top-level AND terms, looking through parentheses (iterative: BI tools chain thousands)."""
+    return [] if node is None else flatten(node, exp.And)
 
 
 def _disjuncts(node: exp.Expression) -> list[exp.Expression]:
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.Or):
-        return _disjuncts(node.left) + _disjuncts(node.right)
-    return [node]
+    return flatten(node, exp.Or)
 
 
 Resolver = Callable[[exp.Column], tuple[str, str] | None]

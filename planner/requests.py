@@ -16,6 +16,7 @@ from stores.catalog.schema import SqlType, StoreKind
 from stores.iqv2.position import PositionBound
 from stores.iqv2.query import (
     KeyQuery,
+    MultiKeyQuery,
     MultiVersionedKeyQuery,
     MultiVersionedRangeQuery,
     RangeQuery,
@@ -128,7 +129,8 @@ def bind_scan(
                 continue
             vals = [v for v in coerced if v is not NO_MATCH]
             if c.column == "key":
-                keys = list(dict.fromkeys(vals)) if keys is None else [k for k in keys if k in set(vals)]
+                wanted = set(vals)
+                keys = list(dict.fromkeys(vals)) if keys is None else [k for k in keys if k in wanted]
             elif len(set(vals)) == 1:
                 time_ranges[c.column].add("=", vals[0])
             elif not vals:
@@ -173,7 +175,8 @@ def bind_scan(
         timestamped = kind is StoreKind.TIMESTAMPED_KEY_VALUE
         if key_lookup:
             cls = TimestampedKeyQuery if timestamped else KeyQuery
-            queries = [(cls.with_key(k), ps) for k in keys if (ps := for_key(k)) is not None]
+            queries = [(cls.with_key(ks[0]) if len(ks) == 1 else MultiKeyQuery.with_keys(ks), ps)
+                       for ps, ks in _by_partition(keys, for_key)]
         else:
             rq: Any = (TimestampedRangeQuery if timestamped else RangeQuery).with_range(key_range.lo, key_range.hi)
             if t.order is ResultOrder.DESCENDING:
@@ -298,6 +301,17 @@ def _system_time_value(sql: str, t: ScanTemplate, b: _Binder, params: Any, ref: 
         raise UnsupportedSqlError(f"{what} needs a timestamp (with or without a UTC offset) in whole milliseconds",
                                   line=line, col=col)
     return value
+
+
+def _by_partition(keys: list[Any], for_key: Any) -> list[tuple[frozenset[int], list[Any]]]:
+    """Keys grouped by the partition that holds them, groups in the order of their first key: one request per
+    partition (a MultiKeyQuery when it holds several), so ``k IN (…)`` with thousands of keys stays cheap."""
+    groups: dict[frozenset[int], list[Any]] = {}
+    for k in keys:
+        ps = for_key(k)
+        if ps is not None:
+            groups.setdefault(ps, []).append(k)
+    return list(groups.items())
 
 
 def _count(ref: ValueRef, params: Any) -> int | None:

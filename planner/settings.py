@@ -7,7 +7,6 @@ this way instead of writing ``AS OF POSITION``.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from stores.iqv2.position import Position, PositionError
 
 from .errors import InvalidSettingError
+from .suggest import closest
 
 __all__ = ["Setting", "SESSION_SETTINGS", "validate_setting", "resolve_session", "position_from_setting"]
 
@@ -96,8 +96,8 @@ def validate_setting(name: str, value: Any, *, line: int | None = None, col: int
     key = name.strip().lower()
     setting = SESSION_SETTINGS.get(key)
     if setting is None:
-        close = difflib.get_close_matches(key, SESSION_SETTINGS, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        close = closest(key, SESSION_SETTINGS)
+        hint = f"; did you mean {close!r}?" if close else ""
         raise InvalidSettingError(
             f"unknown setting {name!r}{hint} (known settings: {', '.join(sorted(SESSION_SETTINGS))})",
             line=line,

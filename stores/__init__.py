@@ -23,6 +23,7 @@ from .catalog.schema import Column, SqlType, StoreKind, StoreSpec
 from .iqv2.position import Position, PositionBound, PositionError
 from .iqv2.query import (
     KeyQuery,
+    MultiKeyQuery,
     MultiVersionedKeyQuery,
     MultiVersionedRangeQuery,
     Query,
@@ -50,7 +51,7 @@ __all__ = [
     "StreamsApp", "State", "Topology", "EventLog", "KafkaSource", "StreamThreadExceptionResponse",
     "StateQueryRequest", "StateQueryResult", "QueryResult", "FailureReason",
     "Position", "PositionBound", "PositionError", "ResultOrder", "Query",
-    "KeyQuery", "RangeQuery", "TimestampedKeyQuery", "TimestampedRangeQuery",
+    "KeyQuery", "MultiKeyQuery", "RangeQuery", "TimestampedKeyQuery", "TimestampedRangeQuery",
     "WindowKeyQuery", "WindowRangeQuery", "VersionedKeyQuery", "MultiVersionedKeyQuery", "MultiVersionedRangeQuery",
     "ValueAndTimestamp", "VersionedRecord", "KeyValue", "KeyValueIterator", "TimeWindow", "Windowed",
     "Column", "SqlType", "StoreKind", "StoreSpec", "StoreTopology", "StateDirReader", "Change",

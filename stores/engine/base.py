@@ -247,6 +247,27 @@ class PartitionStore:
         c.execute("COMMIT")
         return self.position_of(text), rows
 
+    def snapshot_many(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> tuple[Position, list[Any]]:
+        """The rows of several statements and the position, all from ONE read transaction."""
+        if self._closed:
+            raise StoreClosedError(f"store {self.name!r} partition {self.partition} is closed")
+        c = self._conn()
+        c.execute("BEGIN")
+        try:
+            rows: list[Any] = []
+            for sql, params in statements:
+                rows.extend(c.execute(sql, params).fetchall())
+            text = c.execute("SELECT position FROM meta").fetchone()[0]
+        except BaseException:
+            if c.in_transaction:
+                try:
+                    c.execute("ROLLBACK")
+                except sqlite3.Error:  # pragma: no cover - the original error is the one to report
+                    pass
+            raise
+        c.execute("COMMIT")
+        return self.position_of(text), rows
+
     def point(self, sql: str, params: Sequence[Any]) -> tuple[Position, Any]:
         """One-statement snapshot: ``sql`` selects the position as its first column (meta LEFT JOIN data)."""
         if self._closed:

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 from ..iqv2.position import Position
 from ..iqv2.query import (
     KeyQuery,
+    MultiKeyQuery,
     RangeQuery,
     ResultOrder,
     TimestampedKeyQuery,
@@ -77,6 +78,30 @@ def _fetch_ts_range(store: KeyValueStore, r: _Range) -> tuple[Position, list[Any
     return _fetch_range(store, r, with_ts=True)
 
 
+_KEYS_PER_STATEMENT = 500  # well under SQLite's variable limit; every chunk reads the same snapshot
+
+
+def _prep_keys(store: KeyValueStore, q: MultiKeyQuery) -> tuple[Any, ...]:
+    coerce = store.codec.coerce_query_key
+    return tuple(sorted(dict.fromkeys(coerce(k) for k in q.keys)))
+
+
+def _fetch_keys(store: KeyValueStore, keys: tuple[Any, ...], with_ts: bool = False) -> tuple[Position, list[Any]]:
+    ts = ", ts" if with_ts else ""
+    statements = []
+    for i in range(0, len(keys), _KEYS_PER_STATEMENT):
+        chunk = keys[i:i + _KEYS_PER_STATEMENT]
+        sql = store.cached_sql(("keys", len(chunk), with_ts),
+                               lambda n=len(chunk): f"SELECT k{ts}{store.vcols_tail} FROM kv WHERE k IN ({', '.join('?' * n)})"
+                               " ORDER BY k")
+        statements.append((sql, chunk))
+    return store.snapshot_many(statements)
+
+
+def _fetch_ts_keys(store: KeyValueStore, keys: tuple[Any, ...]) -> tuple[Position, list[Any]]:
+    return _fetch_keys(store, keys, with_ts=True)
+
+
 def _build_value(store: KeyValueStore, _key: Any, row: Any) -> Any:
     if row[1] is None:
         return None
@@ -108,6 +133,7 @@ class KeyValueStore(PartitionStore):
 
     HANDLERS = {
         KeyQuery: Handler(_prep_key, _fetch_point, _build_value),
+        MultiKeyQuery: Handler(_prep_keys, _fetch_keys, _build_range),
         RangeQuery: Handler(_prep_range, _fetch_range, _build_range),
     }
 
@@ -150,4 +176,5 @@ class TimestampedKeyValueStore(KeyValueStore):
         **KeyValueStore.HANDLERS,
         TimestampedKeyQuery: Handler(_prep_key, _fetch_point, _build_vat),
         TimestampedRangeQuery: Handler(_prep_range, _fetch_ts_range, _build_ts_range),
+        MultiKeyQuery: Handler(_prep_keys, _fetch_ts_keys, _build_ts_range),
     }

@@ -13,7 +13,7 @@ from planner.plan import PSEUDO_COLUMNS, StatementKind
 from stores.catalog.partitioner import partition_for_key
 from stores.catalog.schema import SqlType
 from stores.iqv2.position import Position, PositionBound
-from stores.iqv2.query import KeyQuery, RangeQuery, VersionedKeyQuery
+from stores.iqv2.query import KeyQuery, MultiKeyQuery, RangeQuery, VersionedKeyQuery
 from tests.planner.planner_catalog import CATALOG
 
 
@@ -39,14 +39,19 @@ def test_dialect_round_trips_extensions() -> None:
 
 
 def test_select_plan_shape() -> None:
-    plan = planner.plan("SELECT v FROM mystore WHERE k IN (1, 2)", CATALOG)
+    plan = planner.plan("SELECT v FROM mystore WHERE k IN (1, 2, 3)", CATALOG)
     assert plan.kind is StatementKind.SELECT
     (scan,) = plan.scans
     assert scan.relation == "__iq_scan_0" and scan.store == "mystore"
-    assert [r.query for r in scan.requests] == [KeyQuery.with_key(1), KeyQuery.with_key(2)]
+    # one request per partition: a KeyQuery for a lone key, a MultiKeyQuery for several
+    by_partition: dict[int, list[int]] = {}
+    for k in (1, 2, 3):
+        by_partition.setdefault(partition_for_key(k, 4, SqlType.BIGINT), []).append(k)
+    want = {frozenset({p}): (KeyQuery.with_key(ks[0]) if len(ks) == 1 else MultiKeyQuery.with_keys(ks))
+            for p, ks in by_partition.items()}
+    assert {r.partitions: r.query for r in scan.requests} == want
     for r in scan.requests:
         assert r.store_name == "mystore"
-        assert r.partitions == frozenset({partition_for_key(r.query.key, 4, SqlType.BIGINT)})
         assert r.position_bound.is_unbounded()
     assert plan.fast_path == ("v",)
     assert '"__iq_scan_0"' in plan.residual_sql

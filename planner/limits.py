@@ -1,0 +1,95 @@
+"""What a statement may be, checked on the raw text before any parsing: size, nesting, names, encoding.
+
+Parsing and planning run outside DuckDB's statement timeout, so their cost
+must be bounded by the input: these checks keep pathological statements
+(a megabyte-long function name, thousands of nested parentheses, a lone
+surrogate) from ever reaching the parser, each with a 400 that says where.
+BI tools generate long SQL; the limits are far above anything they write.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import ParameterError, SqlSyntaxError
+from .positions import line_col
+
+__all__ = ["check_text", "check_param_values", "MAX_SQL_CHARS", "MAX_NESTING", "MAX_NAME_CHARS", "MAX_PARAMS"]
+
+MAX_SQL_CHARS = 1_000_000
+MAX_NESTING = 1_000  # parentheses and brackets inside one another
+MAX_NAME_CHARS = 1_024  # an identifier or a function name
+MAX_PARAMS = 100_000
+
+_WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_$")
+
+
+def check_text(sql: str) -> None:
+    """Refuse text no parser should see; one linear pass, strings and comments skipped."""
+    if len(sql) > MAX_SQL_CHARS:
+        raise SqlSyntaxError(f"the statement has {len(sql):,} characters; the limit is {MAX_SQL_CHARS:,}")
+    try:
+        sql.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        line, col = line_col(sql, exc.start)
+        raise SqlSyntaxError(f"the statement contains an invalid character (a lone surrogate, U+{ord(sql[exc.start]):04X})",
+                             line=line, col=col) from None
+    depth = deepest = 0
+    i, n = 0, len(sql)
+    word_start = -1
+    while i < n:
+        ch = sql[i]
+        if ch in _WORD:
+            if word_start < 0:
+                word_start = i
+            elif i - word_start >= MAX_NAME_CHARS:
+                line, col = line_col(sql, word_start)
+                raise SqlSyntaxError(f"a name longer than {MAX_NAME_CHARS} characters", line=line, col=col)
+            i += 1
+            continue
+        word_start = -1
+        if ch in "'\"`":  # a string or quoted identifier: skip to its end ('' and "" escape themselves)
+            close = sql.find(ch, i + 1)
+            while close >= 0 and close + 1 < n and sql[close + 1] == ch:
+                close = sql.find(ch, close + 2)
+            if ch == '"' and close > i and close - i - 1 > MAX_NAME_CHARS:
+                line, col = line_col(sql, i)
+                raise SqlSyntaxError(f"a name longer than {MAX_NAME_CHARS} characters", line=line, col=col)
+            i = n if close < 0 else close + 1
+            continue
+        if ch == "-" and sql.startswith("--", i):
+            nl = sql.find("\n", i)
+            i = n if nl < 0 else nl + 1
+            continue
+        if ch == "/" and sql.startswith("/*", i):
+            end = sql.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+            continue
+        if ch in "([{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_NESTING:
+                    line, col = line_col(sql, i)
+                    raise SqlSyntaxError(f"the statement nests more than {MAX_NESTING} levels deep", line=line, col=col)
+        elif ch in ")]}":
+            depth -= 1
+        i += 1
+
+
+_SCALARS = (type(None), bool, int, float, str, bytes)
+
+
+def check_param_values(params: Any) -> None:
+    """Parameters are scalar values (or dates and times), at most MAX_PARAMS, strings valid UTF-8."""
+    values = list(params.values()) if hasattr(params, "values") and callable(params.values) else list(params)
+    if len(values) > MAX_PARAMS:
+        raise ParameterError(f"{len(values):,} parameters were given; the limit is {MAX_PARAMS:,}")
+    for i, v in enumerate(values):
+        if isinstance(v, (list, tuple, dict, set)):
+            raise ParameterError(f"parameter {i + 1} is a {type(v).__name__}; parameters are single values")
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ParameterError(f"parameter {i + 1} contains an invalid character (a lone surrogate)") from None

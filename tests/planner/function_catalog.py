@@ -1,0 +1,156 @@
+"""Classifying DuckDB's own function list, and regenerating ``planner/function_allowlist.py`` from it.
+
+``python -m tests.planner.function_catalog`` rewrites the allowlist module
+for the installed DuckDB and sqlglot; ``test_function_allowlist.py`` fails
+while the module and this classification disagree with them, so a DuckDB
+upgrade that adds a function cannot open a hole: a function nobody has
+classified is refused, and the test names it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import duckdb
+from sqlglot import exp
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGET = ROOT / "planner" / "function_allowlist.py"
+
+# Table functions that only compute rows from their arguments.
+PURE_TABLE_FUNCTIONS = frozenset({"range", "generate_series", "unnest", "json_each", "json_tree", "repeat",
+                                  "repeat_row"})
+
+# Scalar, aggregate, window functions and macros that reach outside the statement's own values: settings, the
+# session, the engine's catalog and logs, the process environment, files, the network, or time (pg_sleep).
+_REFUSED_EXACT = frozenset({
+    "alias", "current_connection_id", "current_database", "current_query", "current_query_id", "current_schema",
+    "current_schemas", "current_setting", "current_transaction_id", "current_catalog", "current_role",
+    "current_user", "session_user", "user", "getvariable", "json_deserialize_sql", "json_serialize_plan",
+    "json_serialize_sql", "json_execute_serialized_sql", "parse_duckdb_log_message", "stats", "txid_current",
+    "version", "write_log", "get_block_size", "inet_client_addr", "inet_client_port", "inet_server_addr",
+    "inet_server_port", "col_description", "obj_description", "shobj_description", "format_pg_type",
+    "format_type", "map_to_pg_oid", "getenv", "which_secret", "set_variable", "parse_filename", "glob",
+})
+_REFUSED_PATTERN = re.compile(
+    r"^(__internal|has_\w+_privilege$|pg_(?!typeof$|size_pretty$)|read_|parquet_|duckdb_|pragma_|enable_|disable_|"
+    r"sqlite_|postgres_|mysql_|iceberg_|delta_|http|s3|azure_|gcs_|ducklake_|excel_|checkpoint|force_checkpoint|"
+    r"query)")
+
+# SQL syntax that sqlglot represents as a function node but DuckDB does not list as a function.
+SYNTAX_NAMES = frozenset({
+    "cast", "try_cast", "coalesce", "extract", "array", "struct", "map", "if", "case", "nullif", "interval",
+    "bracket", "distinct", "greatest", "least", "current_timestamp", "current_date", "current_time",
+    "localtimestamp", "localtime", "columns", "collate", "lambda", "star", "at_time_zone", "convert_timezone",
+    "is_inf", "is_nan", "in", "exists", "any", "all", "some", "trim", "substring", "overlay", "position",
+    "timestamp_trunc", "date_trunc",
+})
+
+
+def duckdb_functions() -> dict[str, tuple[frozenset[str], int]]:
+    """name -> (its kinds, the fewest parameters of its overloads), as the installed DuckDB lists them."""
+    con = duckdb.connect()
+    rows = con.sql("SELECT function_name, list(DISTINCT function_type), min(len(parameters)) FROM duckdb_functions() "
+                   "GROUP BY function_name").fetchall()
+    con.close()
+    return {name: (frozenset(kinds), n) for name, kinds, n in rows}
+
+
+def is_operator(name: str) -> bool:
+    """``+``, ``~~``, ``IS DISTINCT FROM``: operators, never written as name(…) in SQL."""
+    return not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)
+
+
+def allowed(name: str, kinds: frozenset[str]) -> bool:
+    """A name may be called when one of its kinds is an allowed call: a pure table function (in FROM), or a
+    scalar/aggregate/window function or macro the refusal rules do not catch (a pragma never)."""
+    if name in PURE_TABLE_FUNCTIONS:
+        return True
+    if not kinds & {"scalar", "aggregate", "window", "macro"}:
+        return False
+    return name not in _REFUSED_EXACT and not _REFUSED_PATTERN.match(name)
+
+
+def sqlglot_name(name: str, min_args: int) -> str | None:
+    """The name the planner's guard sees for ``SELECT name(…)`` (sqlglot may map it to a typed node)."""
+    from planner.dialect import parse_statement
+    from planner.guard import function_name
+
+    args = ", ".join(["1"] * max(min_args, 1))
+    for sql in (f"SELECT {name}({args})", f"SELECT {name}()", f"SELECT * FROM {name}({args})"):
+        try:
+            node = parse_statement(sql)
+        except Exception:  # noqa: BLE001 - some need other argument shapes: try the next form
+            continue
+        funcs = [f for f in node.find_all(exp.Func) if not isinstance(f, exp.Cast)]
+        if funcs:
+            return function_name(funcs[0])
+    return None
+
+
+def classify() -> tuple[list[str], list[str], list[str]]:
+    """(allowed DuckDB names, refused DuckDB names, the guard-level names of the allowed ones)."""
+    ok, refused, guard = [], [], set(SYNTAX_NAMES)
+    for name, (kinds, n) in sorted(duckdb_functions().items()):
+        if is_operator(name):
+            continue
+        if allowed(name, kinds):
+            ok.append(name)
+            guard.add(name.lower())
+            seen = sqlglot_name(name, n)
+            if seen:
+                guard.add(seen)
+        else:
+            refused.append(name)
+    return ok, refused, sorted(guard)
+
+
+def _names(items: list[str]) -> str:
+    lines, line = [], "   "
+    for n in items:
+        piece = f" {n!r},"
+        if len(line) + len(piece) > 116:
+            lines.append(line)
+            line = "   "
+        line += piece
+    lines.append(line)
+    return "\n".join(lines)
+
+
+def render() -> str:
+    ok, refused, guard = classify()
+    version = duckdb.__version__
+    return f'''"""Which functions statements may call: an allowlist, generated from DuckDB's own function list.
+
+Generated by ``python -m tests.planner.function_catalog`` for DuckDB {version}; ``tests/planner/
+test_function_allowlist.py`` fails when this file and the installed DuckDB or sqlglot disagree, so a function
+DuckDB adds is refused until someone classifies it. Allowed: functions that compute only from their
+arguments (and the clock). Refused: whatever reaches settings, the session, the catalog, logs, the
+environment, files or the network.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ALLOWED_DUCKDB_FUNCTIONS", "REFUSED_DUCKDB_FUNCTIONS", "GUARD_NAMES"]
+
+#: DuckDB function names a statement may call.
+ALLOWED_DUCKDB_FUNCTIONS = frozenset({{
+{_names(ok)}
+}})
+
+#: DuckDB function names a statement may never call.
+REFUSED_DUCKDB_FUNCTIONS = frozenset({{
+{_names(refused)}
+}})
+
+#: The names the planner's guard sees (sqlglot's, for the allowed functions and SQL syntax).
+GUARD_NAMES = frozenset({{
+{_names(guard)}
+}})
+'''
+
+
+if __name__ == "__main__":
+    TARGET.write_text(render(), encoding="utf-8")
+    print(f"wrote {TARGET}")

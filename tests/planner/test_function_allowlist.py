@@ -1,0 +1,85 @@
+"""The function allowlist against DuckDB's own function list: nothing unclassified, nothing refused gets through.
+
+If DuckDB or sqlglot is upgraded, the first test names what changed; regenerate with
+``python -m tests.planner.function_catalog`` after classifying any new function in that module.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import planner
+from planner.function_allowlist import ALLOWED_DUCKDB_FUNCTIONS, GUARD_NAMES, REFUSED_DUCKDB_FUNCTIONS
+from tests.planner.function_catalog import duckdb_functions, is_operator, render
+from tests.planner.planner_catalog import CATALOG
+
+FUNCTIONS = duckdb_functions()
+
+
+def test_the_allowlist_is_generated_from_this_duckdb_and_sqlglot() -> None:
+    from tests.planner.function_catalog import TARGET
+
+    assert TARGET.read_text(encoding="utf-8") == render(), (
+        "planner/function_allowlist.py is out of date for the installed DuckDB/sqlglot: classify new functions in "
+        "tests/planner/function_catalog.py and run python -m tests.planner.function_catalog")
+
+
+def test_every_duckdb_function_is_classified() -> None:
+    named = {n for n in FUNCTIONS if not is_operator(n)}
+    assert ALLOWED_DUCKDB_FUNCTIONS | REFUSED_DUCKDB_FUNCTIONS == named
+    assert not ALLOWED_DUCKDB_FUNCTIONS & REFUSED_DUCKDB_FUNCTIONS
+
+
+def _plan(sql: str) -> BaseException | None:
+    try:
+        planner.plan(sql, CATALOG)
+    except planner.PlanningError as exc:
+        return exc
+    return None
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED_DUCKDB_FUNCTIONS))
+def test_a_refused_function_never_plans(name: str) -> None:
+    kinds, n = FUNCTIONS[name]
+    args = ", ".join(["'x'"] * max(n, 1))
+    for sql in (f"SELECT {name}({args})", f"SELECT {name}()", f"SELECT * FROM {name}({args})"):
+        err = _plan(sql)
+        assert err is not None, f"{sql} planned"
+        assert not isinstance(err, planner.TypeMismatchError), sql
+
+
+def test_allowed_functions_are_accepted_by_the_guard() -> None:
+    refused = []
+    for name in sorted(ALLOWED_DUCKDB_FUNCTIONS):
+        kinds, n = FUNCTIONS[name]
+        if not kinds & {"scalar", "aggregate", "window", "macro"}:
+            continue
+        err = _plan(f"SELECT {name}({', '.join(['1'] * max(n, 1))})")
+        if isinstance(err, planner.ForbiddenFunctionError):
+            refused.append(name)
+    assert not refused, f"allowed by the list but refused by the guard: {refused}"
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT json_serialize_plan('SELECT current_setting(''memory_limit'')', optimize := true)",
+    "SELECT current_setting('memory_limit')",
+    "SELECT * FROM duckdb_settings()",
+    "SELECT getenv('HOME')",
+    "SELECT version()",
+    "SELECT json_serialize_sql('SELECT 1')",
+    "SELECT * FROM read_text('/etc/passwd')",
+    "SELECT pg_sleep(100)",
+    "SELECT brand_new_function(1)",
+])
+def test_escape_probes_are_refused(sql: str) -> None:
+    assert isinstance(_plan(sql), (planner.ForbiddenFunctionError, planner.SqlSyntaxError)), sql
+
+
+def test_unknown_functions_get_a_did_you_mean_and_long_names_are_shortened() -> None:
+    err = _plan("SELECT sumz(1)")
+    assert isinstance(err, planner.ForbiddenFunctionError) and "unknown function sumz(); did you mean sum()?" in str(err)
+    err = _plan("SELECT " + "f" * 900 + "(1)")
+    assert isinstance(err, planner.ForbiddenFunctionError) and "(900 characters)" in str(err) and len(str(err)) < 300
+    err = _plan("SELECT " + "f" * 900_000 + "(1)")  # refused before parsing: a linear scan of the text
+    assert isinstance(err, planner.SqlSyntaxError) and "longer than 1024 characters" in str(err)
+    assert "sum" in GUARD_NAMES and "current_setting" not in GUARD_NAMES
