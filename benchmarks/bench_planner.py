@@ -52,13 +52,46 @@ def run(quick: bool) -> list[Figure]:
     parse = percentile(time_calls(bare_parse, max(200, n // 10)), 50) * 1e6
     cold = percentile(time_calls(uncached_point, max(100, n // 20), warmup=10), 50) * 1e6
     join = percentile(time_calls(cached_join, n), 50) * 1e6
-    return [
+    return _in_list_figures(quick) + [
         Figure("plan cached point lookup p50", point, "us", baseline=parse, baseline_name="sqlglot parse_one p50",
                goal="<= 100 us", met=point <= 100),
         Figure("plan uncached point lookup p50", cold, "us", baseline=parse, baseline_name="sqlglot parse_one p50",
                note="parse + analysis + residual SQL generation"),
         Figure("plan cached join+aggregate p50", join, "us", baseline=parse, baseline_name="sqlglot parse_one p50"),
     ]
+
+
+def _in_list_figures(quick: bool) -> list[Figure]:
+    """Planning ``k IN (?, …)`` with 100 / 1,000 / 10,000 keys: linear means each size costs 10x the last.
+
+    The baseline of each size is the 100-key time scaled by the key count: a ratio near 1 is linear.
+    """
+    sizes = (100, 1_000, 10_000) if not quick else (100, 1_000, 5_000)
+    out: list[Figure] = []
+    base_uncached = base_cached = 0.0
+    for n in sizes:
+        sql = "SELECT v FROM mystore WHERE k IN (" + ", ".join("?" * n) + ")"
+        params = list(range(n))
+        reps = max(3, 3_000 // n)
+
+        def uncached(sql: str = sql, params: list[int] = params) -> None:
+            planner.clear_cache()
+            planner.plan(sql, CATALOG, params=params)
+
+        def cached(sql: str = sql, params: list[int] = params) -> None:
+            planner.plan(sql, CATALOG, params=params)
+
+        cold = percentile(time_calls(uncached, reps, warmup=1), 50) * 1e3
+        warm = percentile(time_calls(cached, reps, warmup=1), 50) * 1e3
+        if n == sizes[0]:
+            base_uncached, base_cached = cold / n, warm / n
+        out.append(Figure(f"plan IN list of {n:,} keys, uncached", cold, "ms", base_uncached * n,
+                          f"{sizes[0]} keys scaled linearly", "<= 2x (linear)", cold <= 2 * base_uncached * n))
+        out.append(Figure(f"plan IN list of {n:,} keys, cached", warm, "ms", base_cached * n,
+                          f"{sizes[0]} keys scaled linearly", "<= 2x (linear)", warm <= 2 * base_cached * n,
+                          note="one request per partition (MultiKeyQuery)"))
+    planner.clear_cache()
+    return out
 
 
 if __name__ == "__main__":

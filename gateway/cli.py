@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .config import GatewayConfig
-from .console import print_result, request_stop, reset_stop, wait_for_stop
+from .console import die, print_result, request_stop, reset_stop, wait_for_stop
 from .errors import GatewayError
 from .json_values import dumps
+from .options import config_from_args, config_kwargs, non_negative_int, positive_int, server_args
 
 __all__ = ["main", "console", "request_stop"]
 
@@ -155,17 +155,12 @@ def _kafka_options(args: argparse.Namespace) -> dict[str, str]:
 
 
 # -- serve and demo ------------------------------------------------------------------------------------
-def _config(args: argparse.Namespace) -> GatewayConfig:
-    return GatewayConfig(auth_token=args.token, max_rows=args.max_rows, statement_timeout_ms=args.statement_timeout_ms,
-                         table_scans=not args.no_table_scans)
-
-
 def _serve_until_stopped(gw: Any, args: argparse.Namespace, what: str) -> None:
     from .http import create_app
     from .server import ServerThread, tune_process_for_serving
 
     tune_process_for_serving()
-    server = ServerThread(create_app(gw), args.host, args.port, args.threads).start()
+    server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die).start()
     print(f"iqgate: serving {what} on {server.url}", file=sys.stderr, flush=True)
     try:
         wait_for_stop()
@@ -179,7 +174,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.pipeline is None:
         if not args.state_dir:
             raise SystemExit("iqgate serve: give a pipeline file, or --state-dir DIR to serve its stores read-only")
-        gw = Gateway.open(args.state_dir, **_config_kwargs(args))
+        gw = Gateway.open(args.state_dir, **config_kwargs(args))
         try:
             _serve_until_stopped(gw, args, f"{args.state_dir} read-only")
         finally:
@@ -192,16 +187,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     log = pipeline_source(module, args.bootstrap_servers, _kafka_options(args), args.log_dir or base / "log")
     app = start_pipeline(module, log, Path(args.state_dir or base / "state"), master=args.master)
     try:
-        _serve_until_stopped(Gateway(app, config=_config(args)), args, f"pipeline {module.APPLICATION_ID}")
+        _serve_until_stopped(Gateway(app, config=config_from_args(args)), args, f"pipeline {module.APPLICATION_ID}")
     finally:
         app.close()
     return 0
-
-
-def _config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    c = _config(args)
-    return {"auth_token": c.auth_token, "max_rows": c.max_rows, "statement_timeout_ms": c.statement_timeout_ms,
-            "table_scans": c.table_scans}
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -219,43 +208,15 @@ def _sql_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--param", action="append", default=[], help="a positional parameter (JSON or text); repeatable")
     p.add_argument("--position", help='position bound as JSON, e.g. {"orders": {"0": 41}}')
     p.add_argument("--partial", action="store_true", help="return data beside failed partitions")
-    p.add_argument("--wait-ms", type=_non_negative_int, help="wait up to this long for the stores to reach --position")
+    p.add_argument("--wait-ms", type=non_negative_int, help="wait up to this long for the stores to reach --position")
     p.add_argument("--token", help="bearer token of the server")
     p.add_argument("--timeout", type=float, default=60.0, help="HTTP timeout in seconds")
-
-
-def _int_at_least(least: int) -> Any:
-    """An argparse type: an integer >= ``least``, so a bad number is a usage error (exit 2), not a traceback."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text, 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < least:
-            raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
-        return value
-    return parse
-
-
-_positive_int = _int_at_least(1)
-_non_negative_int = _int_at_least(0)
 
 
 def _kafka_args(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--bootstrap-servers", metavar="HOST:PORT[,HOST:PORT]", help=what)
     p.add_argument("--kafka-option", action="append", default=[], metavar="NAME=VALUE",
                    help="a librdkafka client setting, e.g. security.protocol=SASL_SSL (repeatable)")
-
-
-def _server_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--threads", type=_positive_int, default=4,
-                   help="HTTP worker threads (default 4: more only add GIL contention on small machines)")
-    p.add_argument("--token", help="require Authorization: Bearer TOKEN")
-    p.add_argument("--max-rows", type=_positive_int, default=1_000_000, help="most rows one statement may return")
-    p.add_argument("--statement-timeout-ms", type=_positive_int, default=30_000)
-    p.add_argument("--no-table-scans", action="store_true", help="refuse queries that must scan whole stores")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -270,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--state-dir", help="state directory (default DATA_DIR/state); alone: serve it read-only")
     _kafka_args(serve, "read the pipeline's topics from Kafka instead of the event log")
     serve.add_argument("--master", help="Spark master for the pipeline, e.g. spark://host:7077 (default: local[2])")
-    _server_args(serve)
+    server_args(serve)
     serve.set_defaults(fn=cmd_serve)
 
     sql = sub.add_parser("sql", help="run a statement and print the result")
@@ -285,19 +246,19 @@ def build_parser() -> argparse.ArgumentParser:
     produce = sub.add_parser("produce", help="append JSON lines from stdin to a topic of the event log or Kafka")
     produce.add_argument("topic")
     produce.add_argument("--log", default="data/log", help="event log directory (default ./data/log)")
-    produce.add_argument("--partitions", type=_positive_int, help="create the topic with this many partitions if missing")
+    produce.add_argument("--partitions", type=positive_int, help="create the topic with this many partitions if missing")
     _kafka_args(produce, "produce to Kafka instead of the event log")
     produce.set_defaults(fn=cmd_produce)
 
     demo = sub.add_parser("demo", help="the shop pipeline end to end: events, Spark, stores, HTTP, example queries")
     demo.add_argument("--dir", default="demo-data", help="working directory (default ./demo-data)")
-    demo.add_argument("--orders", type=_non_negative_int, default=5_000, help="synthetic orders to load")
-    demo.add_argument("--customers", type=_positive_int, default=100)
+    demo.add_argument("--orders", type=non_negative_int, default=5_000, help="synthetic orders to load")
+    demo.add_argument("--customers", type=positive_int, default=100)
     demo.add_argument("--once", action="store_true", help="print the example answers and exit instead of serving")
     demo.add_argument("--kafka", action="store_true",
                       help="run over a Kafka broker (Tansu, in memory) the demo starts on 127.0.0.1 itself")
     demo.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the pipeline to load")
-    _server_args(demo)
+    server_args(demo)
     demo.set_defaults(fn=cmd_demo)
     return parser
 

@@ -7,13 +7,23 @@ place whichever face the query came through.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from stores.iqv2.position import Position, PositionBound
 
-__all__ = ["GatewayConfig", "Session", "as_position"]
+__all__ = ["GatewayConfig", "Session", "as_position", "default_max_memory"]
+
+
+def default_max_memory() -> int:
+    """A tenth of the machine's memory, between 256 MB and 4 GB: room for BI aggregates, never the machine."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        total = 8 * 2**30
+    return int(min(4 * 2**30, max(256 * 2**20, total // 10)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +33,12 @@ class GatewayConfig:
     ``table_scans=False`` refuses queries with nothing to push down; a session
     cannot turn scans back on. ``auth_token`` (when set) is required as
     ``Authorization: Bearer <token>`` on every HTTP endpoint but health.
+    ``max_memory_bytes`` is every statement's memory budget (DuckDB's
+    memory_limit, and the growth of the process a statement may cause);
+    ``max_response_bytes`` caps an answer's size beside ``max_rows``;
+    ``max_waiters`` is how many statements may wait for a position bound at
+    once (the rest are answered NOT_UP_TO_BOUND at once, so waiting requests
+    cannot hold every worker thread).
     """
 
     max_rows: int = 1_000_000
@@ -34,9 +50,13 @@ class GatewayConfig:
     auth_token: str | None = None
     ndjson_batch_rows: int = 1_000
     retry_after_s: int = 1
+    max_memory_bytes: int = field(default_factory=lambda: default_max_memory())
+    max_response_bytes: int = 256 * 2**20
+    max_waiters: int = 2
 
     def __post_init__(self) -> None:
-        for name in ("max_rows", "statement_timeout_ms", "max_wait_ms", "max_request_bytes", "ndjson_batch_rows"):
+        for name in ("max_rows", "statement_timeout_ms", "max_wait_ms", "max_request_bytes", "ndjson_batch_rows",
+                     "max_memory_bytes", "max_response_bytes", "max_waiters"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise ValueError(f"GatewayConfig.{name} must be a positive integer, got {v!r}")

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import sys
 import threading
 from collections.abc import Sequence
 from typing import Any, TextIO
 
 from .json_values import dumps, json_default
 
-__all__ = ["print_table", "print_result", "request_stop", "reset_stop", "wait_for_stop"]
+__all__ = ["print_table", "print_result", "request_stop", "reset_stop", "wait_for_stop", "die"]
 
 
 # -- output ---------------------------------------------------------------------------------
@@ -84,3 +86,12 @@ def wait_for_stop() -> None:
 def reset_stop() -> None:
     """Forget an earlier ``request_stop`` (each command run starts fresh)."""
     _STOP.clear()
+
+
+def die(exc: BaseException) -> None:
+    """An essential thread died: say why and end the process non-zero, so a supervisor restarts it.
+
+    Raising in that thread would leave the process up with a port that answers nothing.
+    """
+    print(f"iqgate: the HTTP server stopped ({type(exc).__name__}: {exc}); exiting", file=sys.stderr, flush=True)
+    os._exit(70)

@@ -77,12 +77,12 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, log: Any, state_name: str = "state", produce_hint: str | None = None) -> int:
-    from .config import GatewayConfig
-    from .console import print_result, wait_for_stop
+    from .console import die, print_result, wait_for_stop
     from .engine import Gateway
     from .hosting import load_pipeline, start_pipeline, wait_caught_up
     from .http import create_app
     from .json_values import dumps
+    from .options import config_from_args
     from .server import ServerThread, tune_process_for_serving
 
     module = load_pipeline(PIPELINE)
@@ -112,11 +112,9 @@ def _run(args: argparse.Namespace, log: Any, state_name: str = "state", produce_
 
     try:
         wait_caught_up(app, log, args.timeout, progress)
-        gw = Gateway(app, config=GatewayConfig(auth_token=args.token, max_rows=args.max_rows,
-                                               statement_timeout_ms=args.statement_timeout_ms,
-                                               table_scans=not args.no_table_scans))
+        gw = Gateway(app, config=config_from_args(args))
         tune_process_for_serving()
-        server = ServerThread(create_app(gw), args.host, args.port, args.threads).start()
+        server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die).start()
         try:
             _say(f"\niqgate is serving the shop stores at {server.url}\n")
             for title, sql in example_queries(orders):

@@ -1,4 +1,4 @@
-"""The DuckDB side of a request: one locked-down parent connection, one cursor per request, a timeout watchdog.
+"""The DuckDB side of a request: one locked-down parent connection, one cursor per request, errors in user terms.
 
 A DuckDB connection shared by threads gives wrong results, so every request
 gets its own cursor; cursors inherit the parent's settings, which is why the
@@ -8,11 +8,8 @@ turn file, network or extension access back on.
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import duckdb
@@ -22,12 +19,12 @@ from .errors import (
     ForbiddenError,
     GatewayError,
     GatewayInternalError,
+    OutOfMemoryError,
     RowLimitExceeded,
     SqlError,
-    StatementTimeout,
 )
 
-__all__ = ["DuckPool", "Watchdog", "SECURITY_SETTINGS", "duck_error", "fetch_chunks", "row_limit_error"]
+__all__ = ["DuckPool", "SECURITY_SETTINGS", "duck_error", "fetch_chunks", "row_limit_error"]
 
 # Order matters: lock_configuration last, or the others could not be set.
 SECURITY_SETTINGS: tuple[tuple[str, str], ...] = (
@@ -44,13 +41,21 @@ class DuckPool:
 
     TimeZone is UTC so TIMESTAMP WITH TIME ZONE columns (how store times are
     exposed) and naive literals in residual SQL mean the same instant, as the
-    planner's key coercion assumes (naive = UTC).
+    planner's key coercion assumes (naive = UTC). ``memory_limit`` bounds
+    DuckDB's buffer manager (joins, aggregates, sorts) and nothing spills to
+    disk: a statement over it fails with OUT_OF_MEMORY instead of filling a
+    temp directory. The expression depth is raised to what the planner lets
+    through (``planner.limits.MAX_NESTING``), so the limit users meet is ours.
     """
 
-    def __init__(self, threads: int | None = None) -> None:
+    def __init__(self, threads: int | None = None, memory_limit_bytes: int | None = None) -> None:
         self._con = duckdb.connect(":memory:")
         if threads is not None:
             self._con.execute(f"SET threads = {int(threads)}")
+        if memory_limit_bytes is not None:
+            self._con.execute(f"SET GLOBAL memory_limit = '{int(memory_limit_bytes)}B'")
+        self._con.execute("SET GLOBAL temp_directory = ''")
+        self._con.execute("SET GLOBAL max_expression_depth = 4000")
         for name, value in SECURITY_SETTINGS:
             self._con.execute(f"SET GLOBAL {name} = {value}")
         self._lock = threading.Lock()
@@ -63,62 +68,8 @@ class DuckPool:
         self._con.close()
 
 
-class Watchdog:
-    """One thread that interrupts statements past their deadline.
-
-    A timer thread per request would cost more than the point lookups it
-    guards; a heap of deadlines served by one daemon thread costs a push.
-    """
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[float, int, Callable[[], None]]] = []
-        self._cancelled: set[int] = set()
-        self._live: set[int] = set()
-        self._cv = threading.Condition()
-        self._ids = itertools.count()
-        self._thread: threading.Thread | None = None
-
-    def arm(self, timeout_s: float, action: Callable[[], None]) -> int:
-        """Run ``action`` after ``timeout_s`` unless ``disarm`` is called first; returns the ticket."""
-        ticket = next(self._ids)
-        with self._cv:
-            heapq.heappush(self._heap, (time.monotonic() + timeout_s, ticket, action))
-            self._live.add(ticket)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="iqgate-watchdog", daemon=True)
-                self._thread.start()
-            self._cv.notify()
-        return ticket
-
-    def disarm(self, ticket: int) -> None:
-        with self._cv:
-            if ticket in self._live:
-                self._live.discard(ticket)
-                self._cancelled.add(ticket)
-
-    def _run(self) -> None:
-        while True:
-            with self._cv:
-                while True:
-                    while self._heap and self._heap[0][1] in self._cancelled:
-                        self._cancelled.discard(heapq.heappop(self._heap)[1])
-                    if not self._heap:
-                        self._cv.wait()
-                        continue
-                    delay = self._heap[0][0] - time.monotonic()
-                    if delay <= 0:
-                        _, ticket, action = heapq.heappop(self._heap)
-                        self._live.discard(ticket)
-                        break
-                    self._cv.wait(delay)
-            try:
-                action()
-            except Exception:  # noqa: BLE001 - an interrupt of a finished cursor must not kill the watchdog
-                pass
-
-
-def fetch_chunks(cur: duckdb.DuckDBPyConnection, size: int, limit_rows: int, timeout_ms: int,
-                  done: Any) -> Iterator[list[tuple[Any, ...]]]:
+def fetch_chunks(cur: duckdb.DuckDBPyConnection, size: int, limit_rows: int, watch: Any,
+                 relations: dict[str, str]) -> Iterator[list[tuple[Any, ...]]]:
     """Chunks of rows as DuckDB produces them; past the row limit it is an error, never a silent truncation."""
     seen = 0
     try:
@@ -126,8 +77,9 @@ def fetch_chunks(cur: duckdb.DuckDBPyConnection, size: int, limit_rows: int, tim
             try:
                 chunk = cur.fetchmany(size)
             except duckdb.Error as exc:
-                raise duck_error(exc, timeout_ms) from exc
+                raise duck_error(exc, watch, relations) from exc
             if not chunk:
+                watch.check()
                 return
             seen += len(chunk)
             if seen > limit_rows:
@@ -135,7 +87,7 @@ def fetch_chunks(cur: duckdb.DuckDBPyConnection, size: int, limit_rows: int, tim
                 raise row_limit_error(limit_rows)
             yield chunk
     finally:
-        done()
+        watch.close()
 
 
 def row_limit_error(limit_rows: int) -> RowLimitExceeded:
@@ -143,11 +95,20 @@ def row_limit_error(limit_rows: int) -> RowLimitExceeded:
                             "add a LIMIT or a narrower WHERE")
 
 
-def duck_error(exc: BaseException, timeout_ms: int) -> GatewayError:
-    """The gateway error for a DuckDB failure while running the residual SQL."""
-    msg = str(exc)
+def duck_error(exc: BaseException, watch: Any, relations: dict[str, str] | None = None) -> GatewayError:
+    """The gateway error for a DuckDB failure while running the residual SQL.
+
+    An interrupt is whatever the statement's watch tripped on (timeout, cancel, memory). Messages never
+    show the rewritten SQL: DuckDB's ``LINE 1: …`` excerpt is of our residual statement, not the user's,
+    and relation names like ``__iq_scan_0`` are replaced by the stores they hold.
+    """
+    msg = _user_message(str(exc), relations or {})
     if isinstance(exc, duckdb.InterruptException) or "INTERRUPT" in msg.upper():
-        return StatementTimeout(f"the statement ran longer than the statement timeout of {timeout_ms} ms")
+        return watch.error()
+    if isinstance(exc, duckdb.OutOfMemoryException) or msg.startswith("Out of Memory Error"):
+        return OutOfMemoryError(f"the statement needed more memory than its budget: {msg.splitlines()[0]}")
+    if "max_expression_depth" in msg:
+        return SqlError("the statement nests expressions too deeply for the engine", code="SQL_ERROR")
     if isinstance(exc, duckdb.PermissionException):
         return ForbiddenError(f"refused: {msg}")
     if isinstance(exc, (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException)):
@@ -155,3 +116,15 @@ def duck_error(exc: BaseException, timeout_ms: int) -> GatewayError:
     if isinstance(exc, duckdb.InternalException):
         return GatewayInternalError(msg)
     return ExecutionError(msg)
+
+
+def _user_message(msg: str, relations: dict[str, str]) -> str:
+    cut = msg.find("\n\nLINE ")
+    if cut < 0:
+        cut = msg.find("\nLINE ")
+    if cut >= 0:
+        msg = msg[:cut]
+    msg = msg.split("\n\nPossible solutions:")[0]
+    for relation, store in relations.items():
+        msg = msg.replace(f'"{relation}"', store).replace(relation, store)
+    return msg.strip()

@@ -15,8 +15,8 @@ StateDirReader over another process's store files).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +35,12 @@ from . import statements
 from .arrow_rows import ScanRows, collect
 from .bounds import check_bound_topics
 from .config import GatewayConfig, Session, as_position
-from .duck import DuckPool, Watchdog, duck_error, fetch_chunks, row_limit_error
-from .errors import BadRequest, GatewayInternalError, StatementTimeout, translate
+from .duck import DuckPool, duck_error, fetch_chunks, row_limit_error
+from .errors import BadRequest, GatewayInternalError, translate
+from .guards import Guards, StatementWatch
 from .outcomes import partition_error, record_outcomes
 from .result import PartitionOutcome, Result
-from .scans import probe_query, run_scan
+from .scans import Waiting, probe_query, run_scan
 
 __all__ = ["Gateway", "Session"]
 
@@ -52,8 +53,9 @@ class Gateway:
             raise TypeError(f"Gateway needs a Queryable (StreamsApp or StateDirReader), got {type(source).__name__}")
         self.source = source
         self.config = config or GatewayConfig()
-        self._pool = DuckPool()
-        self._watchdog = Watchdog()
+        self._pool = DuckPool(memory_limit_bytes=self.config.max_memory_bytes)
+        self._guards = Guards(self.config.max_memory_bytes)
+        self._waiters = threading.BoundedSemaphore(self.config.max_waiters)
         self._owns_source = False
 
     @classmethod
@@ -127,28 +129,49 @@ class Gateway:
         max_rows: int | None = None,
         stream: bool = False,
         arrow: bool = False,
+        cancelled: Callable[[], bool] | None = None,
     ) -> Result:
-        """Run one statement.
+        """Run one statement within its budget (time from now, memory, the client still there).
 
         ``stream=True`` lets large results reach the caller chunk by chunk
         (NDJSON); ``arrow=True`` materializes Arrow instead of Python rows
         (Arrow IPC). Either way the rows, limits and errors are the same.
+        ``cancelled`` is polled while the statement runs (an HTTP client that
+        disconnected, a PG CancelRequest): when it says True the statement is
+        interrupted.
         """
         if not isinstance(text, str) or not text.strip():
             raise BadRequest("the SQL text is empty")
         settings = self._settings(session)
-        catalog = self.catalog()
-        plan = self._plan(text, params, settings, catalog)
-        kind = plan.kind
-        if kind is StatementKind.SET:
-            return statements.set_result(plan, session, settings, self._pool.cursor)
-        if kind is StatementKind.EXPLAIN:
-            return statements.explain_result(plan, self._pool.cursor)
-        if kind is StatementKind.SHOW_TABLES:
-            return statements.show_tables(catalog, self._pool.cursor)
-        if kind is StatementKind.DESCRIBE:
-            return statements.describe(catalog[plan.describe or ""], self._pool.cursor)
-        return self._select(plan, catalog, settings, position, partial, wait_ms, max_rows, stream, arrow)
+        cfg = self.config
+        timeout_ms = min(cfg.statement_timeout_ms,
+                         _int_setting(settings, "statement_timeout_ms", cfg.statement_timeout_ms))
+        watch = self._guards.watch(timeout_ms, cancelled)
+        handed_over = False
+        try:
+            catalog = self.catalog()
+            plan = self._plan(text, params, settings, catalog)
+            watch.check("planning the statement")
+            kind = plan.kind
+            if kind is StatementKind.SET:
+                return statements.set_result(plan, session, settings, self._pool.cursor)
+            if kind is StatementKind.EXPLAIN:
+                return statements.explain_result(plan, self._pool.cursor)
+            if kind is StatementKind.SHOW_TABLES:
+                return statements.show_tables(catalog, self._pool.cursor)
+            if kind is StatementKind.DESCRIBE:
+                return statements.describe(catalog[plan.describe or ""], self._pool.cursor)
+            result = self._select(plan, catalog, settings, position, partial, wait_ms, max_rows, stream, arrow, watch)
+            handed_over = result.streaming
+            return result
+        finally:
+            if not handed_over:
+                watch.close()
+
+    @property
+    def statements_interrupted(self) -> dict[str, int]:
+        """How many statements were interrupted, by reason (timeout, cancelled, memory): for /metrics."""
+        return dict(self._guards.tripped)
 
     # -- planning ---------------------------------------------------------------------
     def _settings(self, session: Session | Mapping[str, Any] | None) -> dict[str, Any]:
@@ -177,11 +200,9 @@ class Gateway:
 
     # -- SELECT -----------------------------------------------------------------------
     def _select(self, plan: Plan, catalog: Mapping[str, StoreSpec], settings: Mapping[str, Any], position: Any,
-                partial: bool | None,
-                wait_ms: int | None, max_rows: int | None, stream: bool, arrow: bool) -> Result:
+                partial: bool | None, wait_ms: int | None, max_rows: int | None, stream: bool, arrow: bool,
+                watch: StatementWatch) -> Result:
         cfg = self.config
-        timeout_ms = min(cfg.statement_timeout_ms, _int_setting(settings, "statement_timeout_ms", cfg.statement_timeout_ms))
-        deadline = time.monotonic() + timeout_ms / 1000
         limit_rows = min(cfg.max_rows, _int_setting(settings, "max_rows", cfg.max_rows),
                          max_rows if max_rows is not None else cfg.max_rows)
         if limit_rows < 0:
@@ -191,18 +212,20 @@ class Gateway:
         wait = wait_ms if wait_ms is not None else _int_setting(settings, "wait_for_bound_ms", 0)
         if isinstance(wait, bool) or not isinstance(wait, int) or wait < 0:
             raise BadRequest(f"wait_ms must be a non-negative integer, got {wait!r}")
-        wait = min(wait, cfg.max_wait_ms, timeout_ms)
+        wait = min(wait, cfg.max_wait_ms, watch.timeout_ms)
 
         bound = plan.position_bound.position
         bound = bound.merge(_bound_from(settings.get("position_bound")))
         bound = bound.merge(_bound_from(position))
-        check_bound_topics(bound, [catalog[scan.store] for scan in plan.scans], catalog.values())
+        if not bound.is_empty():
+            check_bound_topics(bound, [catalog[scan.store] for scan in plan.scans], catalog.values())
 
         scans: list[tuple[StoreScan, ScanRows]] = []
         merged = Position.empty()
         outcomes: dict[tuple[str, int], PartitionOutcome] = {}
+        waiting = Waiting(self.source, wait, watch, self._waiters, cfg.max_waiters) if wait > 0 else None
         for scan in plan.scans:
-            answers = run_scan(self.source, scan, bound, wait, deadline)
+            answers = run_scan(self.source, scan, bound, waiting)
             spec = catalog[scan.store]
             try:
                 rows = collect(spec, answers, scan.order, scan.limit)
@@ -212,13 +235,12 @@ class Gateway:
             for _, answer in answers:
                 merged = merged.merge(answer.position)
                 record_outcomes(outcomes, scan.store, answer)
-        if time.monotonic() > deadline:
-            raise StatementTimeout(f"reading the stores took longer than the statement timeout of {timeout_ms} ms")
+        watch.check("reading the stores")
         partitions = [outcomes[k] for k in sorted(outcomes)]
         if not partial:
             needed = [f for scan, rows in scans if not scan.include_failures for f in rows.failures]
             if needed:
-                raise partition_error(needed)
+                raise partition_error(needed, waiting.note if waiting is not None else "")
 
         if plan.fast_path is not None and len(scans) == 1:
             columns, out = scans[0][1].project(plan.fast_path)
@@ -226,15 +248,15 @@ class Gateway:
                 raise row_limit_error(limit_rows)
             return Result(columns=columns, position=merged, partitions=partitions, statement=StatementKind.SELECT,
                           rows=out, cursor_factory=self._pool.cursor)
-        return self._residual(plan, scans, merged, partitions, limit_rows, timeout_ms, deadline, stream, arrow)
+        return self._residual(plan, scans, merged, partitions, limit_rows, watch, stream, arrow)
 
     def _residual(self, plan: Plan, scans: list[tuple[StoreScan, ScanRows]], position: Position,
-                  partitions: list[PartitionOutcome], limit_rows: int, timeout_ms: int, deadline: float,
+                  partitions: list[PartitionOutcome], limit_rows: int, watch: StatementWatch,
                   stream: bool, arrow: bool) -> Result:
         """Run the residual SQL on a fresh cursor holding this request's scans; rows are DuckDB's own values."""
         cur = self._pool.cursor()
-        remaining = max(0.001, deadline - time.monotonic())
-        ticket = self._watchdog.arm(remaining, cur.interrupt)
+        relations = {scan.relation: scan.store for scan, _ in scans}
+        watch.attach(cur.interrupt)
         handed_over = False
         sql = plan.residual_sql or ""
         try:
@@ -253,25 +275,26 @@ class Gateway:
                     if seen > limit_rows:
                         raise row_limit_error(limit_rows)
                     batches.append(batch)
+                watch.check()
                 table = pa.Table.from_batches(batches, schema=reader.schema)
                 return Result(columns=columns, table=table, **common)
             cur.execute(sql)
             columns = [(str(d[0]), str(d[1])) for d in cur.description or ()]
             if stream:
                 handed_over = True
-                chunks = fetch_chunks(cur, self.config.ndjson_batch_rows, limit_rows, timeout_ms,
-                                       lambda: self._watchdog.disarm(ticket))
+                chunks = fetch_chunks(cur, self.config.ndjson_batch_rows, limit_rows, watch, relations)
                 return Result(columns=columns, chunks=chunks, **common)
             out = cur.fetchmany(limit_rows + 1)
             if len(out) > limit_rows:
                 cur.abort()
                 raise row_limit_error(limit_rows)
+            watch.check()  # an interrupt may land only after a long scalar call: its reason still counts
             return Result(columns=columns, rows=out, **common)
         except duckdb.Error as exc:
-            raise duck_error(exc, timeout_ms) from exc
+            raise duck_error(exc, watch, relations) from exc
         finally:
             if not handed_over:
-                self._watchdog.disarm(ticket)
+                watch.attach(None)
 
 
 def _bound_from(value: Any) -> Position | None:

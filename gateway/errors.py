@@ -238,6 +238,27 @@ class StatementTimeout(GatewayError, OperationalError):
     http_status = 504
 
 
+class OutOfMemoryError(GatewayError, OperationalError):
+    """A statement over its memory budget (the server's --max-memory); the server itself stays healthy."""
+
+    code = "OUT_OF_MEMORY"
+    http_status = 507
+
+
+class StatementCancelled(GatewayError, OperationalError):
+    """The client went away (HTTP disconnect, PG CancelRequest): the statement was interrupted."""
+
+    code = "STATEMENT_CANCELLED"
+    http_status = 499
+
+
+class ResponseTooLarge(GatewayError, OperationalError):
+    """The answer would be larger than the server's response-size limit (bytes, beside max_rows)."""
+
+    code = "RESPONSE_TOO_LARGE"
+    http_status = 422
+
+
 class RequestTooLarge(GatewayError, InterfaceError):
     code = "REQUEST_TOO_LARGE"
     http_status = 413
@@ -282,7 +303,8 @@ _BY_CODE: dict[str, type[GatewayError]] = {
         NotUpToBoundError, StreamsNotStartedError, StreamsRebalancingError, StateStoreMigratedError,
         StreamsStoppedError, StateStoreNotAvailableError, InvalidPartitionError, RowLimitExceeded,
         StatementTimeout, RequestTooLarge, Unauthorized, BadRequest, NotAcceptable, RouteNotFound,
-        MethodNotAllowed, GatewayInternalError, UnknownTopicError,
+        MethodNotAllowed, GatewayInternalError, UnknownTopicError, OutOfMemoryError, StatementCancelled,
+        ResponseTooLarge,
     )
 }
 

@@ -17,8 +17,9 @@ from .result import PartitionOutcome
 __all__ = ["partition_error", "is_behind", "record_outcomes"]
 
 
-def partition_error(failures: list[Any]) -> PartitionFailureError:
-    """One error naming every failed partition, its reason and whether a retry can help."""
+def partition_error(failures: list[Any], note: str = "") -> PartitionFailureError:
+    """One error naming every failed partition, its reason and whether a retry can help (and ``note``: why
+    the statement did not wait for its bound, when it did not)."""
     parts = [{"store": f.store, "partition": f.partition, "failure_reason": f.reason.label,
               "failure_message": f.message, "retryable": f.reason.retryable} for f in failures]
     text = "; ".join(
@@ -26,6 +27,8 @@ def partition_error(failures: list[Any]) -> PartitionFailureError:
         f"({'retryable' if f.reason.retryable else 'not retryable'}): {f.message}" for f in failures)
     reasons = {f.reason for f in failures}
     message = f"{len(failures)} store partition(s) the query needs failed: {text}"
+    if note:
+        message = f"{note}. {message}"
     if reasons == {FailureReason.NOT_UP_TO_BOUND}:
         return NotUpToBoundError(message, partitions=parts)
     if any(r.retryable for r in reasons):

@@ -101,6 +101,11 @@ class Result:
     fetchall = rows
 
     @property
+    def streaming(self) -> bool:
+        """Rows still coming from a DuckDB cursor (the statement is running until they are read or closed)."""
+        return self._chunks is not None
+
+    @property
     def row_count(self) -> int:
         if self._rows is not None or self._chunks is not None:
             return len(self.rows())

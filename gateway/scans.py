@@ -2,12 +2,15 @@
 
 This is the step between planning and Arrow: each request goes to the
 Queryable (a StreamsApp or a StateDirReader) as is; a partition behind the
-statement's position bound is asked again until the wait ends; KIP-216
-exceptions become gateway errors here, so nothing above sees store types.
+statement's position bound is asked again until the wait ends (see
+``Waiting``: never for a bound beyond the source's end, never more than a
+few statements at once); KIP-216 exceptions become gateway errors here, so
+nothing above sees store types.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -26,9 +29,10 @@ from stores.iqv2.request import StateQueryRequest
 from stores.iqv2.result import StateQueryResult
 
 from .errors import GatewayInternalError, translate
+from .guards import StatementWatch
 from .outcomes import is_behind
 
-__all__ = ["run_scan", "query_store", "probe_query", "Answers"]
+__all__ = ["run_scan", "query_store", "probe_query", "Answers", "Waiting"]
 
 _MIN_POLL_S = 0.002
 _MAX_POLL_S = 0.05
@@ -36,26 +40,74 @@ _MAX_POLL_S = 0.05
 Answers = list[tuple[StateQueryRequest, StateQueryResult]]
 
 
-def run_scan(source: Queryable, scan: StoreScan, bound: Position, wait_ms: int, deadline: float) -> Answers:
-    """Run every request of a scan; while a partition is behind the bound, re-ask it until ``wait_ms`` ends."""
+class Waiting:
+    """How a statement may wait for partitions behind its position bound.
+
+    Waiting must not hold the server hostage: a bound beyond the end of the
+    source log cannot be reached by waiting, so it is answered at once; and at
+    most ``slots`` statements wait at a time (the rest are answered at once),
+    so waiting requests can never occupy every worker thread. ``note`` says
+    why a statement did not wait, for its error message.
+    """
+
+    def __init__(self, source: Queryable, wait_ms: int, watch: StatementWatch, slots: threading.Semaphore,
+                 limit: int) -> None:
+        self.source, self.wait_ms, self.watch, self.slots, self.limit = source, wait_ms, watch, slots, limit
+        self.note = ""
+
+    def beyond_the_end(self, bound: Position) -> str | None:
+        """A component of ``bound`` past the source's last offset, described; None if all are reachable."""
+        ends = getattr(self.source, "source_end_offsets", None)
+        if ends is None:
+            return None
+        try:
+            end = ends(tuple(bound.topics()))
+        except Exception:  # noqa: BLE001 - the source cannot say: wait as usual
+            return None
+        if end is None:
+            return None
+        for topic in sorted(bound.topics()):
+            for p, off in sorted(bound.partition_positions(topic).items()):
+                last = end.offset(topic, p)
+                if topic in end.topics() and (last is None or off > last):
+                    where = "is empty" if last is None else f"ends at offset {last}"
+                    return (f"the bound asks for {topic}/{p} offset {off}, but that partition of the source {where}: "
+                            "waiting cannot reach it")
+        return None
+
+
+def run_scan(source: Queryable, scan: StoreScan, bound: Position, waiting: Waiting | None) -> Answers:
+    """Run every request of a scan; while a partition is behind the bound, re-ask it until the wait ends
+    (``waiting`` None: the statement does not wait)."""
     pb = PositionBound.at(bound)
     requests = [r if pb.is_unbounded() and r.position_bound.is_unbounded()
                 else r.with_position_bound(PositionBound.at(r.position_bound.position.merge(bound)))
                 for r in scan.requests]
     answers = [query_store(source, r) for r in requests]
-    if wait_ms <= 0 or pb.is_unbounded():
+    if waiting is None or pb.is_unbounded() or not any(is_behind(a) for _, a in answers):
         return answers
-    wait_until = min(time.monotonic() + wait_ms / 1000, deadline)
-    pause = _MIN_POLL_S
-    for _ in range(100_000):  # bounded; the clock ends it long before
-        behind = [i for i, (_, a) in enumerate(answers) if is_behind(a)]
-        now = time.monotonic()
-        if not behind or now >= wait_until:
-            break
-        time.sleep(min(pause, wait_until - now))
-        pause = min(pause * 2, _MAX_POLL_S)
-        for i in behind:
-            answers[i] = query_store(source, requests[i])
+    unreachable = waiting.beyond_the_end(bound)
+    if unreachable is not None:
+        waiting.note = unreachable
+        return answers
+    if not waiting.slots.acquire(blocking=False):
+        waiting.note = (f"{waiting.limit} statement(s) are already waiting for a position bound (the server's "
+                        "limit): this one was answered at once; retry later")
+        return answers
+    try:
+        wait_until = min(time.monotonic() + waiting.wait_ms / 1000, waiting.watch.deadline)
+        pause = _MIN_POLL_S
+        for _ in range(100_000):  # bounded; the clock ends it long before
+            behind = [i for i, (_, a) in enumerate(answers) if is_behind(a)]
+            now = time.monotonic()
+            if not behind or now >= wait_until or not waiting.watch.alive():
+                break
+            time.sleep(min(pause, wait_until - now))
+            pause = min(pause * 2, _MAX_POLL_S)
+            for i in behind:
+                answers[i] = query_store(source, requests[i])
+    finally:
+        waiting.slots.release()
     return answers
 
 

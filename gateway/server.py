@@ -2,17 +2,31 @@
 
 ``ServerThread`` runs one in a background thread on 127.0.0.1 and an
 ephemeral port: what the tests, the benchmark and ``iqgate demo`` use.
+
+Waitress is configured to use ``poll()`` (its default ``select()`` cannot
+watch a descriptor numbered 1,024 or more: with many stores open, the serving
+thread died), to look ahead on idle connections so a client that disconnects
+mid-request is noticed (``waitress.client_disconnected``, which cancels the
+statement), and without its per-request "Task queue depth" warnings. If the
+serving loop dies anyway, ``on_failure`` is called: the CLI logs why and
+exits non-zero, so a supervisor restarts it instead of a port that answers
+nothing staying open.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from waitress.server import create_server
 
 __all__ = ["ServerThread", "tune_process_for_serving", "SWITCH_INTERVAL_S"]
+
+log = logging.getLogger(__name__)
+logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # "Task queue depth is N" on every busy moment
 
 SWITCH_INTERVAL_S = 0.001
 
@@ -20,24 +34,44 @@ SWITCH_INTERVAL_S = 0.001
 class ServerThread:
     """A waitress server in a daemon thread; ``url`` is known once constructed (the socket is bound)."""
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, threads: int = 8) -> None:
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, threads: int = 8, *,
+                 on_failure: Callable[[BaseException], None] | None = None) -> None:
         self._server = create_server(app, host=host, port=port, threads=threads, ident="iqgate",
-                                     channel_timeout=60, connection_limit=1000, clear_untrusted_proxy_headers=True)
+                                     channel_timeout=60, connection_limit=1000, clear_untrusted_proxy_headers=True,
+                                     asyncore_use_poll=True, channel_request_lookahead=1)
         self.host = host
         self.port = int(self._server.effective_port)  # type: ignore[union-attr]
         self._closing = False
+        self._on_failure = on_failure
+        self.failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="iqgate-http", daemon=True)
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def _run(self) -> None:
         try:
             self._server.run()
-        except (OSError, ValueError):
-            if not self._closing:  # closing the sockets under the loop ends it this way; anything else is real
+        except BaseException as exc:  # noqa: BLE001 - the loop ended: on purpose (closing) or not
+            if self._closing:
+                return
+            self.failure = exc
+            log.critical("the HTTP serving loop on %s died: %s: %s", self.url, type(exc).__name__, exc)
+            if self._on_failure is not None:
+                self._on_failure(exc)
+            else:
                 raise
+        else:
+            if not self._closing:
+                self.failure = RuntimeError("the HTTP serving loop returned")
+                log.critical("the HTTP serving loop on %s stopped on its own", self.url)
+                if self._on_failure is not None:
+                    self._on_failure(self.failure)
 
     def start(self) -> ServerThread:
         self._thread.start()

@@ -16,6 +16,7 @@ from .errors import (
     ParameterError,
     PlanningError,
     ReadOnlyError,
+    ResourceLimitError,
     SqlSyntaxError,
     TableScanDisabledError,
     TypeMismatchError,
@@ -32,6 +33,6 @@ __all__ = [
     "plan", "explain_text", "Dialect", "SESSION_SETTINGS", "Setting", "clear_cache", "cache_info",
     "Plan", "StoreScan", "StatementKind", "PSEUDO_COLUMNS", "FAILURE_COLUMNS",
     "PlanningError", "SqlSyntaxError", "UnknownStoreError", "UnknownColumnError", "TypeMismatchError",
-    "UnsupportedSqlError", "ReadOnlyError", "ForbiddenFunctionError", "TableScanDisabledError",
+    "UnsupportedSqlError", "ReadOnlyError", "ResourceLimitError", "ForbiddenFunctionError", "TableScanDisabledError",
     "InvalidPositionError", "InvalidSettingError", "ParameterError",
 ]

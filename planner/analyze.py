@@ -27,7 +27,7 @@ from .errors import (
     ReadOnlyError,
     UnsupportedSqlError,
 )
-from .guard import ALLOWED, check_functions, check_read_only, statement_name
+from .guard import ALLOWED, check_functions, check_read_only, check_value_sizes, statement_name
 from .literals import value_ref
 from .plan import FAILURE_COLUMNS, PSEUDO_COLUMNS, StatementKind
 from .positions import line_col, node_position
@@ -68,6 +68,7 @@ def analyze(sql: str, statement: exp.Expression, catalog: Mapping[str, StoreSpec
         raise ReadOnlyError(f"{ALLOWED}; got {statement_name(statement, sql)}", line=line, col=col)
     check_read_only(sql, statement)
     check_functions(sql, statement)
+    check_value_sizes(sql, statement)
     return _analyze_query(sql, statement, catalog, explain)
 
 

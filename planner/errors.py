@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "ResourceLimitError",
     "PlanningError",
     "SqlSyntaxError",
     "UnknownStoreError",
@@ -61,6 +62,12 @@ class ReadOnlyError(PlanningError):
 
 class ForbiddenFunctionError(PlanningError):
     code = "FORBIDDEN_FUNCTION"
+
+
+class ResourceLimitError(PlanningError):
+    """A statement that would exceed a resource limit, visible from its text (a literal-sized giant value)."""
+
+    code = "STATEMENT_TOO_LARGE"
 
 
 class TableScanDisabledError(PlanningError):

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from .errors import ForbiddenFunctionError, ReadOnlyError
+from .errors import ForbiddenFunctionError, ReadOnlyError, ResourceLimitError
 from .function_allowlist import GUARD_NAMES, REFUSED_DUCKDB_FUNCTIONS
 from .positions import node_position
 from .suggest import closest
 
-__all__ = ["check_read_only", "check_functions", "function_name", "is_allowed"]
+__all__ = ["check_read_only", "check_functions", "check_value_sizes", "function_name", "is_allowed",
+           "MAX_VALUE_ELEMENTS"]
 
 ALLOWED = "only SELECT, WITH, EXPLAIN, SHOW, DESCRIBE and SET are allowed"
 
@@ -59,6 +60,53 @@ def function_name(node: exp.Func) -> str:
     if isinstance(node, exp.Anonymous):
         return node.name.lower()
     return node.sql_name().lower()
+
+
+#: The most elements one scalar call may build (a LIST from range()/generate_series(), list_resize(), a string
+#: from repeat()): such values live outside DuckDB's memory_limit, so a literal-sized giant is refused up front.
+MAX_VALUE_ELEMENTS = 1_000_000
+
+
+def _number(node: exp.Expression | None) -> float | None:
+    if isinstance(node, exp.Literal) and not node.is_string:
+        try:
+            return float(node.this)
+        except ValueError:
+            return None
+    if isinstance(node, exp.Neg):
+        inner = _number(node.this)
+        return None if inner is None else -inner
+    return None
+
+
+def _elements(node: exp.Expression) -> float | None:
+    """How many elements a scalar list/string-building call with literal arguments makes, if knowable."""
+    if isinstance(node, exp.GenerateSeries):
+        start, end = _number(node.args.get("start")), _number(node.args.get("end"))
+        step = _number(node.args.get("step")) if node.args.get("step") is not None else 1.0
+        if start is None or end is None or not step:
+            return None
+        return max(0.0, (end - start) / step)
+    if isinstance(node, exp.Repeat):
+        times, this = _number(node.args.get("times")), node.this
+        size = len(this.this) if isinstance(this, exp.Literal) and this.is_string else 1
+        return None if times is None else times * max(1, size)
+    if isinstance(node, exp.Anonymous) and node.name.lower() in ("list_resize", "array_resize") and len(node.expressions) >= 2:
+        return _number(node.expressions[1])
+    return None
+
+
+def check_value_sizes(sql: str, statement: exp.Expression) -> None:
+    """Refuse scalar calls whose literal arguments ask for a value larger than MAX_VALUE_ELEMENTS."""
+    for node in statement.walk():
+        if isinstance(node, (exp.GenerateSeries, exp.Repeat, exp.Anonymous)) and not isinstance(node.parent, exp.Table):
+            n = _elements(node)
+            if n is not None and n > MAX_VALUE_ELEMENTS:
+                line, col = node_position(sql, node)
+                raise ResourceLimitError(
+                    f"{function_name(node)}() would build one value of {n:,.0f} elements; the limit is "
+                    f"{MAX_VALUE_ELEMENTS:,} (use it as a table, FROM range(…), to stream rows instead)",
+                    line=line, col=col)
 
 
 def is_allowed(name: str) -> bool:

@@ -45,6 +45,10 @@ def parse_sql_request(raw: bytes, max_bytes: int) -> SqlRequest:
         col = getattr(exc, "colno", None)
         msg = getattr(exc, "msg", str(exc))
         raise BadRequest(f"the request body is not valid JSON: {msg}", line=line, col=col) from None
+    except RecursionError:
+        raise BadRequest("the request body nests JSON too deeply") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts (4,300)
+        raise BadRequest(f"the request body is not usable JSON: {str(exc).splitlines()[0]}") from None
     if not isinstance(body, dict):
         raise BadRequest(f"the request body must be a JSON object, got {type(body).__name__}")
     unknown = sorted(set(body) - _FIELDS)

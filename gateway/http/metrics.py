@@ -45,7 +45,8 @@ class Metrics:
             for r in reasons:
                 self._failures[r] = self._failures.get(r, 0) + 1
 
-    def render(self, positions: Mapping[str, Mapping[int, Position | None]], state: str) -> str:
+    def render(self, positions: Mapping[str, Mapping[int, Position | None]], state: str,
+               interrupted: Mapping[str, int] | None = None) -> str:
         """The exposition text; ``positions`` are per store partition, read at scrape time."""
         out: list[str] = []
         with self._lock:
@@ -68,6 +69,10 @@ class Metrics:
                     "# TYPE iqgate_partition_failures_total counter"]
             for r, n in sorted(self._failures.items()):
                 out.append(f'iqgate_partition_failures_total{{reason="{_label(r)}"}} {n}')
+        out += ["# HELP iqgate_statements_interrupted_total Statements interrupted over their budget, by reason.",
+                "# TYPE iqgate_statements_interrupted_total counter"]
+        for reason, n in sorted((interrupted or {}).items()):
+            out.append(f'iqgate_statements_interrupted_total{{reason="{_label(reason)}"}} {n}')
         out += ["# HELP iqgate_store_position Offset of the last source record each store partition applied.",
                 "# TYPE iqgate_store_position gauge"]
         for store, parts in sorted(positions.items()):

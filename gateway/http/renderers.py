@@ -17,7 +17,7 @@ import pyarrow as pa
 from flask import Response
 
 from ..arrow_rows import position_json
-from ..errors import GatewayError, GatewayInternalError
+from ..errors import GatewayError, GatewayInternalError, ResponseTooLarge
 from ..json_values import dumps, json_default
 from ..result import Result
 
@@ -57,9 +57,16 @@ def _partitions_json(result: Result) -> str:
     return "[" + ",".join(out) + "]"
 
 
-def render_json(result: Result) -> Response:
+def _too_large(limit: int) -> ResponseTooLarge:
+    return ResponseTooLarge(f"the answer is larger than the server's response limit of {limit:,} bytes; "
+                            "add a LIMIT, select fewer columns, or aggregate")
+
+
+def render_json(result: Result, max_bytes: int) -> Response:
     rows = result.rows()
     head = dumps({"columns": _columns(result), "rows": rows, "statement": result.statement.value})
+    if len(head) > max_bytes:
+        raise _too_large(max_bytes)
     tail = (',"position":' + (position_json(result.position) or "{}") + ',"partitions":' + _partitions_json(result)
             + ',"row_count":' + str(len(rows)))
     if result.statement.value == "set":
@@ -67,16 +74,20 @@ def render_json(result: Result) -> Response:
     return Response(head[:-1] + tail + "}", content_type=_JSON_CT)
 
 
-def render_ndjson(result: Result) -> Response:
+def render_ndjson(result: Result, max_bytes: int) -> Response:
     """Header line, one array per row, trailer line; an error after the headers went out comes in-band."""
 
     def gen() -> Iterator[str]:
         yield dumps({"columns": _columns(result), "statement": result.statement.value}) + "\n"
-        n = 0
+        n = sent = 0
         try:
             for chunk in result.iter_batches():
                 n += len(chunk)
-                yield "".join(dumps(r) + "\n" for r in chunk)
+                text = "".join(dumps(r) + "\n" for r in chunk)
+                sent += len(text)
+                if sent > max_bytes:
+                    raise _too_large(max_bytes)
+                yield text
         except GatewayError as exc:
             yield dumps(exc.to_error_body()) + "\n"
             return
@@ -102,17 +113,23 @@ def _csv_value(v: Any) -> Any:
     return json_default(v)
 
 
-def render_csv(result: Result) -> Response:
+def render_csv(result: Result, max_bytes: int) -> Response:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\r\n")
     w.writerow([n for n, _ in result.columns])
-    for row in result.rows():
+    for i, row in enumerate(result.rows()):
         w.writerow([_csv_value(v) for v in row])
+        if i % 1024 == 0 and buf.tell() > max_bytes:
+            raise _too_large(max_bytes)
+    if buf.tell() > max_bytes:
+        raise _too_large(max_bytes)
     return Response(buf.getvalue(), mimetype=CSV, headers={"Content-Type": "text/csv; charset=utf-8"})
 
 
-def render_arrow(result: Result) -> Response:
+def render_arrow(result: Result, max_bytes: int) -> Response:
     table = result.to_arrow()
+    if table.nbytes > max_bytes:
+        raise _too_large(max_bytes)
     sink = pa.BufferOutputStream()
     meta = {b"iqgate.position": position_header(result).encode()}
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
@@ -121,7 +138,7 @@ def render_arrow(result: Result) -> Response:
     return Response(sink.getvalue().to_pybytes(), mimetype=ARROW)
 
 
-RENDERERS: dict[str, Callable[[Result], Response]] = {
+RENDERERS: dict[str, Callable[[Result, int], Response]] = {
     JSON: render_json,
     NDJSON: render_ndjson,
     CSV: render_csv,

@@ -48,11 +48,11 @@ def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metric
         req = parse_sql_request(request.get_data(), cfg.max_request_bytes)
         result = gateway.sql(req.sql, req.params, req.position, partial=req.partial, wait_ms=req.wait_ms,
                              session=req.session, max_rows=req.max_rows, stream=media == NDJSON,
-                             arrow=media == ARROW)
+                             arrow=media == ARROW, cancelled=request.environ.get("waitress.client_disconnected"))
         failed = [p.failure_reason for p in result.partitions if p.failure_reason]
         if failed:
             metrics.partition_failures(failed)
-        resp = RENDERERS[media](result)
+        resp = RENDERERS[media](result, cfg.max_response_bytes)
         resp.headers["X-IQ-Position"] = position_header(result)
         if media != NDJSON:
             result.close()
@@ -92,7 +92,8 @@ def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metric
 
     @app.get("/metrics")
     def prometheus() -> Response:
-        text = metrics.render(gateway.store_positions(), gateway.state.value)
+        text = metrics.render(gateway.store_positions(), gateway.state.value,
+                              getattr(gateway, "statements_interrupted", {}))
         return Response(text, mimetype="text/plain", headers={"Content-Type": "text/plain; version=0.0.4"})
 
     @app.get("/v1/openapi.json")

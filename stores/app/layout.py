@@ -12,6 +12,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -77,3 +78,27 @@ def coordination_dir(application_id: str, base: str | os.PathLike[str] | None = 
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", application_id)
     root = Path(base) if base is not None else Path(tempfile.gettempdir()) / "iqgate-apps"
     return root / safe
+
+
+def source_location(source: Any) -> dict[str, str] | None:
+    """Where the app's source log is, for app.json: readers in other processes find the source's end there.
+
+    A Kafka source with client options (credentials) is not written down: a reader would need them.
+    """
+    if source is None:
+        return None
+    root = getattr(source, "root", None)
+    if root is not None:
+        return {"eventlog": str(Path(root).resolve())}
+    servers = getattr(source, "bootstrap_servers", None)
+    if servers and not getattr(source, "options", None):
+        return {"kafka": str(servers)}
+    return None
+
+
+def source_end_offsets(source: Any, topics: Iterable[str]) -> Any:
+    """``Position`` of the last offset per partition of ``topics`` in ``source`` (topics it lacks are left out)."""
+    from ..iqv2.position import Position
+
+    have = source.list_topics()
+    return Position.from_map({t: source.last_offsets(t) for t in topics if t in have})

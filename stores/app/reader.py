@@ -22,7 +22,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ __all__ = ["StateDirReader", "AppInfo"]
 class AppInfo:
     """What ``app.json`` says about the writing app."""
 
-    __slots__ = ("state", "claimed", "pid", "alive", "hosted", "standby", "application_id")
+    __slots__ = ("state", "claimed", "pid", "alive", "hosted", "standby", "application_id", "source")
 
     def __init__(self, raw: Mapping[str, Any] | None) -> None:
         raw = raw or {}
@@ -56,6 +56,7 @@ class AppInfo:
         self.refresh()
         self.hosted = {n: frozenset(ps) for n, ps in (raw.get("hosted") or {}).items()}
         self.standby = {n: frozenset(ps) for n, ps in (raw.get("standby") or {}).items()}
+        self.source = raw.get("source") if isinstance(raw.get("source"), dict) else None
 
     def refresh(self) -> None:
         """Re-check that the writer lives: a killed writer leaves a stale live state in app.json."""
@@ -90,6 +91,7 @@ class StateDirReader:
         self._stores: dict[tuple[str, int], PartitionStore] = {}
         self._info: AppInfo = AppInfo(None)
         self._info_mtime: int | None = None
+        self._source: tuple[Any, Any] | None = None
 
     # -- metadata -----------------------------------------------------------------------
     def _rescan(self, *, force: bool = False) -> None:
@@ -198,6 +200,26 @@ class StateDirReader:
         else:
             running, active, label = True, frozenset(local), "RUNNING"
         return run_request(request, spec, local, active, running, label)
+
+    def source_end_offsets(self, topics: Iterable[str]) -> Position | None:
+        """The source's last offsets, where app.json says where the source is (else None: the gateway just waits)."""
+        where = self.app_info().source
+        if not where:
+            return None
+        key = tuple(sorted(where.items()))
+        if self._source is None or self._source[0] != key:
+            if "eventlog" in where:
+                from ..log.eventlog import EventLog
+
+                src: Any = EventLog(where["eventlog"])
+            elif "kafka" in where:
+                from ..log.kafka import KafkaSource
+
+                src = KafkaSource(where["kafka"], timeout_s=2.0)
+            else:
+                return None
+            self._source = (key, src)
+        return layout.source_end_offsets(self._source[1], topics)
 
     def positions(self) -> dict[str, Position]:
         out = {}

@@ -147,7 +147,16 @@ class StreamsApp:
             "updated_at": time.time(),
             "hosted": {n: sorted(ps) for n, ps in hosted.items()},
             "standby": {n: sorted(ps) for n, ps in standby.items()},
+            "source": layout.source_location(getattr(self.topology, "log", None)),
         })
+
+    def source_end_offsets(self, topics: Iterable[str]) -> Position | None:
+        """The last offset per partition of the source topics (None without a source log, e.g. hand-written stores).
+
+        The gateway asks before it waits for a position bound: a bound beyond the end cannot be reached.
+        """
+        src = getattr(self.topology, "log", None)
+        return layout.source_end_offsets(src, topics) if src is not None else None
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> None:

@@ -284,3 +284,43 @@ def test_demo_examples_scale_to_many_customers() -> None:
 
     orders = generate_orders(300_000, customers=300_000)
     assert len(example_queries(orders)) == 5
+
+
+def test_the_token_comes_from_a_file_or_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.cli import build_parser
+    from gateway.options import config_from_args
+
+    def config(*argv: str) -> Any:
+        return config_from_args(build_parser().parse_args(["serve", "--state-dir", ".", *argv]))
+
+    monkeypatch.delenv("IQGATE_TOKEN", raising=False)
+    assert config().auth_token is None
+    assert config("--token", "on-the-command-line").auth_token == "on-the-command-line"
+    monkeypatch.setenv("IQGATE_TOKEN", "from-the-env")
+    assert config().auth_token == "from-the-env"
+    secret = tmp_path / "token"
+    secret.write_text("from-a-file\n")
+    assert config("--token-file", str(secret)).auth_token == "from-a-file"
+    secret.write_text("  \n")
+    with pytest.raises(SystemExit, match="is empty"):
+        config("--token-file", str(secret))
+    with pytest.raises(SystemExit, match="cannot read --token-file"):
+        config("--token-file", str(tmp_path / "missing"))
+    assert config("--max-memory", "512MB").max_memory_bytes == 512 * 2**20
+    assert config("--max-memory", "2GiB").max_memory_bytes == 2 * 2**30
+
+
+@pytest.mark.parametrize("value, says", [("lots", "not a size"), ("1MB", "too small")])
+def test_bad_memory_sizes_are_usage_errors(value: str, says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["serve", "--state-dir", ".", "--max-memory", value])
+    assert info.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_planning_a_command_logs_nothing(capfd: pytest.CaptureFixture[str]) -> None:
+    """sqlglot's 'Falling back to parsing as a Command' line echoed user SQL into the server log."""
+    import planner
+    from tests.planner.planner_catalog import CATALOG
+
+    planner.plan("RESET ALL", CATALOG)
+    assert "Falling back" not in capfd.readouterr().err

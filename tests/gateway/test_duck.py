@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import duckdb
 import pytest
 
-from gateway.duck import DuckPool, Watchdog
+import gateway.errors as ge
+from gateway.duck import DuckPool
+from gateway.guards import Guards
 
 
 @pytest.fixture(scope="module")
@@ -55,22 +56,56 @@ def test_each_cursor_is_utc_and_locked(pool: DuckPool) -> None:
                            ).fetchone() == ("UTC", True)
 
 
-def test_watchdog_fires_only_armed_tickets() -> None:
-    dog = Watchdog()
-    fired: list[str] = []
-    done = threading.Event()
-    t1 = dog.arm(0.01, lambda: fired.append("cancelled"))
-    dog.disarm(t1)
-    dog.arm(0.02, lambda: (fired.append("fired"), done.set()))
-    assert done.wait(5)
-    time.sleep(0.03)
-    assert fired == ["fired"]
-    assert not dog._live and not dog._cancelled  # nothing left behind to grow
-
-
-def test_watchdog_interrupts_a_running_statement(pool: DuckPool) -> None:
+def test_a_statement_past_its_deadline_is_interrupted(pool: DuckPool) -> None:
+    guards = Guards(None)
     cur = pool.cursor()
-    dog = Watchdog()
-    dog.arm(0.05, cur.interrupt)
+    watch = guards.watch(100)
+    watch.attach(cur.interrupt)
     with pytest.raises(duckdb.Error, match="(?i)interrupt"):
         cur.execute("SELECT count(*) FROM range(100000000000) a").fetchall()
+    assert watch.reason == "timeout"
+    with pytest.raises(ge.StatementTimeout, match="100 ms"):
+        watch.check()
+    watch.close()
+    assert guards.tripped["timeout"] == 1 and not guards._watches  # nothing left behind to grow
+
+
+def test_a_statement_whose_client_went_away_is_interrupted(pool: DuckPool) -> None:
+    guards = Guards(None)
+    gone = threading.Event()
+    cur = pool.cursor()
+    watch = guards.watch(60_000, gone.is_set)
+    watch.attach(cur.interrupt)
+    threading.Timer(0.1, gone.set).start()
+    with pytest.raises(duckdb.Error, match="(?i)interrupt"):
+        cur.execute("SELECT count(*) FROM range(100000000000) a").fetchall()
+    assert isinstance(watch.error(), ge.StatementCancelled)
+    watch.close()
+
+
+def test_growth_beyond_the_memory_budget_trips_the_statement() -> None:
+    """Big LIST values live outside DuckDB's buffer manager (its memory_limit does not see them): the watch does."""
+    pool = DuckPool(memory_limit_bytes=64 * 2**20)
+    guards = Guards(32 * 2**20)
+    cur = pool.cursor()
+    watch = guards.watch(60_000)
+    watch.attach(cur.interrupt)
+    try:
+        cur.execute("SELECT list_sum(range(40000000))").fetchall()
+    except duckdb.Error:
+        pass  # interrupted, or finished: either way the watch saw the growth
+    assert watch.reason == "memory"
+    with pytest.raises(ge.OutOfMemoryError, match="budget of 32 MB"):
+        watch.check()
+    watch.close()
+    pool.close()
+
+
+def test_duckdbs_own_memory_limit_never_spills_to_disk() -> None:
+    pool = DuckPool(memory_limit_bytes=64 * 2**20)
+    cur = pool.cursor()
+    with pytest.raises(duckdb.OutOfMemoryException):
+        cur.execute("SELECT count(DISTINCT i::VARCHAR || 'padding-padding-padding') FROM range(20000000) t(i)"
+                    ).fetchall()
+    assert cur.execute("SELECT current_setting('temp_directory')").fetchone() == ("",)
+    pool.close()

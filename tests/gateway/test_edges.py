@@ -137,7 +137,7 @@ def test_ndjson_reports_an_unencodable_value_in_band(gw: Gateway) -> None:
     res = Result(columns=[("x", "VARCHAR")], position=Position.empty(), partitions=[],
                  statement=StatementKind.SELECT, rows=[("fine",), (object(),)])
     with Flask("t").test_request_context():
-        resp = render_ndjson(res)
+        resp = render_ndjson(res, 10_000)
         lines = [json.loads(x) for x in "".join(resp.response).splitlines()]
     assert lines[0]["columns"] == [{"name": "x", "type": "VARCHAR"}]
     assert lines[-1]["error"]["code"] == "INTERNAL" and "object" in lines[-1]["error"]["message"]
