@@ -131,9 +131,10 @@ def cmd_produce(args: argparse.Namespace) -> int:
     try:
         written = source.append_batch(args.topic, records)
     except Exception as exc:  # noqa: BLE001 - records are checked before anything is written
+        from stores.log.eventlog import LogWriteError
         from stores.log.kafka import KafkaError
 
-        if isinstance(exc, KafkaError):  # Kafka has no all-or-nothing: the message counts what was written
+        if isinstance(exc, (KafkaError, LogWriteError)):  # their messages say exactly what was written
             raise SystemExit(f"iqgate produce: {exc}") from None
         raise SystemExit(f"iqgate produce: {exc}; nothing was written") from None
     last: dict[str, dict[str, int]] = {args.topic: {}}
