@@ -38,6 +38,7 @@ from .assignment import Hosting, initial_hosting, reassigned
 from .coordination import ShutdownCoordinator
 from .dispatch import run_request
 from .handles import open_handle
+from .health import HealthTracker, annotate_bound_failures, overall
 from .lifecycle import ClientStateMachine
 from .protocol import Runtime, TopologyLike
 
@@ -116,7 +117,11 @@ class StreamsApp:
         self._fatal: BaseException | None = None  # why the client went to ERROR, for every later error message
         self._runtime: Runtime | None = None
         self._coordinator = ShutdownCoordinator(application_id, self, coordination_base, shutdown_poll_s)
-        self._fsm = ClientStateMachine(application_id, on_change=lambda new, old: self._write_app_json(new))
+        self._json_lock = threading.Lock()
+        self._state_since = time.time()
+        #: per-store ingest status beside the client state (paused by a fault, rebuilding, failed): health.py
+        self.health = HealthTracker(self._specs, on_change=lambda: self._write_app_json(self.state))
+        self._fsm = ClientStateMachine(application_id, on_change=self._state_changed)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._write_app_json(State.CREATED)
 
@@ -138,16 +143,34 @@ class StreamsApp:
             raise TypeError("the uncaught exception handler must be callable")
         self._handler = handler
 
+    def _state_changed(self, new: State, old: State) -> None:
+        self._state_since = time.time()
+        self._write_app_json(new)
+
     def _write_app_json(self, state: State) -> None:
         hosted, standby = self._hosting
-        layout.write_json_atomic(layout.app_json_path(self.state_dir), {
+        data = {
             "application_id": self.application_id,
             "state": state.value,
+            "state_since": self._state_since,
             "pid": os.getpid(),
             "updated_at": time.time(),
             "hosted": {n: sorted(ps) for n, ps in hosted.items()},
             "standby": {n: sorted(ps) for n, ps in standby.items()},
-        })
+            "stores": {n: s.to_json() for n, s in self.health.snapshot().items()},
+        }
+        with self._json_lock:
+            try:
+                layout.write_json_atomic(layout.app_json_path(self.state_dir), data)
+            except OSError as exc:  # a full or read-only disk must not break the state machine
+                log.warning("stream-client %s: cannot write %s: %s", self.application_id,
+                            layout.app_json_path(self.state_dir), exc)
+
+    def status(self) -> dict[str, Any]:
+        """Health beside the KIP-696 state: ``{"state", "health": {status, reason, since, retry_s}, "stores"}``."""
+        stores = self.health.snapshot()
+        state = self.state
+        return {"state": state.value, "health": overall(state, stores, self._state_since), "stores": stores}
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
@@ -250,7 +273,11 @@ class StreamsApp:
             self._fsm.transition(State.REBALANCING)
 
     def mark_running(self) -> None:
+        """REBALANCING -> RUNNING; the runtime calls it once every store caught up, so none is still starting."""
         if self.state is State.REBALANCING:
+            for name, st in self.health.snapshot().items():
+                if st.status == "starting":
+                    self.health.set(name, "running")
             self._fsm.transition(State.RUNNING)
 
     def handle_uncaught(self, exc: BaseException, unit: str) -> StreamThreadExceptionResponse:
@@ -284,6 +311,22 @@ class StreamsApp:
             self._fatal = self._fatal or exc
             self._request_application_shutdown()
         return response
+
+    def handle_store_failure(self, exc: BaseException, unit: str) -> None:
+        """A store's query failed for a reason retrying cannot fix (not a fault, not a lost source).
+
+        With a handler set by the user, KIP-671 applies: the handler decides.
+        Without one, the store fails alone (DESIGN §8): it keeps answering at
+        its last Position, health says why, and every other store goes on.
+        """
+        if self._handler is not None:
+            self.handle_uncaught(exc, unit)
+            return
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        log.error("stream-client %s: store %s failed and stops advancing (%s: %s); the other stores go on",
+                  self.application_id, unit, type(exc).__name__, text)
+        if unit in self._specs:
+            self.health.set(unit, "failed", f"{type(exc).__name__}: {text}")
 
     def _why(self) -> str:
         """`` It stopped because …`` when an uncaught exception stopped it (KIP-662's reason reaches the user)."""
@@ -426,7 +469,8 @@ class StreamsApp:
                 f"KafkaStreams has been stopped ({state}). This instance can no longer serve queries.{self._why()}"
             )
         local, act = self._local_view(spec.name)
-        return run_request(request, spec, local, act, state is State.RUNNING, state.value)
+        result = run_request(request, spec, local, act, state is State.RUNNING, state.value)
+        return annotate_bound_failures(result, self.health.get(spec.name).note())
 
     def _local_view(self, name: str) -> tuple[dict[int, PartitionStore], frozenset[int]]:
         """(hosted and standby open partition stores, active partitions), cached until stores or hosting change."""

@@ -7,6 +7,15 @@ exception type does not survive Spark): ``MISSING_SOURCE_TOPIC`` becomes
 MissingSourceTopicException. RUNNING is reported once every query has
 caught up with the log as it was when the query started.
 
+Faults (issue 21: the disk full, an I/O error, a read-only file system, the
+source unreachable; see ``faults.py``) never reach the handler: the store's
+ingest is paused, its reads keep answering at its last Position, and the
+query is restarted from its checkpoint with backoff (1, 2, 4, 5, 5 … s) until
+it applies a batch again — exactly once, since the writer skips batches it
+already applied. A store whose query fails for any other reason goes to the
+handler when the user set one (KIP-671), else fails alone: the other stores
+keep running (DESIGN §8).
+
 Recovery happens before a query starts: a store whose partition files lag
 the checkpoint's last committed batch (a lost or replaced file) is wiped
 together with its checkpoint and rebuilt by replaying the log.
@@ -24,12 +33,17 @@ from typing import Any
 
 from ..iqv2.errors import MissingSourceTopicException, StreamsException
 from ..iqv2.position import Position
+from .faults import fault_reason
 from .materializer import BatchSink, last_committed_batch
 from .stream_rows import MISSING_SOURCE_TOPIC, SOURCE_TRUNCATED
 
 __all__ = ["SparkRuntime", "classify_failure", "SourceTruncatedException"]
 
 log = logging.getLogger(__name__)
+
+RETRY_FIRST_S = 1.0
+RETRY_MAX_S = 5.0
+RESUMED_AFTER_S = 2.0  # a restarted query up this long with nothing left to read counts as resumed
 
 
 class SourceTruncatedException(StreamsException):
@@ -65,6 +79,10 @@ class _Unit:
         self.target: Position = Position.empty()
         self.caught_up = False
         self.batches = 0
+        self.retry_at: float | None = None  # monotonic time of the next restart while paused by a fault
+        self.backoff = 0.0
+        self.started_at = 0.0
+        self.batches_at_start = 0
 
 
 class SparkRuntime:
@@ -114,40 +132,98 @@ class SparkRuntime:
 
     # -- the monitor thread ---------------------------------------------------------
     def _run(self) -> None:
+        recover = getattr(self.topology.log, "recover", None)
+        if recover is not None:  # the embedded log: cut torn tails a crash left before any query reads it
+            try:
+                recover()
+            except Exception:  # noqa: BLE001 - a fault here shows up again, classified, when the queries read
+                log.exception("repairing the event log failed")
         for u in self.units.values():
             if self._stopping.is_set():
                 return
-            try:
-                self._check_topics(u)
-                self._recover(u)
-                self._start_unit(u)
-            except BaseException as exc:  # noqa: BLE001 - goes to the uncaught-exception handler
-                if self._stopping.is_set():
-                    return
-                self._failed.add(u.name)
-                self._fail(classify_failure(exc), u.name)
+            self._launch(u)
         # Each check is a py4j call that competes for the GIL with foreachBatch: poll gently once RUNNING.
         while not self._stopping.wait(0.5 if self.app.state.value == "RUNNING" else 0.2):
             for u in list(self.units.values()):
+                if u.name in self._failed:
+                    continue
+                if u.retry_at is not None:
+                    if time.monotonic() >= u.retry_at:
+                        self._launch(u)
+                    continue
                 q = u.query
-                if q is None or u.name in self._failed:
+                if q is None:
                     continue
                 if not q.isActive:
                     if self._stopping.is_set():
                         return
                     err = q.exception()
-                    self._failed.add(u.name)
-                    exc = classify_failure(err) if err is not None else StreamsException(
-                        f"the streaming query of store {u.name!r} stopped unexpectedly")
-                    self._fail(exc, u.name)
-                elif not u.caught_up and self._target_reached(u):
+                    self._failure(u, err if err is not None else StreamsException(
+                        f"the streaming query of store {u.name!r} stopped unexpectedly"))
+                    continue
+                if not u.caught_up and self._target_reached(u):
                     u.caught_up = True
+                self._maybe_resumed(u)
             self._maybe_running()
+
+    def _launch(self, u: _Unit) -> None:
+        """Check the sources, recover the store, start its query; a failure is classified like a query's."""
+        u.retry_at = None
+        try:
+            self._check_topics(u)
+            self._recover(u)
+            self._start_unit(u)
+        except BaseException as exc:  # noqa: BLE001 - goes to the fault path or the handler
+            if self._stopping.is_set():
+                return
+            self._failure(u, exc)
+
+    def _failure(self, u: _Unit, exc: BaseException) -> None:
+        reason = fault_reason(exc)
+        if reason is not None and not isinstance(classify_failure(exc), MissingSourceTopicException):
+            self._pause(u, reason)
+            return
+        self._failed.add(u.name)
+        self._fail(classify_failure(exc), u.name)
+
+    def _pause(self, u: _Unit, reason: str) -> None:
+        """A fault: stop the query, keep serving, restart it later (backoff)."""
+        q = u.query
+        if q is not None:
+            try:
+                if q.isActive:
+                    q.stop()
+            except Exception:  # noqa: BLE001 - stopping regardless
+                log.exception("stopping query of store %s failed", u.name)
+        u.backoff = min(RETRY_MAX_S, max(RETRY_FIRST_S, u.backoff * 2))
+        u.retry_at = time.monotonic() + u.backoff
+        u.caught_up = False
+        log.warning("store %s: ingest paused by a fault, retrying in %.0f s: %s", u.name, u.backoff, reason)
+        self.app.health.set(u.name, "paused", reason, retry_s=u.backoff)
+
+    def _maybe_resumed(self, u: _Unit) -> None:
+        """After a restart: resumed once a batch applied, or once up a while with nothing left to read."""
+        h = self.app.health.get(u.name)
+        if h.status == "running":
+            return
+        if h.status == "paused" and not (u.batches > u.batches_at_start or (
+                u.caught_up and time.monotonic() - u.started_at >= RESUMED_AFTER_S)):
+            return
+        if h.status == "starting" and not u.caught_up:
+            return
+        if h.status in ("starting", "paused"):
+            if h.status == "paused":
+                log.warning("store %s: ingest resumed after %s", u.name, h.reason)
+            u.backoff = 0.0
+            self.app.health.set(u.name, "running")
 
     def _fail(self, exc: BaseException, unit: str) -> None:
         exc = self._explain(exc, self.units[unit]) if unit in self.units else exc
         log.error("store query %s failed: %s", unit, exc)
-        self.app.handle_uncaught(exc, unit)
+        if isinstance(exc, (MissingSourceTopicException, SourceTruncatedException)):
+            self.app.handle_uncaught(exc, unit)  # KIP-662: the client's sources are gone
+        else:
+            self.app.handle_store_failure(exc, unit)
 
     def _explain(self, exc: BaseException, u: _Unit) -> BaseException:
         """A failure without a stable code whose source topic is gone is KIP-662's, whatever the error said.
@@ -213,6 +289,8 @@ class SparkRuntime:
                   .option("checkpointLocation", str(u.checkpoint))
                   .trigger(processingTime=self.topology.trigger))
         u.query = writer.start()
+        u.started_at = time.monotonic()
+        u.batches_at_start = u.batches
         if self._target_reached(u):
             u.caught_up = True
 
@@ -237,13 +315,16 @@ class SparkRuntime:
     def _applied(self, store: str, batch_id: int, position: Position) -> None:
         u = self.units[store]
         u.batches += 1
+        self.app.health.applied(store)
         if not u.caught_up and self._target_reached(u):
             u.caught_up = True
-            self._maybe_running()
+        self._maybe_resumed(u)
+        self._maybe_running()
 
     def _maybe_running(self) -> None:
         if self._stopping.is_set():
             return
-        if all(u.caught_up and u.name not in self._failed for u in self.units.values()):
+        if all(u.caught_up or u.name in self._failed for u in self.units.values()) and \
+                any(u.name not in self._failed for u in self.units.values()):
             self.app.mark_running()
 
