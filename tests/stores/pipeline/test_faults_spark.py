@@ -9,6 +9,7 @@ DuckDB oracle of everything produced: nothing lost, nothing applied twice.
 
 from __future__ import annotations
 
+import struct
 import threading
 import time
 from pathlib import Path
@@ -29,7 +30,7 @@ from stores import (  # noqa: E402
     VersionedKeyQuery,
 )
 from stores.iqv2.position import Position  # noqa: E402
-from stores.log.eventlog import EventLog  # noqa: E402
+from stores.log.eventlog import EventLog, LogWriteError  # noqa: E402
 from tests.fault_fs import fill, mount_tmpfs  # noqa: E402
 from tests.stores.pipeline.oracle import caught_up, check_all, wait_for_state, wait_until  # noqa: E402
 from tests.stores.pipeline.test_pipeline_spark import shop  # noqa: E402
@@ -92,10 +93,11 @@ def _start(spark, log: EventLog, state: Path) -> StreamsApp:
 
 
 def test_a_full_disk_pauses_ingest_keeps_reads_answering_and_heals_by_itself(spark, tmp_path):
+    """The whole data dir (log and state) on a small tmpfs that fills up while producers and readers go on."""
     fs = mount_tmpfs(tmp_path, 48 << 20)
     if isinstance(fs, str):
         pytest.skip(fs)
-    log = EventLog(tmp_path / "log")
+    log = EventLog(fs.path / "log")
     log.create_topic("orders", partitions=shop.TOPICS["orders"])
     log.append_batch("orders", shop.generate_orders(300, customers=20, seed=1))
     app = None
@@ -103,8 +105,14 @@ def test_a_full_disk_pauses_ingest_keeps_reads_answering_and_heals_by_itself(spa
         app = _start(spark, log, fs.path / "state")
         check_all(app, log, profiles=False)
         with Readers(app) as readers:
+            reserve = fs.path / "reserve"
+            reserve.write_bytes(b"\0" * 16384)
             filler = fill(fs)
-            log.append_batch("orders", shop.generate_orders(200, customers=20, seed=2, start_ts=1_700_010_000_000))
+            with pytest.raises(LogWriteError, match="No space left on device; nothing was written"):
+                log.append_batch("orders", shop.generate_orders(200, customers=20, seed=2, start_ts=1_700_010_000_000))
+            reserve.unlink()  # a little room: enough for a few records, not for a micro-batch's files
+            log.append_batch("orders", shop.generate_orders(10, customers=20, seed=3, start_ts=1_700_020_000_000),
+                             partition=0)
             wait_until(lambda: app.status()["health"]["status"] == "degraded", "health to say degraded", 60)
             health = app.status()["health"]
             assert "ingest paused" in health["reason"] and "disk full" in health["reason"], health
@@ -116,17 +124,43 @@ def test_a_full_disk_pauses_ingest_keeps_reads_answering_and_heals_by_itself(spa
             assert app.status()["health"]["status"] == "degraded"
             filler.unlink()
             freed = time.monotonic()
+            log.append_batch("orders", shop.generate_orders(90, customers=20, seed=4, start_ts=1_700_030_000_000))
             wait_until(lambda: caught_up(app, log, SHOP_STORES), "ingest to resume by itself", 30)
             wait_until(lambda: app.status()["health"]["status"] == "healthy", "health to recover", 30)
             resumed_s = time.monotonic() - freed
         assert readers.reads > 20 and readers.failures == [], readers.failures[:5]
         sizes = check_all(app, log, profiles=False)
-        assert sizes["orders"] == 500, sizes  # every record once: nothing lost, nothing applied twice
+        assert sizes["orders"] == 400, sizes  # every acknowledged record once: nothing lost, nothing twice
         assert resumed_s < 30
     finally:
         if app is not None:
             app.close(60)
         fs.unmount()
+
+
+def test_a_restart_on_a_log_with_a_zero_filled_tail_cuts_it_and_goes_on(spark, tmp_path):
+    """What a power loss can leave: the header counts records whose bytes never reached the disk."""
+    log = EventLog(tmp_path / "log")
+    log.create_topic("orders", partitions=shop.TOPICS["orders"])
+    log.append_batch("orders", shop.generate_orders(200, customers=20, seed=5))
+    d = tmp_path / "log" / "topics" / "orders"
+    n = log.end_offsets("orders")[0]
+    size = (d / "0.rec").stat().st_size
+    with open(d / "0.rec", "ab") as f:
+        f.write(b"\0" * 4096)
+    with open(d / "0.ix", "r+b") as f:
+        f.seek(0, 2)
+        f.write(b"".join(struct.pack(">Q", size + 50 * i) for i in range(1, 4)))
+        f.seek(0)
+        f.write(b"IQLOGIX2" + struct.pack(">QQ", n + 3, (n + 3) ^ ((1 << 64) - 1)))
+    app = _start(spark, log, tmp_path / "state")  # the runtime repairs the log before any query reads it
+    try:
+        assert log.end_offsets("orders")[0] == n
+        log.append_batch("orders", shop.generate_orders(50, customers=20, seed=6, start_ts=1_700_040_000_000))
+        wait_until(lambda: caught_up(app, log, SHOP_STORES), "the new records", 60)
+        assert check_all(app, log, profiles=False)["orders"] == 250
+    finally:
+        app.close(60)
 
 
 def test_store_files_that_cannot_grow_pause_that_ingest_until_they_can(spark, tmp_path):
