@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -186,17 +187,58 @@ def cmd_serve(args: argparse.Namespace) -> int:
         finally:
             gw.close()
         return 0
-    from .hosting import load_pipeline, pipeline_source, start_pipeline
+    from .hosting import HostedSource, load_pipeline, pipeline_source, start_pipeline
+    from .http import create_app
+    from .server import ServerThread, tune_process_for_serving
 
     module = load_pipeline(args.pipeline)
     base = Path(args.data_dir)
     log = pipeline_source(module, args.bootstrap_servers, _kafka_options(args), args.log_dir or base / "log")
-    app = start_pipeline(module, log, Path(args.state_dir or base / "state"), master=args.master)
+    state_dir = Path(args.state_dir or base / "state")
+    # Serve the stores already on disk from the first second; the app takes over once Spark has started.
+    hosted = HostedSource(state_dir)
+    tune_process_for_serving()
+    server = ServerThread(create_app(Gateway(hosted, config=_config(args))), args.host, args.port,
+                          args.threads).start()
+    print(f"iqgate: serving pipeline {module.APPLICATION_ID} on {server.url} (the stores on disk, read-only, "
+          "while Spark starts)", file=sys.stderr, flush=True)
+    app = None
     try:
-        _serve_until_stopped(Gateway(app, config=_config(args)), args, f"pipeline {module.APPLICATION_ID}")
+        app = start_pipeline(module, log, state_dir, master=args.master)
+        hosted.attach(app)
+        _report_catch_up(app)
+        wait_for_stop()
     finally:
-        app.close()
+        server.close()
+        if app is not None:
+            app.close()
+        hosted.close()
     return 0
+
+
+def _report_catch_up(app: Any, every_s: float = 2.0) -> None:
+    """Print catch-up progress until the app is RUNNING (or stopped, or asked to stop); then say so."""
+    from stores.iqv2.state import State
+
+    from .console import stop_requested
+    from .hosting import progress_line
+
+    t0 = time.monotonic()
+    last = 0.0
+    for _ in range(1_000_000):  # bounded; the state or a stop request ends it
+        state = app.state
+        if state is State.RUNNING:
+            print(f"iqgate: RUNNING: every store has caught up ({time.monotonic() - t0:.1f} s after Spark started)",
+                  file=sys.stderr, flush=True)
+            return
+        if state.has_completed_shutdown() or state is State.PENDING_ERROR or stop_requested():
+            return
+        if time.monotonic() - last >= every_s:
+            last = time.monotonic()
+            line = progress_line(app.status())
+            if line:
+                print(line, file=sys.stderr, flush=True)
+        time.sleep(0.2)
 
 
 def _config_kwargs(args: argparse.Namespace) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from typing import Any
 from ..iqv2.result import FailureReason, QueryResult, StateQueryResult
 from ..iqv2.state import State
 
-__all__ = ["StoreStatus", "HealthTracker", "overall", "annotate_bound_failures", "STORE_STATUSES"]
+__all__ = ["StoreStatus", "HealthTracker", "overall", "annotate_bound_failures", "restoring", "STORE_STATUSES"]
 
 STORE_STATUSES = ("starting", "running", "paused", "rebuilding", "failed")
 _TROUBLE = ("paused", "rebuilding", "failed")
@@ -137,8 +137,13 @@ def overall(state: State, stores: Mapping[str, StoreStatus], state_since: float 
         return {"status": "degraded", "reason": f"{what}: store {name}: {s.reason}{more}", "since": _iso(s.since),
                 "retry_s": retry}
     if state is not State.RUNNING:
-        return {"status": "starting", "reason": f"the client is {state.value}", "since": _iso(state_since),
-                "retry_s": None}
+        reason = f"the client is {state.value}"
+        progress = [s.progress for s in stores.values() if s.progress and s.status in ("starting", "rebuilding")]
+        if progress:
+            got, want = sum(p["reached"] for p in progress), sum(p["target"] for p in progress)
+            etas = [p["eta_s"] for p in progress if p.get("eta_s") is not None]
+            reason += f"; catching up: {got} of {want} records" + (f", ETA {max(etas):.0f} s" if etas else "")
+        return {"status": "starting", "reason": reason, "since": _iso(state_since), "retry_s": None}
     return {"status": "healthy", "reason": None, "since": _iso(state_since), "retry_s": None}
 
 
@@ -151,6 +156,27 @@ def annotate_bound_failures(result: StateQueryResult, note: str | None) -> State
     for p, qr in result.partition_results.items():
         if qr.is_failure and qr.failure_reason is FailureReason.NOT_UP_TO_BOUND:
             qr = replace(qr, _failure_message=f"{qr.failure_message}; {note}")
+        out[p] = qr
+    return StateQueryResult.of(out, result.global_result)
+
+
+def restoring(result: StateQueryResult, store: str, lost: Mapping[int, str],
+              requested: Iterable[int] | None) -> StateQueryResult:
+    """Lost partitions answer NOT_ACTIVE ("being restored"), never an empty success nor silence (issue 13 item 5).
+
+    ``requested`` None (every partition): the lost ones are added, so a scan cannot quietly miss their rows.
+    """
+    results = dict(result.partition_results)
+    if requested is None:
+        for p in lost:
+            results.setdefault(p, QueryResult.for_failure(FailureReason.NOT_ACTIVE, ""))
+    out: dict[int, QueryResult] = {}
+    for p, qr in results.items():
+        if p in lost and not (qr.is_failure and qr.failure_reason is FailureReason.DOES_NOT_EXIST):
+            qr = QueryResult.for_failure(
+                FailureReason.NOT_ACTIVE,
+                f"Partition {p} of store {store} is being restored from its source ({lost[p]}); it answers again "
+                "once the rebuilt store has caught up with the position it had.")
         out[p] = qr
     return StateQueryResult.of(out, result.global_result)
 

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["fault_reason", "FAULT_PATTERNS"]
+from ..engine.base import CORRUPTION_TEXTS
+
+__all__ = ["fault_reason", "is_corruption", "FAULT_PATTERNS"]
 
 #: (pattern, what the user is told). Order matters: the first match names the fault.
 FAULT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
@@ -50,3 +52,9 @@ def fault_reason(exc: BaseException | str | None) -> str | None:
             line = "…" + line[lo:lo + 220] + "…"
         return f"{what}: {line}"
     return None
+
+
+def is_corruption(exc: BaseException | str | None) -> bool:
+    """Did SQLite say a store file is damaged? (Then the store is checked, and rebuilt, instead of retried.)"""
+    text = "" if exc is None else (exc if isinstance(exc, str) else str(exc))
+    return any(t in text for t in CORRUPTION_TEXTS)

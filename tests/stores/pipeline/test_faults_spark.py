@@ -113,8 +113,9 @@ def test_a_full_disk_pauses_ingest_keeps_reads_answering_and_heals_by_itself(spa
             reserve.unlink()  # a little room: enough for a few records, not for a micro-batch's files
             log.append_batch("orders", shop.generate_orders(10, customers=20, seed=3, start_ts=1_700_020_000_000),
                              partition=0)
-            wait_until(lambda: app.status()["health"]["status"] == "degraded", "health to say degraded", 60)
+            wait_until(lambda: app.health.get("revenue").status == "paused", "revenue's ingest to pause", 60)
             health = app.status()["health"]
+            assert health["status"] == "degraded", health
             assert "ingest paused" in health["reason"] and "disk full" in health["reason"], health
             assert health["retry_s"] and health["since"]
             assert app.state is State.RUNNING  # the client state machine is untouched: reads go on
