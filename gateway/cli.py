@@ -181,6 +181,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.pipeline is None:
         if not args.state_dir:
             raise SystemExit("iqgate serve: give a pipeline file, or --state-dir DIR to serve its stores read-only")
+        _say_open_files_limit()
         gw = Gateway.open(args.state_dir, **_config_kwargs(args))
         try:
             _serve_until_stopped(gw, args, f"{args.state_dir} read-only")
@@ -191,6 +192,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .http import create_app
     from .server import ServerThread, tune_process_for_serving
 
+    _say_open_files_limit()
     module = load_pipeline(args.pipeline)
     base = Path(args.data_dir)
     log = pipeline_source(module, args.bootstrap_servers, _kafka_options(args), args.log_dir or base / "log")
@@ -214,6 +216,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
             app.close()
         hosted.close()
     return 0
+
+
+def _say_open_files_limit() -> None:
+    """Raise the open-files limit (before Spark starts, so its JVM inherits it) and say what it allows."""
+    from .hosting import FILES_PER_PARTITION, raise_open_files_limit
+
+    got = raise_open_files_limit()
+    if got is not None:
+        print(f"iqgate: open-files limit {got[0]:,}: room for about {got[1]:,} store partitions "
+              f"(stores x partitions, {FILES_PER_PARTITION} files each)", file=sys.stderr, flush=True)
 
 
 def _report_catch_up(app: Any, every_s: float = 2.0) -> None:

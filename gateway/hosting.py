@@ -34,7 +34,11 @@ from stores.log.eventlog import EventLog
 from stores.log.source import SourceLog
 
 __all__ = ["PipelineError", "load_pipeline", "start_pipeline", "caught_up", "wait_caught_up", "source_log",
-           "pipeline_source", "HostedSource", "progress_line"]
+           "pipeline_source", "HostedSource", "progress_line", "raise_open_files_limit", "FILES_PER_PARTITION"]
+
+#: Open files one store partition costs the serving process at most (writer: file, WAL, -shm; one reader: 2 more).
+FILES_PER_PARTITION = 5
+_RESERVED_FILES = 200  # sockets, the event log, Spark's py4j connections, libraries
 
 
 class PipelineError(Exception):
@@ -216,3 +220,24 @@ def progress_line(status: Mapping[str, Any]) -> str | None:
         return None
     pct = 100.0 * reached / target if target else 100.0
     return f"iqgate: catch-up {reached:,}/{target:,} records ({pct:.0f}%): " + "; ".join(parts)
+
+
+def raise_open_files_limit() -> tuple[int, int] | None:
+    """Raise the soft RLIMIT_NOFILE as far as the hard limit allows; (soft, partitions it leaves room for).
+
+    Why: each store partition keeps up to FILES_PER_PARTITION files open (issue 23), so a pipeline of
+    100 stores x 4 partitions needs ~2,000, over the usual soft limit of 1,024. None where there is no limit.
+    """
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if want > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (ValueError, OSError):
+            pass
+    return soft, max(0, (soft - _RESERVED_FILES) // FILES_PER_PARTITION)

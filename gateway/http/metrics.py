@@ -84,7 +84,29 @@ class Metrics:
                 "# TYPE iqgate_app_state gauge", f'iqgate_app_state{{state="{_label(state)}"}} 1']
         if status is not None:
             out += _health_lines(status)
+        out += _file_lines()
         return "\n".join(out) + "\n"
+
+
+def _file_lines() -> list[str]:
+    """Open files against the limit, and the store read connections behind most of them (issue 23)."""
+    from stores.engine import connections
+
+    out = []
+    n = connections.open_files()
+    if n is not None:
+        out += ["# HELP iqgate_open_files File descriptors the process has open.", "# TYPE iqgate_open_files gauge",
+                f"iqgate_open_files {n}"]
+    lim = connections.fd_limit()
+    if lim is not None:
+        out += ["# HELP iqgate_open_files_limit The process's soft RLIMIT_NOFILE.",
+                "# TYPE iqgate_open_files_limit gauge", f"iqgate_open_files_limit {lim[0]}"]
+    st = connections.stats()
+    out += ["# HELP iqgate_store_partitions_open Store partition files open in this process.",
+            "# TYPE iqgate_store_partitions_open gauge", f"iqgate_store_partitions_open {st['partitions']}",
+            "# HELP iqgate_store_read_connections Read connections to store files (shared by all threads).",
+            "# TYPE iqgate_store_read_connections gauge", f"iqgate_store_read_connections {st['read_connections']}"]
+    return out
 
 
 def _health_lines(status: Mapping[str, Any]) -> list[str]:

@@ -58,6 +58,11 @@ def test_a_paused_store_makes_health_degraded_everywhere_and_reads_go_on(running
         assert 'iqgate_store_ingest_paused{store="revenue"} 1' in text
         assert 'iqgate_store_ingest_paused{store="accounts"} 0' in text
         assert 'iqgate_store_status{store="revenue",status="paused",reason="disk full: ' in text
+        files = {ln.split()[0]: int(ln.split()[1]) for ln in text.splitlines()
+                 if ln.startswith(("iqgate_open_files", "iqgate_store_partitions_open", "iqgate_store_read_"))}
+        assert files["iqgate_open_files"] > 0 and files["iqgate_open_files_limit"] >= files["iqgate_open_files"]
+        assert files["iqgate_store_partitions_open"] >= 13  # the 5 stores' partitions of this app
+        assert files["iqgate_store_read_connections"] >= 0
 
         # existing data answers; a bound past the frozen position is NOT_UP_TO_BOUND naming the fault
         st, _, body = http.sql("SELECT count(*) AS n FROM revenue")
