@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -131,9 +132,10 @@ def cmd_produce(args: argparse.Namespace) -> int:
     try:
         written = source.append_batch(args.topic, records)
     except Exception as exc:  # noqa: BLE001 - records are checked before anything is written
+        from stores.log.eventlog import LogWriteError
         from stores.log.kafka import KafkaError
 
-        if isinstance(exc, KafkaError):  # Kafka has no all-or-nothing: the message counts what was written
+        if isinstance(exc, (KafkaError, LogWriteError)):  # their messages say exactly what was written
             raise SystemExit(f"iqgate produce: {exc}") from None
         raise SystemExit(f"iqgate produce: {exc}; nothing was written") from None
     last: dict[str, dict[str, int]] = {args.topic: {}}
@@ -174,23 +176,76 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.pipeline is None:
         if not args.state_dir:
             raise SystemExit("iqgate serve: give a pipeline file, or --state-dir DIR to serve its stores read-only")
+        _say_open_files_limit()
         gw = Gateway.open(args.state_dir, **config_kwargs(args))
         try:
             _serve_until_stopped(gw, args, f"{args.state_dir} read-only")
         finally:
             gw.close()
         return 0
-    from .hosting import load_pipeline, pipeline_source, start_pipeline
+    from .hosting import HostedSource, load_pipeline, pipeline_source, start_pipeline
+    from .http import create_app
+    from .server import ServerThread, tune_process_for_serving
 
+    _say_open_files_limit()
     module = load_pipeline(args.pipeline)
     base = Path(args.data_dir)
     log = pipeline_source(module, args.bootstrap_servers, _kafka_options(args), args.log_dir or base / "log")
-    app = start_pipeline(module, log, Path(args.state_dir or base / "state"), master=args.master)
+    state_dir = Path(args.state_dir or base / "state")
+    # Serve the stores already on disk from the first second; the app takes over once Spark has started.
+    hosted = HostedSource(state_dir)
+    tune_process_for_serving()
+    server = ServerThread(create_app(Gateway(hosted, config=config_from_args(args))), args.host, args.port,
+                          args.threads, on_failure=die).start()
+    print(f"iqgate: serving pipeline {module.APPLICATION_ID} on {server.url} (the stores on disk, read-only, "
+          "while Spark starts)", file=sys.stderr, flush=True)
+    app = None
     try:
-        _serve_until_stopped(Gateway(app, config=config_from_args(args)), args, f"pipeline {module.APPLICATION_ID}")
+        app = start_pipeline(module, log, state_dir, master=args.master)
+        hosted.attach(app)
+        _report_catch_up(app)
+        wait_for_stop()
     finally:
-        app.close()
+        server.close()
+        if app is not None:
+            app.close()
+        hosted.close()
     return 0
+
+
+def _say_open_files_limit() -> None:
+    """Raise the open-files limit (before Spark starts, so its JVM inherits it) and say what it allows."""
+    from .hosting import FILES_PER_PARTITION, raise_open_files_limit
+
+    got = raise_open_files_limit()
+    if got is not None:
+        print(f"iqgate: open-files limit {got[0]:,}: room for about {got[1]:,} store partitions "
+              f"(stores x partitions, {FILES_PER_PARTITION} files each)", file=sys.stderr, flush=True)
+
+
+def _report_catch_up(app: Any, every_s: float = 2.0) -> None:
+    """Print catch-up progress until the app is RUNNING (or stopped, or asked to stop); then say so."""
+    from stores.iqv2.state import State
+
+    from .console import stop_requested
+    from .hosting import progress_line
+
+    t0 = time.monotonic()
+    last = 0.0
+    for _ in range(1_000_000):  # bounded; the state or a stop request ends it
+        state = app.state
+        if state is State.RUNNING:
+            print(f"iqgate: RUNNING: every store has caught up ({time.monotonic() - t0:.1f} s after Spark started)",
+                  file=sys.stderr, flush=True)
+            return
+        if state.has_completed_shutdown() or state is State.PENDING_ERROR or stop_requested():
+            return
+        if time.monotonic() - last >= every_s:
+            last = time.monotonic()
+            line = progress_line(app.status())
+            if line:
+                print(line, file=sys.stderr, flush=True)
+        time.sleep(0.2)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

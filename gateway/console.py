@@ -83,6 +83,10 @@ def wait_for_stop() -> None:
         pass
 
 
+def stop_requested() -> bool:
+    return _STOP.is_set()
+
+
 def reset_stop() -> None:
     """Forget an earlier ``request_stop`` (each command run starts fresh)."""
     _STOP.clear()

@@ -17,19 +17,28 @@ command names ``--bootstrap-servers`` or the file sets ``BOOTSTRAP_SERVERS``
 from __future__ import annotations
 
 import importlib.util
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from stores.app.reader import StateDirReader
+from stores.catalog.schema import StoreSpec
 from stores.iqv2.position import Position
+from stores.iqv2.request import StateQueryRequest
+from stores.iqv2.result import StateQueryResult
 from stores.iqv2.state import State
 from stores.log.eventlog import EventLog
 from stores.log.source import SourceLog
 
 __all__ = ["PipelineError", "load_pipeline", "start_pipeline", "caught_up", "wait_caught_up", "source_log",
-           "pipeline_source"]
+           "pipeline_source", "HostedSource", "progress_line", "raise_open_files_limit", "FILES_PER_PARTITION"]
+
+#: Open files one store partition costs the serving process at most (writer: file, WAL, -shm; one reader: 2 more).
+FILES_PER_PARTITION = 5
+_RESERVED_FILES = 200  # sockets, the event log, Spark's py4j connections, libraries
 
 
 class PipelineError(Exception):
@@ -131,3 +140,110 @@ def wait_caught_up(app: Any, log: SourceLog, timeout_s: float,
         if time.monotonic() > deadline:
             raise PipelineError(f"the pipeline applied {done} of {total} records within {timeout_s:.0f} s")
         time.sleep(0.25)
+
+
+class HostedSource:
+    """What ``iqgate serve <pipeline>`` serves: the state dir's stores read-only from the first second, then the app.
+
+    Spark takes 10-25 s to start; meanwhile the existing stores answer from
+    their files (with their positions; a bound that needs more gets
+    NOT_UP_TO_BOUND) and the state is REBALANCING (issue 13 item 7). Once the
+    StreamsApp is attached every call goes to it.
+    """
+
+    def __init__(self, state_dir: Path) -> None:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self._reader: StateDirReader | None = StateDirReader(state_dir)
+        self._app: Any = None
+        self._started = time.time()
+        self._lock = threading.Lock()
+        self.phase = "starting Spark"
+
+    def attach(self, app: Any) -> None:
+        with self._lock:
+            self._app, reader = app, self._reader
+            self._reader = None
+        if reader is not None:  # statements that picked it up are short; close it a little later
+            t = threading.Timer(2.0, reader.close)
+            t.daemon = True
+            t.start()
+
+    @property
+    def app(self) -> Any:
+        return self._app
+
+    @property
+    def state(self) -> State:
+        app = self._app
+        return app.state if app is not None else State.REBALANCING
+
+    def catalog(self) -> Mapping[str, StoreSpec]:
+        app, reader = self._app, self._reader
+        return app.catalog() if app is not None else reader.catalog() if reader is not None else {}
+
+    def query(self, request: StateQueryRequest) -> StateQueryResult:
+        app, reader = self._app, self._reader
+        if app is not None or reader is None:
+            return self._app.query(request)
+        return reader.query(request)
+
+    def source_end_offsets(self, topics: Iterable[str]) -> Any:
+        """Where the source ends (for bounds that waiting cannot reach), from the app or from app.json."""
+        app, reader = self._app, self._reader
+        target = app if app is not None else reader
+        return target.source_end_offsets(topics) if target is not None else None
+
+    def status(self) -> dict[str, Any]:
+        app = self._app
+        if app is not None:
+            return app.status()
+        since = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(self._started)) + "Z"
+        return {"state": State.REBALANCING.value, "stores": {},
+                "health": {"status": "starting", "since": since, "retry_s": None,
+                           "reason": f"{self.phase} ({time.time() - self._started:.0f} s); the stores on disk "
+                                     "answer at their positions meanwhile"}}
+
+    def close(self) -> None:
+        reader = self._reader
+        if reader is not None:
+            reader.close()
+
+
+def progress_line(status: Mapping[str, Any]) -> str | None:
+    """One console line of catch-up progress (``None`` when there is nothing to report)."""
+    parts, reached, target = [], 0, 0
+    for name, st in sorted(status["stores"].items()):
+        pr = getattr(st, "progress", None)
+        if not pr or st.status not in ("starting", "rebuilding"):
+            continue
+        reached += pr["reached"]
+        target += pr["target"]
+        eta = f", ETA {pr['eta_s']:.0f} s" if pr.get("eta_s") is not None else ""
+        what = "rebuilding" if st.status == "rebuilding" else ("catching up" if pr.get("query_started") else
+                                                                "starting its query")
+        parts.append(f"{name} {what} {pr['reached']:,}/{pr['target']:,}{eta}")
+    if not parts:
+        return None
+    pct = 100.0 * reached / target if target else 100.0
+    return f"iqgate: catch-up {reached:,}/{target:,} records ({pct:.0f}%): " + "; ".join(parts)
+
+
+def raise_open_files_limit() -> tuple[int, int] | None:
+    """Raise the soft RLIMIT_NOFILE as far as the hard limit allows; (soft, partitions it leaves room for).
+
+    Why: each store partition keeps up to FILES_PER_PARTITION files open (issue 23), so a pipeline of
+    100 stores x 4 partitions needs ~2,000, over the usual soft limit of 1,024. None where there is no limit.
+    """
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if want > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (ValueError, OSError):
+            pass
+    return soft, max(0, (soft - _RESERVED_FILES) // FILES_PER_PARTITION)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from stores.iqv2.position import Position
 
@@ -46,8 +47,8 @@ class Metrics:
                 self._failures[r] = self._failures.get(r, 0) + 1
 
     def render(self, positions: Mapping[str, Mapping[int, Position | None]], state: str,
-               interrupted: Mapping[str, int] | None = None) -> str:
-        """The exposition text; ``positions`` are per store partition, read at scrape time."""
+               status: Mapping[str, Any] | None = None, interrupted: Mapping[str, int] | None = None) -> str:
+        """The exposition text; ``positions`` are per store partition, ``status`` the source's health, at scrape time."""
         out: list[str] = []
         with self._lock:
             out += ["# HELP iqgate_requests_total HTTP requests by endpoint and status.",
@@ -85,4 +86,50 @@ class Metrics:
                                    f'topic="{_label(topic)}",partition="{tp}"}} {off}')
         out += ["# HELP iqgate_app_state 1 for the application's current state (KIP-696).",
                 "# TYPE iqgate_app_state gauge", f'iqgate_app_state{{state="{_label(state)}"}} 1']
+        if status is not None:
+            out += _health_lines(status)
+        out += _file_lines()
         return "\n".join(out) + "\n"
+
+
+def _file_lines() -> list[str]:
+    """Open files against the limit, and the store read connections behind most of them (issue 23)."""
+    from stores.engine import connections
+
+    out = []
+    n = connections.open_files()
+    if n is not None:
+        out += ["# HELP iqgate_open_files File descriptors the process has open.", "# TYPE iqgate_open_files gauge",
+                f"iqgate_open_files {n}"]
+    lim = connections.fd_limit()
+    if lim is not None:
+        out += ["# HELP iqgate_open_files_limit The process's soft RLIMIT_NOFILE.",
+                "# TYPE iqgate_open_files_limit gauge", f"iqgate_open_files_limit {lim[0]}"]
+    st = connections.stats()
+    out += ["# HELP iqgate_store_partitions_open Store partition files open in this process.",
+            "# TYPE iqgate_store_partitions_open gauge", f"iqgate_store_partitions_open {st['partitions']}",
+            "# HELP iqgate_store_read_connections Read connections to store files (shared by all threads).",
+            "# TYPE iqgate_store_read_connections gauge", f"iqgate_store_read_connections {st['read_connections']}"]
+    return out
+
+
+def _health_lines(status: Mapping[str, Any]) -> list[str]:
+    """Health beside the client state: overall status, and per store its status and since when (epoch s)."""
+    h = status["health"]
+    out = ["# HELP iqgate_health 1 for the overall health: healthy, degraded, starting or stopped.",
+           "# TYPE iqgate_health gauge", f'iqgate_health{{status="{_label(h["status"])}"}} 1',
+           "# HELP iqgate_store_status 1 for each store's ingest status (running, starting, paused, rebuilding, "
+           "failed); reason in the label while not running.",
+           "# TYPE iqgate_store_status gauge"]
+    for name, s in sorted(status["stores"].items()):
+        reason = f',reason="{_label(s.reason)}"' if s.reason else ""
+        out.append(f'iqgate_store_status{{store="{_label(name)}",status="{s.status}"{reason}}} 1')
+    out += ["# HELP iqgate_store_ingest_paused 1 while a fault pauses the store's ingest (it retries by itself).",
+            "# TYPE iqgate_store_ingest_paused gauge"]
+    for name, s in sorted(status["stores"].items()):
+        out.append(f'iqgate_store_ingest_paused{{store="{_label(name)}"}} {int(s.status == "paused")}')
+    out += ["# HELP iqgate_store_batches_total Micro-batches each store applied since the process started.",
+            "# TYPE iqgate_store_batches_total counter"]
+    for name, s in sorted(status["stores"].items()):
+        out.append(f'iqgate_store_batches_total{{store="{_label(name)}"}} {s.batches}')
+    return out

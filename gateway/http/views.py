@@ -24,7 +24,7 @@ from .renderers import (
     position_header,
 )
 
-__all__ = ["register_views", "negotiate"]
+__all__ = ["register_views", "negotiate", "source_status"]
 
 # Accept headers common clients send that need no parsing (the point-lookup path is latency-bound).
 _JSON_ACCEPTS = frozenset({"*/*", "application/json", JSON})
@@ -38,6 +38,17 @@ def negotiate(accept: Any) -> str:
     if best is None:
         raise NotAcceptable(f"cannot answer with any of {accept}; supported: {', '.join(MEDIA_TYPES)}")
     return best
+
+
+def source_status(gateway: Any) -> dict[str, Any]:
+    """The source's health beside its KIP-696 state (``StreamsApp.status`` / ``StateDirReader.status``)."""
+    status = getattr(gateway.source, "status", None)
+    if status is not None:
+        return status()
+    state = gateway.state
+    ok = "healthy" if state is State.RUNNING else "starting"
+    return {"state": state.value, "health": {"status": ok, "reason": None, "since": None, "retry_s": None},
+            "stores": {}}
 
 
 def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metrics) -> None:
@@ -61,6 +72,7 @@ def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metric
     @app.get("/v1/stores")
     def stores() -> Response:
         positions = gateway.store_positions()
+        statuses = source_status(gateway)["stores"]
         out = []
         for name, spec in sorted(gateway.catalog().items()):
             out.append({
@@ -77,22 +89,26 @@ def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metric
                 "history_retention_ms": spec.history_retention_ms,
                 "positions": {str(p): (None if pos is None else pos.to_json_map())
                               for p, pos in sorted(positions.get(name, {}).items())},
+                "status": statuses[name].to_json() if name in statuses else None,
             })
         return Response(dumps({"stores": out}), mimetype=JSON)
 
     @app.get("/v1/health")
     def health() -> Response:
-        state = gateway.state
-        ok = state is State.RUNNING
-        body = {"state": state.value, "healthy": ok}
-        resp = Response(dumps(body), status=200 if ok else 503, mimetype=JSON)
+        status = source_status(gateway)
+        state = State(status["state"])
+        h = status["health"]
+        body = {"state": state.value, "healthy": h["status"] == "healthy", **h,
+                "stores": {n: s.to_json() for n, s in sorted(status["stores"].items())}}
+        # 200 while the client runs, degraded included: its reads answer (the body says what is wrong)
+        resp = Response(dumps(body), status=200 if state is State.RUNNING else 503, mimetype=JSON)
         if state in (State.CREATED, State.REBALANCING):
             resp.headers["Retry-After"] = str(cfg.retry_after_s)
         return resp
 
     @app.get("/metrics")
     def prometheus() -> Response:
-        text = metrics.render(gateway.store_positions(), gateway.state.value,
+        text = metrics.render(gateway.store_positions(), gateway.state.value, source_status(gateway),
                               getattr(gateway, "statements_interrupted", {}))
         return Response(text, mimetype="text/plain", headers={"Content-Type": "text/plain; version=0.0.4"})
 

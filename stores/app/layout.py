@@ -1,9 +1,18 @@
 """Where an app's files live under its state directory (the on-disk contract with other processes).
 
-``<state_dir>/app.json`` tells readers the writer's state and hosting;
-``<state_dir>/stores/<store>/store.json`` is the StoreSpec, and
-``partition-<n>.db`` the SQLite file of one store partition. Gateway
-workers find stores by these paths alone, so every part uses these helpers.
+``<state_dir>/app.json`` tells readers the writer's state, hosting and store
+health; ``<state_dir>/stores/<store>/store.json`` is the StoreSpec of the
+store's current *generation* (its ``generation`` key, 0 when absent), and
+the generation's partition files are ``partition-<n>.db`` in the store's
+directory (generation 0) or in ``gen-<g>/`` under it. Spark's checkpoint of
+a generation is ``checkpoints/<store>`` (0) or ``checkpoints/<store>@<g>``.
+
+Why generations: a store rebuilt from its source (a damaged file, a changed
+definition) is written beside the current one and swapped in by one atomic
+rewrite of ``store.json`` once it has caught up, so readers never see a store
+going back in time (issues 13 and 20). Files moved aside as damaged go to
+``<state_dir>/damaged/``. Gateway workers find stores by these paths alone,
+so every part uses these helpers.
 """
 
 from __future__ import annotations
@@ -16,11 +25,19 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ..catalog.schema import StoreSpec
+
 __all__ = [
     "app_json_path",
     "stores_dir",
     "store_dir",
     "spec_path",
+    "generation_dir",
+    "checkpoint_dir",
+    "damaged_dir",
+    "read_store",
+    "split_store_json",
+    "write_store",
     "partition_path",
     "partition_from_filename",
     "write_json_atomic",
@@ -46,8 +63,51 @@ def spec_path(state_dir: str | os.PathLike[str], store: str) -> Path:
     return store_dir(state_dir, store) / "store.json"
 
 
-def partition_path(state_dir: str | os.PathLike[str], store: str, partition: int) -> Path:
-    return store_dir(state_dir, store) / f"partition-{partition}.db"
+def generation_dir(state_dir: str | os.PathLike[str], store: str, generation: int = 0) -> Path:
+    d = store_dir(state_dir, store)
+    return d if generation == 0 else d / f"gen-{generation}"
+
+
+def partition_path(state_dir: str | os.PathLike[str], store: str, partition: int, generation: int = 0) -> Path:
+    return generation_dir(state_dir, store, generation) / f"partition-{partition}.db"
+
+
+def checkpoint_dir(state_dir: str | os.PathLike[str], store: str, generation: int = 0) -> Path:
+    base = Path(state_dir) / "checkpoints"
+    return base / store if generation == 0 else base / f"{store}@{generation}"
+
+
+def damaged_dir(state_dir: str | os.PathLike[str], store: str) -> Path:
+    return Path(state_dir) / "damaged" / store
+
+
+def read_store(state_dir: str | os.PathLike[str], store: str) -> tuple[StoreSpec, int, dict[str, Any]]:
+    """(spec, current generation, the other keys such as ``definition``) from ``store.json``."""
+    raw = json.loads(spec_path(state_dir, store).read_text(encoding="utf-8"))
+    return _split(raw)
+
+
+def split_store_json(text: str) -> tuple[StoreSpec, int, dict[str, Any]]:
+    return _split(json.loads(text))
+
+
+def _split(raw: dict[str, Any]) -> tuple[StoreSpec, int, dict[str, Any]]:
+    extras = {k: raw.pop(k) for k in list(raw) if k in _EXTRA_KEYS}
+    generation = int(extras.pop("generation", 0) or 0)
+    return StoreSpec.from_json(json.dumps(raw)), generation, extras
+
+
+def write_store(state_dir: str | os.PathLike[str], store: str, spec: StoreSpec, generation: int = 0,
+                **extras: Any) -> None:
+    """Atomically (re)write ``store.json``: switching ``generation`` here is what swaps a rebuilt store in."""
+    data = json.loads(spec.to_json())
+    if generation:
+        data["generation"] = generation
+    data.update({k: v for k, v in extras.items() if k in _EXTRA_KEYS and v is not None})
+    write_json_atomic(spec_path(state_dir, store), data)
+
+
+_EXTRA_KEYS = frozenset({"generation", "definition", "history"})
 
 
 def partition_from_filename(name: str) -> int | None:

@@ -21,6 +21,7 @@ from ..iqv2.position import Position
 from ..iqv2.request import StateQueryRequest
 from ..iqv2.result import StateQueryResult
 from ..iqv2.state import State, StreamThreadExceptionResponse
+from .health import HealthTracker
 
 __all__ = ["Queryable", "StoreWriter", "TopologyLike", "Runtime", "AppDriver"]
 
@@ -91,6 +92,15 @@ class AppDriver(Protocol):
 
     def handle_uncaught(self, exc: BaseException, unit: str) -> StreamThreadExceptionResponse:
         """Give a unit's failure to the uncaught-exception handler and carry out its response."""
+        ...
+
+    def handle_store_failure(self, exc: BaseException, unit: str) -> None:
+        """A store's query failed (not a fault, not a lost source): the handler if set, else the store fails alone."""
+        ...
+
+    @property
+    def health(self) -> HealthTracker:
+        """Per-store ingest status beside the client state (paused, rebuilding, failed)."""
         ...
 
 

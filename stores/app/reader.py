@@ -36,6 +36,7 @@ from ..iqv2.result import StateQueryResult
 from ..iqv2.state import State
 from . import layout
 from .dispatch import run_request
+from .health import StoreStatus, annotate_bound_failures, overall
 
 __all__ = ["StateDirReader", "AppInfo"]
 
@@ -43,7 +44,8 @@ __all__ = ["StateDirReader", "AppInfo"]
 class AppInfo:
     """What ``app.json`` says about the writing app."""
 
-    __slots__ = ("state", "claimed", "pid", "alive", "hosted", "standby", "application_id", "source")
+    __slots__ = ("state", "claimed", "pid", "alive", "hosted", "standby", "application_id", "source", "stores",
+                 "since")
 
     def __init__(self, raw: Mapping[str, Any] | None) -> None:
         raw = raw or {}
@@ -57,6 +59,9 @@ class AppInfo:
         self.hosted = {n: frozenset(ps) for n, ps in (raw.get("hosted") or {}).items()}
         self.standby = {n: frozenset(ps) for n, ps in (raw.get("standby") or {}).items()}
         self.source = raw.get("source") if isinstance(raw.get("source"), dict) else None
+        self.since = raw.get("state_since") if isinstance(raw.get("state_since"), (int, float)) else None
+        stores = raw.get("stores") if isinstance(raw.get("stores"), dict) else {}
+        self.stores = {n: StoreStatus.from_json(v) for n, v in stores.items() if isinstance(v, dict)}
 
     def refresh(self) -> None:
         """Re-check that the writer lives: a killed writer leaves a stale live state in app.json."""
@@ -88,7 +93,10 @@ class StateDirReader:
         self._specs: dict[str, StoreSpec] = {}
         self._specs_mtime: int | None = None
         self._specs_checked = float("-inf")
-        self._stores: dict[tuple[str, int], PartitionStore] = {}
+        self._gens: dict[str, int] = {}
+        self._retired: list[PartitionStore] = []
+        self._seen: dict[str, int | None] = {}
+        self._stores: dict[tuple[str, int, int], PartitionStore] = {}  # (store, generation, partition)
         self._info: AppInfo = AppInfo(None)
         self._info_mtime: int | None = None
         self._source: tuple[Any, Any] | None = None
@@ -108,24 +116,41 @@ class StateDirReader:
             mtime = d.stat().st_mtime_ns
         except FileNotFoundError:
             return
-        if mtime == self._specs_mtime and all(
-            layout.spec_path(self.state_dir, n).exists() for n in self._specs
-        ):
+        seen = self._spec_mtimes()
+        if mtime == self._specs_mtime and seen == self._seen:
             self._specs_checked = now
             return
         specs: dict[str, StoreSpec] = {}
+        gens: dict[str, int] = {}
         for sub in sorted(d.iterdir()):
             f = sub / "store.json"
             try:
-                specs[sub.name] = StoreSpec.from_json(f.read_text(encoding="utf-8"))
+                specs[sub.name], gens[sub.name], _ = layout.split_store_json(f.read_text(encoding="utf-8"))
             except (FileNotFoundError, NotADirectoryError):
                 continue
             except (ValueError, KeyError, TypeError) as exc:
                 raise ValueError(f"{f}: not a valid store spec: {exc}") from None
         with self._lock:
+            for old in self._retired:  # retired by the previous scan: no statement still uses them
+                old.close()
+            self._retired = [s for k, s in self._stores.items() if gens.get(k[0]) != k[1]]
+            for k in [k for k in self._stores if gens.get(k[0]) != k[1]]:
+                del self._stores[k]
             self._specs = specs
+            self._gens = gens
             self._specs_mtime = mtime
+            self._seen = self._spec_mtimes(specs)
             self._specs_checked = now  # only a scan that succeeded counts: a corrupt spec keeps failing
+
+    def _spec_mtimes(self, names: Any = None) -> dict[str, int | None]:
+        """Each known store's store.json mtime: a rewrite (a rebuilt generation swapped in) changes it."""
+        out: dict[str, int | None] = {}
+        for n in (self._specs if names is None else names):
+            try:
+                out[n] = layout.spec_path(self.state_dir, n).stat().st_mtime_ns
+            except FileNotFoundError:
+                out[n] = None
+        return out
 
     def catalog(self) -> dict[str, StoreSpec]:
         self._rescan()
@@ -165,11 +190,12 @@ class StateDirReader:
 
     # -- stores ------------------------------------------------------------------------
     def _partition(self, spec: StoreSpec, p: int) -> PartitionStore | None:
-        key = (spec.name, p)
+        gen = self._gens.get(spec.name, 0)
+        key = (spec.name, gen, p)
         store = self._stores.get(key)
         if store is not None:
             return store
-        path = layout.partition_path(self.state_dir, spec.name, p)
+        path = layout.partition_path(self.state_dir, spec.name, p, gen)
         if not path.exists():
             return None
         with self._lock:
@@ -199,7 +225,17 @@ class StateDirReader:
             label = str(info.state)
         else:
             running, active, label = True, frozenset(local), "RUNNING"
-        return run_request(request, spec, local, active, running, label)
+        result = run_request(request, spec, local, active, running, label)
+        info = self._info
+        if info.alive and spec.name in info.stores:
+            result = annotate_bound_failures(result, info.stores[spec.name].note())
+        return result
+
+    def status(self) -> dict[str, Any]:
+        """The writer's health as it wrote it to app.json (a stopped writer's stores are no longer ingesting)."""
+        info = self.app_info()
+        stores = info.stores if info.alive else {}
+        return {"state": info.state.value, "health": overall(info.state, stores, info.since), "stores": stores}
 
     def source_end_offsets(self, topics: Iterable[str]) -> Position | None:
         """The source's last offsets, where app.json says where the source is (else None: the gateway just waits)."""
@@ -234,9 +270,10 @@ class StateDirReader:
 
     def close(self) -> None:
         with self._lock:
-            for s in self._stores.values():
+            for s in [*self._stores.values(), *self._retired]:
                 s.close()
             self._stores.clear()
+            self._retired = []
 
     def __enter__(self) -> StateDirReader:
         return self

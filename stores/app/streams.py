@@ -10,7 +10,6 @@ contract is tested without Spark.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -37,7 +36,9 @@ from . import layout
 from .assignment import Hosting, initial_hosting, reassigned
 from .coordination import ShutdownCoordinator
 from .dispatch import run_request
+from .generations import StoreFiles
 from .handles import open_handle
+from .health import HealthTracker, annotate_bound_failures, overall, restoring
 from .lifecycle import ClientStateMachine
 from .protocol import Runtime, TopologyLike
 
@@ -108,7 +109,8 @@ class StreamsApp:
         self._synchronous = synchronous.upper()
         self._stores: dict[str, dict[int, PartitionStore]] = {}
         self._generation: dict[str, int] = {n: 0 for n in self._specs}
-        self._writers: dict[str, PartitionedWriter] = {}
+        self._writers: dict[tuple[str, int | None], PartitionedWriter] = {}
+        self._files: dict[str, StoreFiles] = {}
         self._views: dict[str, tuple[dict[int, PartitionStore], frozenset[int]]] = {}
         self._lock = threading.RLock()
         self._start_lock = threading.Lock()
@@ -116,7 +118,11 @@ class StreamsApp:
         self._fatal: BaseException | None = None  # why the client went to ERROR, for every later error message
         self._runtime: Runtime | None = None
         self._coordinator = ShutdownCoordinator(application_id, self, coordination_base, shutdown_poll_s)
-        self._fsm = ClientStateMachine(application_id, on_change=lambda new, old: self._write_app_json(new))
+        self._json_lock = threading.Lock()
+        self._state_since = time.time()
+        #: per-store ingest status beside the client state (paused by a fault, rebuilding, failed): health.py
+        self.health = HealthTracker(self._specs, on_change=lambda: self._write_app_json(self.state))
+        self._fsm = ClientStateMachine(application_id, on_change=self._state_changed)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._write_app_json(State.CREATED)
 
@@ -138,17 +144,35 @@ class StreamsApp:
             raise TypeError("the uncaught exception handler must be callable")
         self._handler = handler
 
+    def _state_changed(self, new: State, old: State) -> None:
+        self._state_since = time.time()
+        self._write_app_json(new)
+
     def _write_app_json(self, state: State) -> None:
         hosted, standby = self._hosting
-        layout.write_json_atomic(layout.app_json_path(self.state_dir), {
+        data = {
             "application_id": self.application_id,
             "state": state.value,
+            "state_since": self._state_since,
             "pid": os.getpid(),
             "updated_at": time.time(),
             "hosted": {n: sorted(ps) for n, ps in hosted.items()},
             "standby": {n: sorted(ps) for n, ps in standby.items()},
             "source": layout.source_location(getattr(self.topology, "log", None)),
-        })
+            "stores": {n: s.to_json() for n, s in self.health.snapshot().items()},
+        }
+        with self._json_lock:
+            try:
+                layout.write_json_atomic(layout.app_json_path(self.state_dir), data)
+            except OSError as exc:  # a full or read-only disk must not break the state machine
+                log.warning("stream-client %s: cannot write %s: %s", self.application_id,
+                            layout.app_json_path(self.state_dir), exc)
+
+    def status(self) -> dict[str, Any]:
+        """Health beside the KIP-696 state: ``{"state", "health": {status, reason, since, retry_s}, "stores"}``."""
+        stores = self.health.snapshot()
+        state = self.state
+        return {"state": state.value, "health": overall(state, stores, self._state_since), "stores": stores}
 
     def source_end_offsets(self, topics: Iterable[str]) -> Position | None:
         """The last offset per partition of the source topics (None without a source log, e.g. hand-written stores).
@@ -185,24 +209,23 @@ class StreamsApp:
                 self.handle_uncaught(exc, "<start>")
 
     def _open_stores(self) -> None:
+        """Open every store's current generation; damaged or missing partition files become lost partitions."""
         with self._lock:
             for name, spec in self._specs.items():
-                d = layout.store_dir(self.state_dir, name)
-                d.mkdir(parents=True, exist_ok=True)
-                layout.write_json_atomic(layout.spec_path(self.state_dir, name), _spec_dict(spec))
-                self._stores[name] = {
-                    p: open_partition(spec, p, layout.partition_path(self.state_dir, name, p),
-                                      synchronous=self._synchronous)
-                    for p in range(spec.partitions)
-                }
+                files = StoreFiles(self.state_dir, spec, self._synchronous)
+                files.open()
+                self._files[name] = files
+                self._stores[name] = files.parts
+                if files.lost:
+                    self.health.set(name, "rebuilding", self.rebuild_needed(name))
             self._views = {}
 
     def _close_stores(self) -> None:
         with self._lock:
-            for name, parts in self._stores.items():
+            for name, files in self._files.items():
                 self._generation[name] += 1
-                for s in parts.values():
-                    s.close()
+                files.close()
+            self._files = {}
             self._stores = {}
             self._writers = {}
             self._views = {}
@@ -259,7 +282,11 @@ class StreamsApp:
             self._fsm.transition(State.REBALANCING)
 
     def mark_running(self) -> None:
+        """REBALANCING -> RUNNING; the runtime calls it once every store caught up, so none is still starting."""
         if self.state is State.REBALANCING:
+            for name, st in self.health.snapshot().items():
+                if st.status == "starting":
+                    self.health.set(name, "running")
             self._fsm.transition(State.RUNNING)
 
     def handle_uncaught(self, exc: BaseException, unit: str) -> StreamThreadExceptionResponse:
@@ -294,6 +321,22 @@ class StreamsApp:
             self._request_application_shutdown()
         return response
 
+    def handle_store_failure(self, exc: BaseException, unit: str) -> None:
+        """A store's query failed for a reason retrying cannot fix (not a fault, not a lost source).
+
+        With a handler set by the user, KIP-671 applies: the handler decides.
+        Without one, the store fails alone (DESIGN §8): it keeps answering at
+        its last Position, health says why, and every other store goes on.
+        """
+        if self._handler is not None:
+            self.handle_uncaught(exc, unit)
+            return
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        log.error("stream-client %s: store %s failed and stops advancing (%s: %s); the other stores go on",
+                  self.application_id, unit, type(exc).__name__, text)
+        if unit in self._specs:
+            self.health.set(unit, "failed", f"{type(exc).__name__}: {text}")
+
     def _why(self) -> str:
         """`` It stopped because …`` when an uncaught exception stopped it (KIP-662's reason reaches the user)."""
         exc = self._fatal
@@ -320,19 +363,97 @@ class StreamsApp:
             )
         return spec
 
-    def writer(self, store_name: str) -> PartitionedWriter:
-        """The StoreWriter of one store; usable while the app is REBALANCING or RUNNING."""
+    def writer(self, store_name: str, generation: int | None = None) -> PartitionedWriter:
+        """The StoreWriter of one store (of the generation being rebuilt, if named); while REBALANCING or RUNNING."""
         spec = self.spec(store_name)
         with self._lock:
-            w = self._writers.get(store_name)
+            w = self._writers.get((store_name, generation))
             if w is None:
-                stores = self._stores.get(store_name)
-                if stores is None:
+                files = self._files.get(store_name)
+                if files is None:
                     raise IllegalStateException(
                         f"store {store_name!r} is not open: the app is {self.state}; writers need start() first"
                     )
-                w = self._writers[store_name] = PartitionedWriter(spec, stores, lambda: self._check_writable(store_name))
+                if generation is not None and generation != files.generation:
+                    if generation != files.next_generation or files.next_spec is None:
+                        raise IllegalStateException(f"store {store_name!r} has no generation {generation} being built")
+                    spec, stores = files.next_spec, files.next_parts
+                else:
+                    stores = files.parts
+                w = PartitionedWriter(spec, stores, lambda: self._check_writable(store_name))
+                self._writers[(store_name, generation)] = w
             return w
+
+    # -- generations: rebuilding a store beside the current one (generations.py) ---------------------
+    def rebuild_needed(self, name: str) -> str | None:
+        """Why the store must be rebuilt from its source (lost or damaged partitions), or None."""
+        files = self._files.get(name)
+        if files is None or not files.lost:
+            return None
+        return "; ".join(f"partition {p}: {why}" for p, why in sorted(files.lost.items()))
+
+    def begin_rebuild(self, name: str, reason: str, spec: StoreSpec | None = None) -> int:
+        """Open a new generation of ``name`` beside the current one; the current keeps answering meanwhile."""
+        with self._lock:
+            files = self._files[name]
+            g = files.begin(spec)
+        log.warning("stream-client %s: rebuilding store %s from its source into generation %d: %s",
+                    self.application_id, name, g, reason)
+        self.health.set(name, "rebuilding", reason)
+        return g
+
+    def min_position(self, name: str, *, building: bool = False) -> Position:
+        """The position every partition of the store (or of the generation being built) has reached.
+
+        The minimum over its partitions, lost ones counting as empty: what
+        "caught up" and "ready to swap" are judged by, since a batch can be
+        applied by some partitions before a fault stops the rest.
+        """
+        with self._lock:
+            files = self._files.get(name)
+            if files is None or (building and files.next_generation is None):
+                return Position.empty()
+            if not building and files.lost:
+                return Position.empty()
+            parts = list((files.next_parts if building else files.parts).values())
+        pos: Position | None = None
+        for s in parts:
+            p = s.current_position()
+            pos = p if pos is None else _min_position(pos, p)
+        return pos or Position.empty()
+
+    def current_generation(self, name: str) -> int:
+        files = self._files.get(name)
+        return files.generation if files is not None else 0
+
+    def finish_rebuild(self, name: str, **extras: Any) -> None:
+        """Swap the rebuilt generation in: one atomic rewrite of store.json; handles of the old one go stale."""
+        with self._lock:
+            files = self._files[name]
+            files.finish(extras)
+            self._specs[name] = files.spec
+            self._stores[name] = files.parts
+            self._generation[name] += 1
+            for key in [k for k in self._writers if k[0] == name]:
+                del self._writers[key]
+            self._views.pop(name, None)
+        log.warning("stream-client %s: store %s swapped to its rebuilt generation %d", self.application_id, name,
+                    files.generation)
+        self.health.set(name, "running")
+
+    def check_store_files(self, name: str, *, integrity: bool = False) -> dict[int, str]:
+        """Partitions newly found lost (file deleted; with ``integrity``, damaged): they answer NOT_ACTIVE now."""
+        with self._lock:
+            files = self._files.get(name)
+            if files is None:
+                return {}
+            found = files.recheck() if integrity else files.check_files()
+            if found:
+                self._generation[name] += 1
+                for key in [k for k in self._writers if k[0] == name]:
+                    del self._writers[key]
+                self._views.pop(name, None)
+        return found
 
     def _check_writable(self, name: str) -> None:
         """Writes are refused once the stores are (being) closed; a batch in flight while the runtime is being
@@ -348,7 +469,8 @@ class StreamsApp:
             for name, parts in self._stores.items():
                 pos = Position.empty()
                 for p in sorted(hosted[name] | standby[name]):
-                    pos = pos.merge(parts[p].current_position())
+                    if p in parts:  # a lost partition (being restored) has no position
+                        pos = pos.merge(parts[p].current_position())
                 out[name] = pos
         return out
 
@@ -414,11 +536,15 @@ class StreamsApp:
             for s in parts.values():
                 s.close()
             self._generation[name] += 1
-            self._stores[name] = {
-                p: open_partition(spec, p, layout.partition_path(self.state_dir, name, p), synchronous=self._synchronous)
+            gen = self.current_generation(name)
+            parts.clear()  # the StoreFiles shares this dict
+            parts.update({
+                p: open_partition(spec, p, layout.partition_path(self.state_dir, name, p, gen),
+                                  synchronous=self._synchronous)
                 for p in range(spec.partitions)
-            }
-            self._writers.pop(name, None)
+            })
+            for key in [k for k in self._writers if k[0] == name]:
+                del self._writers[key]
             self._views.pop(name, None)
 
     # -- IQv2 --------------------------------------------------------------------------------
@@ -435,7 +561,11 @@ class StreamsApp:
                 f"KafkaStreams has been stopped ({state}). This instance can no longer serve queries.{self._why()}"
             )
         local, act = self._local_view(spec.name)
-        return run_request(request, spec, local, act, state is State.RUNNING, state.value)
+        result = run_request(request, spec, local, act, state is State.RUNNING, state.value)
+        files = self._files.get(spec.name)
+        if files is not None and files.lost:
+            result = restoring(result, spec.name, files.lost, request.partitions)
+        return annotate_bound_failures(result, self.health.get(spec.name).note())
 
     def _local_view(self, name: str) -> tuple[dict[int, PartitionStore], frozenset[int]]:
         """(hosted and standby open partition stores, active partitions), cached until stores or hosting change."""
@@ -469,5 +599,12 @@ class StreamsApp:
         return f"StreamsApp({self.application_id!r}, state={self.state}, state_dir={str(self.state_dir)!r})"
 
 
-def _spec_dict(spec: StoreSpec) -> Any:
-    return json.loads(spec.to_json())
+def _min_position(a: Position, b: Position) -> Position:
+    """Per topic-partition the smaller offset; a topic-partition missing from either is missing."""
+    out: dict[str, dict[int, int]] = {}
+    for t in a.topics():
+        bp = b.partition_positions(t)
+        for p, o in a.partition_positions(t).items():
+            if p in bp:
+                out.setdefault(t, {})[p] = min(o, bp[p])
+    return Position.from_map(out)

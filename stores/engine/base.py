@@ -29,13 +29,112 @@ from ..iqv2.position import Position, PositionBound
 from ..iqv2.result import FailureReason, QueryResult
 from .change import Change
 from .codec import ValueCodec, affinity
+from .connections import ReadPool
 
-__all__ = ["PartitionStore", "Handler", "StoreClosedError", "is_permitted"]
+__all__ = ["PartitionStore", "Handler", "StoreClosedError", "is_permitted", "integrity_problem", "CORRUPTION_TEXTS",
+           "QUICK_CHECK_MAX_BYTES"]
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 EXISTS_CHECK_S = 0.1  # how stale "the file still exists" may be: a stat per query would cost ~2-4 us
+
+
+QUICK_CHECK_MAX_BYTES = 256 << 20  # above this, open checks only the header and the meta row (quick_check is O(size))
+#: What SQLite says about a damaged file; a write failing with one of these is a corruption, not a fault.
+CORRUPTION_TEXTS = ("database disk image is malformed", "file is not a database", "malformed database schema")
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def integrity_problem(path: str | os.PathLike[str], kind: str | None = None) -> str | None:
+    """Why the store file at ``path`` cannot be trusted, or None if it looks sound (issue 13: a corrupt or
+    truncated file is found on open and rebuilt, instead of failing every start).
+
+    Checks the header, opens it read-only, reads the meta row (and its kind), and runs SQLite's
+    ``quick_check`` on files up to QUICK_CHECK_MAX_BYTES. A missing file is the caller's business.
+    """
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        with open(p, "rb") as f:
+            head = f.read(100)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot read {p}: {exc}"
+    if size == 0:
+        return None if not Path(f"{p}-wal").exists() else f"{p} is empty but has a write-ahead log"
+    if len(head) < 100 or not head.startswith(_SQLITE_MAGIC):
+        return f"{p} is not a SQLite database (bad header, {size} bytes)"
+    page = int.from_bytes(head[16:18], "big") or 65536
+    if size % page:
+        return f"{p} is truncated ({size} bytes is not a whole number of {page}-byte pages)"
+    try:
+        c = sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None, timeout=30.0)
+    except sqlite3.Error as exc:
+        return f"{p} cannot be opened: {exc}"
+    try:
+        row = c.execute("SELECT kind FROM meta WHERE id = 0").fetchone()
+        if row is None:
+            return f"{p} has no meta row"
+        if kind is not None and row[0] != kind:
+            return None  # a kind mismatch is a configuration error the open reports, not damage
+        if size <= QUICK_CHECK_MAX_BYTES:
+            result = [r[0] for r in c.execute("PRAGMA quick_check(5)").fetchall()]
+            if result != ["ok"]:
+                return f"{p} failed SQLite's quick_check: {'; '.join(result)}"
+    except sqlite3.Error as exc:
+        return f"{p} is damaged: {exc}"
+    finally:
+        c.close()
+    return None
+
+
+_NO_CKPT_ON_CLOSE = 1006  # SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE
+
+
+def _rollback(c: sqlite3.Connection) -> None:
+    if c.in_transaction:
+        try:
+            c.execute("ROLLBACK")
+        except sqlite3.Error:  # pragma: no cover - the original error is the one to report
+            pass
+
+
+def _writable(path: Path) -> bool:
+    """Can the store file and its WAL companions be written? (False on a read-only FS or immutable files.)"""
+    for f in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        if f.exists() and not os.access(f, os.W_OK):
+            return False
+    return os.access(path.parent, os.W_OK)
+
+
+def no_checkpoint_on_close(conn: sqlite3.Connection, path: Path) -> bool:
+    """Tell SQLite not to checkpoint when ``conn`` closes; False if this Python cannot say it.
+
+    ``Connection.setconfig`` exists from Python 3.12; on 3.11 the same
+    ``sqlite3_db_config`` call is made through ctypes on the connection's
+    handle, used only after ``sqlite3_db_filename`` confirms it is this file.
+    """
+    setconfig = getattr(conn, "setconfig", None)
+    if setconfig is not None:
+        setconfig(_NO_CKPT_ON_CLOSE, True)
+        return True
+    try:
+        import _sqlite3
+        import ctypes
+
+        lib = ctypes.CDLL(_sqlite3.__file__)
+        handle = ctypes.c_void_p.from_address(id(conn) + 2 * ctypes.sizeof(ctypes.c_void_p)).value
+        lib.sqlite3_db_filename.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        lib.sqlite3_db_filename.restype = ctypes.c_char_p
+        name = lib.sqlite3_db_filename(handle, b"main") if handle else None
+        if not name or os.path.realpath(name.decode()) != os.path.realpath(path):
+            return False
+        lib.sqlite3_db_config.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+        return lib.sqlite3_db_config(handle, _NO_CKPT_ON_CLOSE, 1, None) == 0
+    except Exception:  # noqa: BLE001 - best effort: an unknown layout means no change
+        return False
 
 
 class StoreClosedError(RuntimeError):
@@ -101,9 +200,9 @@ class PartitionStore:
         self.codec = ValueCodec(spec)
         self._topics = frozenset(spec.source_topics) or None
         self._synchronous = synchronous
-        self._local = threading.local()
-        self._conns: list[sqlite3.Connection] = []
-        self._conns_lock = threading.Lock()
+        # The writing process reads through the idle writer first and keeps at most one reader (see connections.py)
+        self._pool = ReadPool(self.path, max_readers=2 if read_only else 1)
+        self._checked_at = -1e9
         self._write_lock = threading.Lock()
         self._closed = False
         self._pos_cache: tuple[str | None, Position] = (None, Position.empty())
@@ -151,43 +250,41 @@ class PartitionStore:
         """An open connection would go on reading a deleted or replaced file: notice both.
 
         Gone -> FileNotFoundError (STORE_EXCEPTION); replaced (new inode) ->
-        this thread reconnects to the new file. Done at most every
-        EXISTS_CHECK_S per thread, since a stat per query costs 2-4 us.
+        the pooled connections reconnect to the new file. Done at most every
+        EXISTS_CHECK_S per partition, since a stat per query costs 2-4 us.
         """
-        loc = self._local
-        try:
-            ino = os.stat(self._path_str).st_ino
-        except FileNotFoundError:
-            raise FileNotFoundError(f"file {self.path} is gone") from None
-        c = getattr(loc, "conn", None)
-        if c is not None and getattr(loc, "ino", ino) != ino:
-            with self._conns_lock:
-                if c in self._conns:
-                    self._conns.remove(c)
-            c.close()
-            loc.conn = None
-        loc.checked_at = now
+        self._checked_at = now
+        self._pool.check_replaced()
 
-    def _conn(self) -> sqlite3.Connection:
-        """This thread's read connection (sqlite3 connections are not shared across threads)."""
-        c = getattr(self._local, "conn", None)
-        if c is None:
-            if self._closed:
-                raise StoreClosedError(f"store {self.name!r} partition {self.partition} is closed")
-            try:
-                self._local.ino = os.stat(self._path_str).st_ino
-            except FileNotFoundError:
-                raise FileNotFoundError(
-                    f"store {self.name!r} partition {self.partition}: file {self.path} is gone") from None
-            c = sqlite3.connect(
-                f"{self.path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None,
-                check_same_thread=False, timeout=30.0,
-            )
-            c.execute("PRAGMA query_only=1")
-            with self._conns_lock:
-                self._conns.append(c)
-            self._local.conn = c
-        return c
+    @contextlib.contextmanager
+    def _reader(self) -> Iterator[sqlite3.Connection]:
+        """A read connection borrowed from the partition's pool (shared by every thread) for one snapshot."""
+        if self._closed:
+            raise StoreClosedError(f"store {self.name!r} partition {self.partition} is closed")
+        try:
+            with self._pool.connection(self._idle_writer if self._wconn is not None else None) as c:
+                yield c
+        except FileNotFoundError as exc:
+            if self.path.exists():
+                raise
+            raise FileNotFoundError(
+                f"store {self.name!r} partition {self.partition}: file {self.path} is gone") from exc
+        except RuntimeError as exc:
+            if str(exc) == "closed":
+                raise StoreClosedError(f"store {self.name!r} partition {self.partition} is closed") from None
+            raise
+
+    @contextlib.contextmanager
+    def _idle_writer(self) -> Iterator[sqlite3.Connection | None]:
+        """The writer connection for a read if no batch is being written right now, else None."""
+        if not self._write_lock.acquire(blocking=False):
+            yield None
+            return
+        try:
+            c = self._wconn
+            yield c if c is not None and not c.in_transaction else None
+        finally:
+            self._write_lock.release()
 
     def ddl(self) -> Sequence[str]:
         """CREATE statements of the kind's table(s)."""
@@ -200,18 +297,23 @@ class PartitionStore:
         return "".join(f", v{i} {affinity(c.type)}" for i, c in enumerate(self.spec.values))
 
     def close(self) -> None:
-        """Close every connection; waits for an in-flight batch so it commits or rolls back whole."""
+        """Close every connection; waits for an in-flight batch so it commits or rolls back whole.
+
+        On files that cannot be written (read-only or immutable), SQLite's
+        checkpoint when the last connection closes faults on the mapped
+        ``-shm`` file (SIGBUS, issue 13 item 6): then the connections close
+        without that checkpoint, and the WAL is applied at the next open.
+        """
+        frozen = not _writable(self.path)
+        if frozen:
+            log.warning("store %s partition %d: %s cannot be written; closing without a checkpoint",
+                        self.name, self.partition, self.path)
         with self._write_lock:
             self._closed = True
-            with self._conns_lock:
-                for c in self._conns:
-                    try:
-                        c.close()
-                    except sqlite3.Error:  # pragma: no cover - closing is best effort
-                        pass
-                self._conns.clear()
-            self._local = threading.local()
+            self._pool.close(before_close=(lambda c: no_checkpoint_on_close(c, self.path)) if frozen else None)
             if self._wconn is not None:  # last: the last connection to close checkpoints and removes the WAL
+                if frozen:
+                    no_checkpoint_on_close(self._wconn, self.path)
                 self._wconn.close()
                 self._wconn = None
 
@@ -230,57 +332,45 @@ class PartitionStore:
 
     def snapshot(self, sql: str, params: Sequence[Any]) -> tuple[Position, list[Any]]:
         """Rows and the position from ONE read transaction, so they always agree."""
-        if self._closed:
-            raise StoreClosedError(f"store {self.name!r} partition {self.partition} is closed")
-        c = self._conn()
-        c.execute("BEGIN")
-        try:
-            rows = c.execute(sql, params).fetchall()
-            text = c.execute("SELECT position FROM meta").fetchone()[0]
-        except BaseException:
-            if c.in_transaction:
-                try:
-                    c.execute("ROLLBACK")
-                except sqlite3.Error:  # pragma: no cover - the original error is the one to report
-                    pass
-            raise
-        c.execute("COMMIT")
+        with self._reader() as c:
+            c.execute("BEGIN")
+            try:
+                rows = c.execute(sql, params).fetchall()
+                text = c.execute("SELECT position FROM meta").fetchone()[0]
+            except BaseException:
+                _rollback(c)
+                raise
+            c.execute("COMMIT")
         return self.position_of(text), rows
 
     def snapshot_many(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> tuple[Position, list[Any]]:
         """The rows of several statements and the position, all from ONE read transaction."""
-        if self._closed:
-            raise StoreClosedError(f"store {self.name!r} partition {self.partition} is closed")
-        c = self._conn()
-        c.execute("BEGIN")
-        try:
-            rows: list[Any] = []
-            for sql, params in statements:
-                rows.extend(c.execute(sql, params).fetchall())
-            text = c.execute("SELECT position FROM meta").fetchone()[0]
-        except BaseException:
-            if c.in_transaction:
-                try:
-                    c.execute("ROLLBACK")
-                except sqlite3.Error:  # pragma: no cover - the original error is the one to report
-                    pass
-            raise
-        c.execute("COMMIT")
+        with self._reader() as c:
+            c.execute("BEGIN")
+            try:
+                rows: list[Any] = []
+                for sql, params in statements:
+                    rows.extend(c.execute(sql, params).fetchall())
+                text = c.execute("SELECT position FROM meta").fetchone()[0]
+            except BaseException:
+                _rollback(c)
+                raise
+            c.execute("COMMIT")
         return self.position_of(text), rows
 
     def point(self, sql: str, params: Sequence[Any]) -> tuple[Position, Any]:
         """One-statement snapshot: ``sql`` selects the position as its first column (meta LEFT JOIN data)."""
-        if self._closed:
-            raise StoreClosedError(f"store {self.name!r} partition {self.partition} is closed")
-        row = self._conn().execute(sql, params).fetchone()
+        with self._reader() as c:
+            row = c.execute(sql, params).fetchone()
         return self.position_of(row[0]), row
 
     def current_position(self) -> Position:
-        c = self._conn()
-        return self.position_of(c.execute("SELECT position FROM meta").fetchone()[0])
+        with self._reader() as c:
+            return self.position_of(c.execute("SELECT position FROM meta").fetchone()[0])
 
     def meta(self) -> dict[str, Any]:
-        row = self._conn().execute("SELECT version, last_batch_id, position, observed_ts FROM meta").fetchone()
+        with self._reader() as c:
+            row = c.execute("SELECT version, last_batch_id, position, observed_ts FROM meta").fetchone()
         return {"version": row[0], "last_batch_id": row[1], "position": self.position_of(row[2]), "observed_ts": row[3]}
 
     def last_batch_id(self) -> int | None:
@@ -306,7 +396,7 @@ class PartitionStore:
             else:
                 try:
                     now = time.monotonic()
-                    if now - getattr(self._local, "checked_at", -1e9) > EXISTS_CHECK_S:
+                    if now - self._checked_at > EXISTS_CHECK_S:
                         self._check_file(now)
                     position, raw = handler.fetch(self, prepared)
                 except Exception as exc:  # noqa: BLE001 - store failures are data (STORE_EXCEPTION)

@@ -4,26 +4,27 @@ Producers (``iqgate produce``, tests, the demo) append without Spark, so this
 module must never import pyspark. Layout under the root::
 
     topics/<topic>/topic.json   {"name", "partitions", "epoch", "created_ms"}
-    topics/<topic>/<p>.log      one JSON line per record: {"k": key, "v": value, "t": ts_ms}
-    topics/<topic>/<p>.idx      8-byte big-endian end byte position per record (offset = entry number)
+    topics/<topic>/<p>.rec      checksummed records (length, crc32, JSON {"k": key, "v": value, "t": ts_ms})
+    topics/<topic>/<p>.ix       committed record count, then the end byte position of each record
     topics/<topic>/<p>.lock     flock target serialising appenders of that partition
 
-Why this shape: the data line is written and fsynced before its index entry,
-so a reader that sees index entry ``o`` always finds record ``o`` complete,
-readers need no lock, and a crash between the two writes leaves only an
-unindexed tail that the next appender cuts off. The ``epoch`` changes when a
-topic is deleted and recreated, which lets the Spark source tell a recreated
-(shorter) topic from one that merely has no new data.
+The per-partition format, and why a failed or interrupted append never
+becomes visible, is in ``segment.py``. A batch over several partitions is
+all-or-nothing: every partition writes and fsyncs its records first, then
+each publishes them. The ``epoch`` changes when a topic is deleted and
+recreated, which lets the Spark source tell a recreated (shorter) topic from
+one that merely has no new data.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
+import logging
 import os
 import re
 import shutil
-import struct
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -34,20 +35,18 @@ from typing import Any, NamedTuple
 from ..catalog.partitioner import partition_for_key
 from ..iqv2.timeutil import now_ms
 from .records import InvalidRecordError, check_record, unpack_record
+from .segment import CorruptLogError, EventLogError, FileOps, LogWriteError, PartitionFiles, Repair
 
 __all__ = [
-    "EventLog", "Record", "EventLogError", "UnknownTopicError", "TopicExistsError",
-    "InvalidRecordError", "TOPIC_NAME_RE",
+    "EventLog", "Record", "EventLogError", "UnknownTopicError", "TopicExistsError", "CorruptLogError",
+    "LogWriteError", "InvalidRecordError", "TOPIC_NAME_RE", "FileOps", "Repair",
 ]
+
+log = logging.getLogger("stores.log")
 
 #: Kafka's legal topic characters. ``@`` is deliberately absent: the Spark
 #: source uses ``@epochs`` as a reserved key inside its offset JSON.
 TOPIC_NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-_IDX = struct.Struct(">Q")
-
-
-class EventLogError(Exception):
-    """Base of the log's errors."""
 
 
 class UnknownTopicError(EventLogError, KeyError):
@@ -83,10 +82,11 @@ class EventLog:
     tables). Every method is safe with several producer processes at once.
     """
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, file_ops: FileOps | None = None) -> None:
         self.root = Path(root)
         self._topics_dir = self.root / "topics"
         self._topics_dir.mkdir(parents=True, exist_ok=True)
+        self._ops = file_ops or FileOps()
 
     def __repr__(self) -> str:
         return f"EventLog({str(self.root)!r})"
@@ -112,8 +112,10 @@ class EventLog:
         meta = {"name": name, "partitions": partitions, "epoch": uuid.uuid4().hex, "created_ms": now_ms()}
         _write_fsynced(tmp / "topic.json", json.dumps(meta).encode())
         for p in range(partitions):
-            for suffix in ("log", "idx", "lock"):
-                (tmp / f"{p}.{suffix}").touch()
+            files = PartitionFiles(tmp, name, p)
+            files.rec.touch()
+            files.lock.touch()
+            _write_fsynced(files.ix, PartitionFiles.empty_index())
         try:
             os.rename(tmp, final)
         except OSError:
@@ -178,7 +180,7 @@ class EventLog:
         out = {}
         for p in range(n):
             try:
-                out[p] = (d / f"{p}.idx").stat().st_size // _IDX.size
+                out[p] = PartitionFiles(d, topic, p).committed()
             except FileNotFoundError:
                 raise UnknownTopicError(f"topic {topic!r} was deleted while reading its offsets") from None
         return out
@@ -230,41 +232,64 @@ class EventLog:
             by_part.setdefault(p, []).append((i, _encode(key, value, ts, where)))
             count += 1
         out: list[tuple[int, int]] = [(0, 0)] * count
-        for p in sorted(by_part):
-            first = self._append_partition(topic, p, [line for _, line in by_part[p]])
+        firsts = self._append_atomically(topic, {p: [line for _, line in by_part[p]] for p in by_part})
+        for p, first in firsts.items():
             for j, (i, _) in enumerate(by_part[p]):
                 out[i] = (p, first + j)
         return out
 
-    def _append_partition(self, topic: str, p: int, lines: list[bytes]) -> int:
+    def _append_atomically(self, topic: str, lines: dict[int, list[bytes]]) -> dict[int, int]:
+        """Write every partition's records, then publish them all; on any failure none is published.
+
+        Locks are taken in partition order, so producers writing overlapping
+        partitions cannot deadlock.
+        """
         d = self._topics_dir / topic
-        with _locked(d / f"{p}.lock", topic):
+        parts = sorted(lines)
+        with contextlib.ExitStack() as stack:
+            for p in parts:
+                stack.enter_context(_locked(d / f"{p}.lock", topic))
             if not (d / "topic.json").exists():
                 raise UnknownTopicError(f"topic {topic!r} was deleted while appending")
-            fd_idx = os.open(d / f"{p}.idx", os.O_RDWR)
-            fd_log = os.open(d / f"{p}.log", os.O_RDWR)
+            pending: list[Any] = []
+            firsts: dict[int, int] = {}
+            published: list[int] = []
+            p = parts[0] if parts else 0
             try:
-                size = os.fstat(fd_idx).st_size
-                whole = size - size % _IDX.size
-                if whole != size:  # a torn index entry from a crash: drop it
-                    os.ftruncate(fd_idx, whole)
-                end = _IDX.unpack(os.pread(fd_idx, _IDX.size, whole - _IDX.size))[0] if whole else 0
-                if os.fstat(fd_log).st_size != end:  # an unindexed tail from a crash
-                    os.ftruncate(fd_log, end)
-                data = b"".join(lines)
-                os.pwrite(fd_log, data, end)
-                os.fsync(fd_log)
-                entries = bytearray()
-                pos = end
-                for line in lines:
-                    pos += len(line)
-                    entries += _IDX.pack(pos)
-                os.pwrite(fd_idx, bytes(entries), whole)
-                os.fsync(fd_idx)
-                return whole // _IDX.size
-            finally:
-                os.close(fd_idx)
-                os.close(fd_log)
+                for p in parts:
+                    first, handle = PartitionFiles(d, topic, p, self._ops).append(lines[p])
+                    pending.append(handle)
+                    firsts[p] = first
+                for p, handle in zip(parts, pending):
+                    handle.commit()  # an in-place header rewrite: needs no new space
+                    published.append(p)
+            except OSError as exc:
+                for handle in pending[len(published):]:
+                    if handle.fd_ix >= 0:
+                        handle.rollback()
+                what = ("nothing was written" if not published else
+                        f"partition(s) {published} were written (offsets from {[firsts[q] for q in published]}) "
+                        f"before partition {p} failed; nothing else was written")
+                raise LogWriteError(exc.errno, f"topic {topic!r} partition {p}: {exc.strerror or exc}; {what}"
+                                    ) from exc
+            return firsts
+
+    def recover(self, topics: Iterable[str] | None = None) -> list[Repair]:
+        """Repair every partition (of ``topics``) after a crash: cut torn or zero-filled tails; list what was cut.
+
+        Run on open by whoever owns the log (``iqgate serve``, the pipeline's
+        start, ``iqgate produce``); readers never need it, since they only
+        read committed records.
+        """
+        out = []
+        for topic in (list(self.list_topics()) if topics is None else list(topics)):
+            d = self._topics_dir / topic
+            for p in range(self.partitions(topic)):
+                with _locked(d / f"{p}.lock", topic):
+                    fixed = PartitionFiles(d, topic, p, self._ops).repair()
+                if fixed is not None:
+                    out.append(fixed)
+        return out
 
     # -- read -----------------------------------------------------------
     def read(self, topic: str, partition: int, start: int = 0, end: int | None = None) -> list[Record]:
@@ -278,32 +303,13 @@ class EventLog:
         n = self.partitions(topic)
         if not 0 <= partition < n:
             raise EventLogError(f"topic {topic!r} has no partition {partition} (it has {n})")
-        d = self._topics_dir / topic
         if start < 0:
             raise EventLogError(f"topic {topic!r} partition {partition}: start offset {start} is negative")
+        files = PartitionFiles(self._topics_dir / topic, topic, partition)
         try:
-            with open(d / f"{partition}.idx", "rb") as fi, open(d / f"{partition}.log", "rb") as fl:
-                avail = os.fstat(fi.fileno()).st_size // _IDX.size
-                stop = avail if end is None else end
-                if stop > avail:
-                    raise EventLogError(
-                        f"SOURCE_TRUNCATED: topic {topic!r} partition {partition} ends at offset {avail}, "
-                        f"but offsets up to {stop} were asked for")
-                if start >= stop:
-                    return
-                lo = _IDX.unpack(_pread(fi, (start - 1) * _IDX.size))[0] if start else 0
-                hi = _IDX.unpack(_pread(fi, (stop - 1) * _IDX.size))[0]
-                fl.seek(lo)
-                chunk = fl.read(hi - lo)
+            yield from files.read(start, end)
         except FileNotFoundError:
             raise UnknownTopicError(f"topic {topic!r} was deleted while reading") from None
-        for o, line in enumerate(chunk.splitlines(), start):
-            rec = json.loads(line)
-            yield o, rec["k"], rec["v"], rec["t"]
-
-
-def _pread(f: Any, at: int) -> bytes:
-    return os.pread(f.fileno(), _IDX.size, at)
 
 
 def _check_topic_name(name: Any) -> None:

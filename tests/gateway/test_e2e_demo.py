@@ -167,7 +167,7 @@ def test_serve_command_runs_a_pipeline_file(spark, tmp_path: Path) -> None:  # n
             except OSError:
                 pass
             time.sleep(0.5)
-        assert health == {"state": "RUNNING", "healthy": True}, health
+        assert health is not None and (health["state"], health["healthy"], health["status"]) == ("RUNNING", True, "healthy"), health
         log = EventLog(tmp_path / "log")
         p, o = log.append("orders", key="c0001", value={"amount": 12.5, "item": "pen"}, timestamp=1_700_000_000_000)
         status, _, body = http.sql("SELECT revenue, orders FROM revenue WHERE key = 'c0001'",

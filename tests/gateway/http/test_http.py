@@ -120,7 +120,10 @@ def test_stores_catalog_with_positions(server: Http, gw: Gateway, shop: Shop) ->
 
 def test_health_reports_the_app_state(server: Http) -> None:
     status, _, raw = server.request("GET", "/v1/health")
-    assert status == 200 and json.loads(raw) == {"state": "RUNNING", "healthy": True}
+    body = json.loads(raw)
+    assert status == 200 and body["state"] == "RUNNING" and body["healthy"] is True and body["status"] == "healthy"
+    assert body["reason"] is None and "revenue" in body["stores"]
+    assert all(s["status"] == "running" for s in body["stores"].values()), body["stores"]
 
 
 def test_metrics_count_requests_failures_and_positions(server: Http, shop: Shop) -> None:

@@ -50,9 +50,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Http, int
                             cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     try:
         assert proc.stderr is not None
-        line = proc.stderr.readline()
-        m = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
-        assert m, f"the server did not start: {line}"
+        lines = []
+        for _ in range(20):  # the serving line comes after a few informational ones
+            lines.append(proc.stderr.readline())
+            m = re.search(r"on (http://127\.0\.0\.1:\d+)", lines[-1])
+            if m or not lines[-1]:
+                break
+        assert m, f"the server did not start: {''.join(lines)}"
         yield Http(m.group(1)), proc.pid
     finally:
         proc.terminate()

@@ -38,8 +38,25 @@ def running(make_app: Any) -> Any:
     return app
 
 
+_readers: list[StateDirReader] = []
+
+
+def _opened(state_dir: Any) -> StateDirReader:
+    """A reader this module closes after each test (its store connections count against process-wide budgets)."""
+    reader = StateDirReader(state_dir)
+    _readers.append(reader)
+    return reader
+
+
+@pytest.fixture(autouse=True)
+def _close_readers() -> Any:
+    yield
+    while _readers:
+        _readers.pop().close()
+
+
 def test_reader_answers_like_the_app(running: Any) -> None:
-    reader = StateDirReader(running.state_dir)
+    reader = _opened(running.state_dir)
     assert isinstance(reader, Queryable)
     assert reader.state is State.RUNNING
     assert set(reader.catalog()) == {"kv", "w"}
@@ -64,7 +81,7 @@ def test_reader_answers_like_the_app(running: Any) -> None:
 
 
 def test_require_active_follows_the_writer(running: Any) -> None:
-    reader = StateDirReader(running.state_dir)
+    reader = _opened(running.state_dir)
     res = reader.query(req("kv", KeyQuery.with_key(1)).require_active())
     assert res.partition_results[0].is_success
     assert res.partition_results[1].failure_reason is FailureReason.NOT_ACTIVE
@@ -82,7 +99,7 @@ def test_missing_app_json_and_partition_file(running: Any) -> None:
     running.close(timeout_s=10)
     layout.app_json_path(running.state_dir).unlink()
     layout.partition_path(running.state_dir, "kv", 1).unlink()
-    reader = StateDirReader(running.state_dir)
+    reader = _opened(running.state_dir)
     assert reader.state is State.NOT_RUNNING
     res = reader.query(req("kv", KeyQuery.with_key(2)))
     assert set(res.partition_results) == {0}  # all-partitions: only the local ones
@@ -99,7 +116,7 @@ def test_dead_writer_reads_as_not_running(running: Any) -> None:
     info = json.loads(path.read_text())
     info["pid"] = dead.pid
     layout.write_json_atomic(path, info)
-    reader = StateDirReader(running.state_dir)
+    reader = _opened(running.state_dir)
     assert reader.app_info().claimed is State.RUNNING
     assert reader.state is State.NOT_RUNNING
 
@@ -107,7 +124,7 @@ def test_dead_writer_reads_as_not_running(running: Any) -> None:
 def test_catalog_picks_up_new_stores(make_app: Any, tmp_path: Any) -> None:
     state_dir = tmp_path / "shared"
     make_app([spec_for(StoreKind.KEY_VALUE, "a")], state_dir=state_dir)
-    reader = StateDirReader(state_dir)
+    reader = _opened(state_dir)
     assert set(reader.catalog()) == {"a"}
     with pytest.raises(UnknownStateStoreException):
         reader.query(req("b", KeyQuery.with_key(1)))
@@ -131,13 +148,13 @@ def test_reader_errors(tmp_path: Any) -> None:
     (d / "stores" / "x").mkdir(parents=True)
     (d / "stores" / "x" / "store.json").write_text("{not json")
     with pytest.raises(ValueError, match="not a valid store spec"):
-        StateDirReader(d).catalog()
-    empty = StateDirReader(tmp_path)
+        _opened(d).catalog()
+    empty = _opened(tmp_path)
     assert empty.catalog() == {} and empty.state is State.NOT_RUNNING
 
 
 def test_reader_from_many_threads(running: Any) -> None:
-    reader = StateDirReader(running.state_dir)
+    reader = _opened(running.state_dir)
     errors: list[BaseException] = []
 
     def work() -> None:
@@ -161,7 +178,7 @@ def test_reset_store_empties_it_for_every_reader(running: Any) -> None:
     from stores.app.handles import QueryableStoreTypes
     from stores.iqv2.errors import StateStoreMigratedException
 
-    reader = StateDirReader(running.state_dir)
+    reader = _opened(running.state_dir)
     handle = running.store("kv", QueryableStoreTypes.key_value())
     assert reader.query(req("kv", KeyQuery.with_key(2))).only_partition_result().result == (5,)
     running.reset_store("kv")
@@ -187,7 +204,7 @@ def test_a_replaced_file_is_reopened(make_app: Any, tmp_path: Any) -> None:
     a.writer("kv").write_batch(1, [Change(1, (1,))], Position.from_map({"input-topic": {0: 1}}))
     b = make_app([spec_for(StoreKind.KEY_VALUE, "kv", partitions=1)], state_dir=tmp_path / "b")
     b.writer("kv").write_batch(1, [Change(1, (2,))], Position.from_map({"input-topic": {0: 2}}))
-    reader = StateDirReader(tmp_path / "a")
+    reader = _opened(tmp_path / "a")
     assert reader.query(req("kv", KeyQuery.with_key(1))).only_partition_result().result == (1,)
     assert a.close(timeout_s=10) and b.close(timeout_s=10)  # b checkpointed: no WAL left
     target = layout.partition_path(tmp_path / "a", "kv", 0)

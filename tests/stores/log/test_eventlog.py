@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import struct
+import zlib
 from datetime import datetime, timezone
 
 import pytest
@@ -16,6 +18,7 @@ from stores.log.eventlog import (
     TopicExistsError,
     UnknownTopicError,
 )
+from stores.log.segment import HEADER_SIZE, encode_record
 
 
 def test_append_returns_the_murmur2_partition_and_consecutive_offsets(tmp_path):
@@ -132,15 +135,15 @@ def test_read_errors(tmp_path):
 
 
 def test_a_crash_tail_is_cut_off_by_the_next_append(tmp_path):
-    """A data line without its index entry, and a torn index entry, are what a kill -9 mid-append leaves."""
+    """Records and index entries written but never committed are what a kill -9 mid-append leaves."""
     log = EventLog(tmp_path)
     log.create_topic("t")
     log.append("t", "k", {"v": 1}, 1)
     d = tmp_path / "topics" / "t"
-    with open(d / "0.log", "ab") as f:
-        f.write(b'{"k":"k","v":{"v":999},"t":5}\n{"k":"half')
-    with open(d / "0.idx", "ab") as f:
-        f.write(b"\x00\x00\x00")
+    with open(d / "0.rec", "ab") as f:
+        f.write(encode_record(b'{"k":"k","v":{"v":999},"t":5}') + b"\x00\x00\x17half")
+    with open(d / "0.ix", "ab") as f:
+        f.write(b"\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00")
     assert log.end_offsets("t") == {0: 1}  # readers never see the tail
     assert log.append("t", "k", {"v": 2}, 2) == (0, 1)
     assert [r.value for r in log.read("t", 0)] == [{"v": 1}, {"v": 2}]
@@ -174,10 +177,13 @@ def test_several_producer_processes_lose_and_reorder_nothing(tmp_path):
         assert seen[w] == list(range(150)), f"producer {w}'s records were lost or reordered"
 
 
-def test_records_are_on_disk_as_json_lines(tmp_path):
+def test_records_are_on_disk_with_a_length_and_a_checksum(tmp_path):
     log = EventLog(tmp_path)
     log.create_topic("t")
     log.append("t", "k", {"v": 1}, 7)
-    line = (tmp_path / "topics" / "t" / "0.log").read_bytes().splitlines()[0]
-    assert json.loads(line) == {"k": "k", "v": {"v": 1}, "t": 7}
-    assert os.path.getsize(tmp_path / "topics" / "t" / "0.idx") == 8
+    raw = (tmp_path / "topics" / "t" / "0.rec").read_bytes()
+    length, crc = struct.unpack(">II", raw[:8])
+    assert length == len(raw) - 8
+    assert crc == zlib.crc32(raw[8:], zlib.crc32(raw[:4]))
+    assert json.loads(raw[8:]) == {"k": "k", "v": {"v": 1}, "t": 7}
+    assert os.path.getsize(tmp_path / "topics" / "t" / "0.ix") == HEADER_SIZE + 8

@@ -1,0 +1,60 @@
+"""Which failures of a store's query are faults of the machine (they may clear by themselves) and which are not.
+
+A fault — the disk full, an I/O error, a read-only file system, the source
+unreachable — pauses that store's ingest and is retried with backoff
+(DESIGN §8: faults degrade, they never stop serving); anything else is a
+failure for the uncaught-exception handler or the store's own error state.
+
+The exception type does not survive Spark (a Python error inside
+foreachBatch or a source reaches us as text inside a Java exception), so the
+classification is by the stable texts the OS, SQLite, the JVM, RocksDB and
+librdkafka use for these conditions.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..engine.base import CORRUPTION_TEXTS
+
+__all__ = ["fault_reason", "is_corruption", "FAULT_PATTERNS"]
+
+#: (pattern, what the user is told). Order matters: the first match names the fault.
+FAULT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(p, re.IGNORECASE), what) for p, what in (
+        (r"No space left on device|database or disk is full|Disk quota exceeded|\bENOSPC\b", "disk full"),
+        (r"Read-only file system|attempt to write a readonly database|\bEROFS\b", "read-only file system"),
+        (r"Input/output error|disk I/O error|\bEIO\b", "I/O error"),
+        (r"Operation not permitted|Permission denied|\bEACCES\b|\bEPERM\b", "permission denied"),
+        (r"unable to open database file", "cannot open a store file"),
+        (r"CORRUPT_LOG:", "damaged source log"),
+        (r"cannot reach Kafka at|Broker transport failure|All broker connections are down|_TRANSPORT\b|"
+         r"_ALL_BROKERS_DOWN|_TIMED_OUT|Connection refused|Failed to resolve|SOURCE_UNREACHABLE:",
+         "source unreachable"),
+    )
+)
+
+
+def fault_reason(exc: BaseException | str | None) -> str | None:
+    """``"disk full: <the line that says so>"`` for a fault, None for any other failure."""
+    if exc is None:
+        return None
+    text = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+    for pattern, what in FAULT_PATTERNS:
+        m = pattern.search(text)
+        if m is None:
+            continue
+        start = text.rfind("\n", 0, m.start()) + 1
+        end = text.find("\n", m.end())
+        line = text[start:end if end >= 0 else len(text)].strip()
+        if len(line) > 240:
+            lo = max(0, m.start() - start - 100)
+            line = "…" + line[lo:lo + 220] + "…"
+        return f"{what}: {line}"
+    return None
+
+
+def is_corruption(exc: BaseException | str | None) -> bool:
+    """Did SQLite say a store file is damaged? (Then the store is checked, and rebuilt, instead of retried.)"""
+    text = "" if exc is None else (exc if isinstance(exc, str) else str(exc))
+    return any(t in text for t in CORRUPTION_TEXTS)
