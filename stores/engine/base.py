@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
+import pyarrow.compute as pc
+
 from ..catalog.schema import StoreSpec
 from ..iqv2.position import Position, PositionBound
 from ..iqv2.result import FailureReason, QueryResult
@@ -404,6 +406,8 @@ class PartitionStore:
             if last is not None and batch_id <= last:
                 return False  # only this thread writes the file, so no one can apply it between here and BEGIN
             rows = self.rows_to_stage(rows)
+            if len(rows) > 1:  # key order for B-tree locality; the sort is stable, so arrival order stays within a row
+                rows = rows.take(pc.sort_indices(rows, [(c, "ascending") for c in self.IDENTITY]))
             with contextlib.ExitStack() as stack:
                 src = stack.enter_context(self._stager.staged(c, rows)) if len(rows) else None
                 c.execute("BEGIN IMMEDIATE")
@@ -430,7 +434,10 @@ class PartitionStore:
         return final_deletes(rows, self.IDENTITY)
 
     def merge(self, c: sqlite3.Connection, src: str, rows: Any, observed: int | None) -> None:
-        """Merge the staged rows (table ``src``, rowid = arrival order) into the kind's table, in the open transaction.
+        """Merge the staged rows into the kind's table, in the open transaction.
+
+        ``src`` holds the rows sorted by ``IDENTITY`` then arrival, its rowid
+        following that order: ``ORDER BY rowid`` reads them so without a sort.
 
         ``rows`` is the same data as Arrow (for counts), ``observed`` the
         partition's stream time after this batch.

@@ -157,7 +157,7 @@ class KeyValueStore(PartitionStore):
         deletes = pc.sum(rows.column("del")).as_py() or 0
         if deletes < len(rows):
             c.execute(self.cached_sql(("merge_upsert", src), lambda: (
-                f"INSERT OR REPLACE INTO kv (k, ts{v}) SELECT k, ts{v} FROM {src} WHERE del = 0 ORDER BY k, rowid")))
+                f"INSERT OR REPLACE INTO kv (k, ts{v}) SELECT k, ts{v} FROM {src} WHERE del = 0 ORDER BY rowid")))
         if deletes:
             c.execute(f"DELETE FROM kv WHERE k IN (SELECT k FROM {src} WHERE del = 1)")
 

@@ -3,8 +3,9 @@
 Measured on 2 cores (notes/ingest.md): ``executemany`` costs ~1 µs a row,
 mostly Python binding each parameter; the ADBC SQLite driver inserts from the
 Arrow buffers in C (~0.4 µs a row) and releases the GIL, so partitions stage
-in parallel. Then one ``INSERT … SELECT … ORDER BY`` per kind (SQLite's
-sorter, in C, GIL released) merges the rows into the store in key order.
+in parallel. The rows arrive sorted by key (Arrow's sort, also GIL-free), so
+one ``INSERT … SELECT … ORDER BY rowid`` per kind merges them into the store
+in key order without a sort in SQLite.
 
 So big batches are written by ADBC into a staging file beside the partition
 (``partition-<n>.db.stage``), ATTACHed for the merge, then deleted; small
@@ -52,7 +53,7 @@ class Stager:
 
     @contextlib.contextmanager
     def staged(self, conn: sqlite3.Connection, rows: pa.Table) -> Iterator[str]:
-        """The qualified name of a table holding ``rows`` in their order (rowid = arrival), while in the block."""
+        """The qualified name of a table holding ``rows`` in their order (rowid order), while in the block."""
         rows = _sql_ready(rows.select(self.columns))
         if len(rows) >= self.adbc_min_rows:
             with self._file(conn, rows) as name:

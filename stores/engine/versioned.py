@@ -160,7 +160,7 @@ class VersionedStore(PartitionStore):
         v = self.vcols_tail
         c.execute(self.cached_sql(("merge_versions", src), lambda: (
             f"INSERT INTO ver (k, vf, vt, tomb{v}) SELECT k, ts, NULL, del{v} FROM {src} WHERE true"
-            " ORDER BY k, ts, rowid ON CONFLICT (k, vf) DO UPDATE SET tomb = excluded.tomb"
+            " ORDER BY rowid ON CONFLICT (k, vf) DO UPDATE SET tomb = excluded.tomb"
             + "".join(f", v{i} = excluded.v{i}" for i in range(n)))))
         next_vf = "(SELECT min(n.vf) FROM ver n WHERE n.k = ver.k AND n.vf > ver.vf)"
         c.execute(f"UPDATE ver SET vt = {next_vf} WHERE (k, vf) IN (SELECT k, ts FROM {src})")

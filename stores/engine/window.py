@@ -53,7 +53,7 @@ class _WindowTable(PartitionStore):
         if deletes < len(rows):
             c.execute(self.cached_sql(("merge_upsert", src), lambda: (
                 f"INSERT OR REPLACE INTO win (k, ws, we, ts{v}) SELECT k, ws, we, ts{v} FROM {src} WHERE del = 0"
-                " ORDER BY k, ws, we, rowid")))
+                " ORDER BY rowid")))
         if deletes:
             c.execute(f"DELETE FROM win WHERE (k, ws, we) IN (SELECT k, ws, we FROM {src} WHERE del = 1)")
 

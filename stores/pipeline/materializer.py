@@ -14,6 +14,7 @@ path (engine/writer.py). No Python object per row.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -27,6 +28,8 @@ from pyspark.sql import functions as F
 
 from ..engine.batch import DELETED, KEY, TS, WE, WS, value_name
 from ..iqv2.position import Position
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "read_batch_offsets", "position_from_offsets", "last_committed_batch", "BatchSink", "rows_to_table",
@@ -172,6 +175,9 @@ class BatchSink:
         position = position_from_offsets(sources)
         # Always run the batch: the stateful operator commits its state only when the plan executes.
         table = batch_df.select(*self._projection).toArrow()
+        t1 = time.perf_counter()
         self._writer().write_table(batch_id, rows_to_table(self.decl, table, batch_ts), position)
         self.last_batch_seconds = time.perf_counter() - t0
+        log.debug("store %s batch %d: %d rows; Spark job + toArrow %.3f s, store write %.3f s", self.decl.spec.name,
+                  batch_id, len(table), t1 - t0, self.last_batch_seconds - (t1 - t0))
         self._on_applied(self.decl.spec.name, batch_id, position)
