@@ -1,7 +1,10 @@
 """Kafka's default partitioner (murmur2 over the serialized key), shared by log, writer and planner.
 
 One function decides where a key lives, so the planner can send a KeyQuery
-to the single partition that can hold the key.
+to the single partition that can hold the key. ``partitions_for_serialized``
+is the same function over a whole batch of serialized keys at once (numpy,
+no Python per key): the writer partitions a million keys with it in tens of
+milliseconds instead of seconds, and tests hold it equal to ``murmur2``.
 """
 
 from __future__ import annotations
@@ -9,9 +12,14 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+import numpy as np
+
 from .schema import SqlType, coerce_key
 
-__all__ = ["murmur2", "partition_for_bytes", "key_bytes", "partition_for_key"]
+__all__ = [
+    "murmur2", "partition_for_bytes", "key_bytes", "partition_for_key",
+    "murmur2_many", "partitions_for_serialized", "fixed_width_key_bytes",
+]
 
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
@@ -71,3 +79,107 @@ def key_bytes(key: Any, sql_type: SqlType | None = None) -> bytes:
 
 def partition_for_key(key: Any, num_partitions: int, sql_type: SqlType | None = None) -> int:
     return partition_for_bytes(key_bytes(key, sql_type), num_partitions)
+
+
+# -- the same over whole batches (numpy) ---------------------------------------------------------
+_VECTOR_MAX_LEN = 256  # longer keys (rare) are hashed one by one: a block loop as long as the longest key would cost more
+
+
+def murmur2_many(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """``murmur2`` of every key ``data[offsets[i]:offsets[i + 1]]``, as signed 32-bit ints.
+
+    ``data`` is the keys' serialized bytes back to back (uint8) and ``offsets``
+    their n + 1 boundaries, as Arrow lays out a binary or string column. The
+    loop runs once per 4-byte block of the longest key, each step over every
+    key that still has such a block (keys are visited longest first, so that
+    set is a prefix).
+    """
+    data = np.ascontiguousarray(data, dtype=np.uint8)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    starts = offsets[:-1]
+    lengths = offsets[1:] - starts
+    n = len(lengths)
+    out = np.empty(n, dtype=np.uint32)
+    if n == 0:
+        return out.view(np.int32)
+    long_keys = np.flatnonzero(lengths > _VECTOR_MAX_LEN)
+    for i in long_keys:
+        out[i] = murmur2(data[starts[i]:starts[i] + lengths[i]].tobytes()) & _MASK
+    short = np.flatnonzero(lengths <= _VECTOR_MAX_LEN) if len(long_keys) else None
+    if short is not None:
+        starts, lengths = starts[short], lengths[short]
+    h = _murmur2_short(data, starts, lengths)
+    if short is None:
+        out[:] = h
+    else:
+        out[short] = h
+    return out.view(np.int32)
+
+
+def _murmur2_short(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    m = np.uint32(_M)
+    blocks = lengths // 4
+    uniform = bool((lengths == lengths[0]).all())
+    order = None
+    if not uniform:  # longest first: the keys that have block j are then a prefix
+        order = np.argsort(-blocks, kind="stable")
+        starts, lengths, blocks = starts[order], lengths[order], blocks[order]
+    h = np.uint32(0x9747B28C) ^ lengths.astype(np.uint32)
+    max_blocks = int(blocks[0]) if order is not None else int(blocks.max())
+    have = (np.full(max_blocks, len(h)) if order is None
+            else np.searchsorted(-blocks, -np.arange(max_blocks), side="left"))  # keys with more than j blocks
+    for j in range(max_blocks):
+        c = int(have[j])
+        pos = starts[:c] + 4 * j
+        k = (data[pos].astype(np.uint32) | (data[pos + 1].astype(np.uint32) << np.uint32(8))
+             | (data[pos + 2].astype(np.uint32) << np.uint32(16)) | (data[pos + 3].astype(np.uint32) << np.uint32(24)))
+        k *= m
+        k ^= k >> np.uint32(24)
+        k *= m
+        hj = h[:c]
+        hj *= m
+        hj ^= k
+    rest = lengths & 3
+    tail = starts + blocks * 4
+    sel = np.flatnonzero(rest == 3)
+    h[sel] ^= data[tail[sel] + 2].astype(np.uint32) << np.uint32(16)
+    sel = np.flatnonzero(rest >= 2)
+    h[sel] ^= data[tail[sel] + 1].astype(np.uint32) << np.uint32(8)
+    sel = np.flatnonzero(rest >= 1)
+    h[sel] ^= data[tail[sel]].astype(np.uint32)
+    h[sel] *= m
+    h ^= h >> np.uint32(13)
+    h *= m
+    h ^= h >> np.uint32(15)
+    if order is None:
+        return h
+    back = np.empty_like(h)
+    back[order] = h
+    return back
+
+
+def partitions_for_serialized(data: np.ndarray, offsets: np.ndarray, num_partitions: int) -> np.ndarray:
+    """``partition_for_bytes`` of every serialized key (see ``murmur2_many`` for the layout), as int32."""
+    h = murmur2_many(data, offsets).view(np.uint32)
+    return ((h & np.uint32(0x7FFFFFFF)) % np.uint32(num_partitions)).astype(np.int32)
+
+
+_FIXED_WIDTH = {
+    SqlType.BIGINT: ">i8", SqlType.INTEGER: ">i8", SqlType.DATE: ">i8", SqlType.TIMESTAMP: ">i8",
+    SqlType.DOUBLE: ">f8", SqlType.BOOLEAN: "u1",
+}
+
+
+def fixed_width_key_bytes(values: np.ndarray, sql_type: SqlType) -> tuple[np.ndarray, np.ndarray]:
+    """(data, offsets) of the Kafka serializer bytes of canonical keys of a fixed-width type.
+
+    ``values`` holds the canonical forms ``key_bytes`` serializes: int64 for
+    BIGINT, INTEGER, DATE (days) and TIMESTAMP (epoch ms), float64 for
+    DOUBLE, 0/1 for BOOLEAN. VARCHAR keys are already bytes (their UTF-8).
+    """
+    fmt = _FIXED_WIDTH.get(sql_type)
+    if fmt is None:
+        raise TypeError(f"{sql_type} keys are not fixed-width")
+    data = np.ascontiguousarray(values).astype(fmt).view(np.uint8)
+    width = np.dtype(fmt).itemsize
+    return data, np.arange(0, width * (len(values) + 1), width, dtype=np.int64)

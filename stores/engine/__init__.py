@@ -30,7 +30,11 @@ STORE_CLASSES: dict[StoreKind, type[PartitionStore]] = {
 
 def open_partition(
     spec: StoreSpec, partition: int, path: str | os.PathLike[str], *, read_only: bool = False,
-    synchronous: str = "FULL",
+    synchronous: str = "FULL", adbc_min_rows: int | None = None,
 ) -> PartitionStore:
-    """Open (creating unless read-only) the file of one store partition with the class of its kind."""
-    return STORE_CLASSES[spec.kind](spec, partition, path, read_only=read_only, synchronous=synchronous)
+    """Open (creating unless read-only) the file of one store partition with the class of its kind.
+
+    ``adbc_min_rows``: from how many rows a partition's batch is staged through ADBC (engine/staging.py).
+    """
+    extra = {} if adbc_min_rows is None else {"adbc_min_rows": adbc_min_rows}
+    return STORE_CLASSES[spec.kind](spec, partition, path, read_only=read_only, synchronous=synchronous, **extra)

@@ -24,12 +24,16 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
+import pyarrow.compute as pc
+
 from ..catalog.schema import StoreSpec
 from ..iqv2.position import Position, PositionBound
 from ..iqv2.result import FailureReason, QueryResult
+from .batch import changes_to_table, encode, final_deletes, stream_time
 from .change import Change
 from .codec import ValueCodec, affinity
 from .connections import ReadPool
+from .staging import ADBC_MIN_ROWS, Stager
 
 __all__ = ["PartitionStore", "Handler", "StoreClosedError", "is_permitted", "integrity_problem", "CORRUPTION_TEXTS",
            "QUICK_CHECK_MAX_BYTES"]
@@ -190,6 +194,7 @@ class PartitionStore:
         *,
         read_only: bool = False,
         synchronous: str = "FULL",
+        adbc_min_rows: int = ADBC_MIN_ROWS,
     ) -> None:
         self.spec = spec
         self.name = spec.name
@@ -210,7 +215,9 @@ class PartitionStore:
         self._sql_cache: dict[Any, str] = {}
         # ", v0, v1" — empty for a store with no value columns, so SQL built from it stays valid
         self.vcols_tail = "".join(f", v{i}" for i in range(self.codec.n))
+        self._stager = Stager(self.path, self.stage_columns(), adbc_min_rows)
         if not read_only:
+            self._stager.clear_leftover()
             self._wconn = self._open_writer()
         elif not self.path.exists():
             raise FileNotFoundError(f"store {self.name!r} partition {partition}: no file {self.path}")
@@ -442,13 +449,15 @@ class PartitionStore:
         return sql
 
     # -- writes ----------------------------------------------------------------------
+    # The columnar write path: a batch arrives as canonical Arrow rows (engine/batch.py), is staged
+    # (engine/staging.py) and merged by the kind's set-based SQL, with the Position, in ONE transaction.
+    IDENTITY: ClassVar[tuple[str, ...]] = ("k",)  # the change-table columns that name a row of this kind
+
     @contextlib.contextmanager
     def _write_txn(self) -> Iterator[sqlite3.Connection]:
         """One write transaction under the writer lock: committed on success, rolled back on any error."""
         with self._write_lock:
-            c = self._wconn
-            if c is None:
-                raise StoreClosedError(f"store {self.name!r} partition {self.partition} is closed for writing")
+            c = self._writer_conn()
             c.execute("BEGIN IMMEDIATE")
             try:
                 yield c
@@ -458,23 +467,76 @@ class PartitionStore:
                     c.execute("ROLLBACK")
                 raise
 
+    def _writer_conn(self) -> sqlite3.Connection:
+        c = self._wconn
+        if c is None:
+            raise StoreClosedError(f"store {self.name!r} partition {self.partition} is closed for writing")
+        return c
+
     def apply_batch(self, batch_id: int, changes: Sequence[Change], position: Position) -> bool:
-        """Apply validated changes and merge ``position`` in one transaction; False if already applied."""
-        with self._write_txn() as c:
-            last, text, observed = c.execute("SELECT last_batch_id, position, observed_ts FROM meta").fetchone()
+        """Apply ``changes`` (this partition's) and merge ``position`` in one transaction; False if already applied.
+
+        A thin adapter onto ``apply_rows``: the changes become a change table
+        first, checked as the writer checks them.
+        """
+        where = f"store {self.name!r} batch {batch_id} partition {self.partition}"
+        rows = encode(self.spec, changes_to_table(self.spec, self.codec, changes, where), where)
+        return self.apply_rows(batch_id, rows, position, stream_time(self.spec.kind, rows))
+
+    def apply_rows(self, batch_id: int, rows: Any, position: Position, observed: int | None) -> bool:
+        """Write canonical Arrow rows of this partition and merge ``position``, in ONE transaction, idempotently.
+
+        ``rows`` is a change table from ``batch.encode`` (this partition's
+        share, in arrival order); ``observed`` its newest record time. A
+        batch id at or below the last applied one changes nothing (a replay).
+        """
+        with self._write_lock:
+            c = self._writer_conn()
+            last = c.execute("SELECT last_batch_id FROM meta").fetchone()[0]
             if last is not None and batch_id <= last:
-                return False  # an already-applied batch: the (empty) transaction changes nothing
-            observed = self.apply_changes(c, changes, observed)
-            new_pos = Position.from_json(text).merge(position)
-            c.execute(
-                "UPDATE meta SET last_batch_id = ?, position = ?, version = version + 1, observed_ts = ? WHERE id = 0",
-                (batch_id, new_pos.to_json(), observed),
-            )
+                return False  # only this thread writes the file, so no one can apply it between here and BEGIN
+            rows = self.rows_to_stage(rows)
+            if len(rows) > 1:  # key order for B-tree locality; the sort is stable, so arrival order stays within a row
+                rows = rows.take(pc.sort_indices(rows, [(c, "ascending") for c in self.IDENTITY]))
+            with contextlib.ExitStack() as stack:
+                src = stack.enter_context(self._stager.staged(c, rows)) if len(rows) else None
+                c.execute("BEGIN IMMEDIATE")
+                try:
+                    text, before = c.execute("SELECT position, observed_ts FROM meta").fetchone()
+                    if before is not None and (observed is None or before > observed):
+                        observed = before
+                    if src is not None:
+                        self.merge(c, src, rows, observed)
+                    c.execute(
+                        "UPDATE meta SET last_batch_id = ?, position = ?, version = version + 1, observed_ts = ?"
+                        " WHERE id = 0",
+                        (batch_id, Position.from_json(text).merge(position).to_json(), observed),
+                    )
+                    c.execute("COMMIT")
+                except BaseException:
+                    if c.in_transaction:
+                        c.execute("ROLLBACK")
+                    raise
         return True
 
-    def apply_changes(self, c: sqlite3.Connection, changes: Sequence[Change], observed: int | None) -> int | None:
-        """Write canonical changes inside the open transaction; return the new observed stream time."""
+    def rows_to_stage(self, rows: Any) -> Any:
+        """The rows the merge needs (by default all; kinds whose deletes remove rows drop superseded deletes)."""
+        return final_deletes(rows, self.IDENTITY)
+
+    def merge(self, c: sqlite3.Connection, src: str, rows: Any, observed: int | None) -> None:
+        """Merge the staged rows into the kind's table, in the open transaction.
+
+        ``src`` holds the rows sorted by ``IDENTITY`` then arrival, its rowid
+        following that order: ``ORDER BY rowid`` reads them so without a sort.
+
+        ``rows`` is the same data as Arrow (for counts), ``observed`` the
+        partition's stream time after this batch.
+        """
         raise NotImplementedError
+
+    def stage_columns(self) -> list[str]:
+        """The change-table columns a kind's merge reads from the staged rows."""
+        return ["k", "ts", "ws", "we", "del", *(f"v{i}" for i in range(self.codec.n))]
 
     def reset(self) -> None:
         """Empty the partition and forget its position and last batch, in one transaction.

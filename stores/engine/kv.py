@@ -12,6 +12,8 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+import pyarrow.compute as pc
+
 from ..iqv2.position import Position
 from ..iqv2.query import (
     KeyQuery,
@@ -23,7 +25,6 @@ from ..iqv2.query import (
 )
 from ..iqv2.values import KeyValue, ValueAndTimestamp
 from .base import Handler, PartitionStore
-from .change import Change
 from .rows import RowIterator
 
 __all__ = ["KeyValueStore", "TimestampedKeyValueStore"]
@@ -150,19 +151,15 @@ class KeyValueStore(PartitionStore):
         ts = ", ts" if with_ts else ""
         return f"SELECT k{ts}{self.vcols_tail} FROM kv{cond} ORDER BY k {'DESC' if descending else 'ASC'}"
 
-    def apply_changes(self, c: sqlite3.Connection, changes: Sequence[Change], observed: int | None) -> int | None:
-        upsert = self.cached_sql(
-            "upsert",
-            lambda: f"INSERT OR REPLACE INTO kv (k, ts{self.vcols_tail}) VALUES (?, ?{', ?' * self.codec.n})",
-        )
-        for ch in changes:
-            if ch.value is None:
-                c.execute("DELETE FROM kv WHERE k = ?", (ch.key,))
-            else:
-                c.execute(upsert, (ch.key, ch.timestamp, *ch.value))
-            if ch.timestamp is not None and (observed is None or ch.timestamp > observed):
-                observed = ch.timestamp
-        return observed
+    def merge(self, c: sqlite3.Connection, src: str, rows: Any, observed: int | None) -> None:
+        """Upserts in key order (of two for one key the later wins), then the deletes that came last."""
+        v = self.vcols_tail
+        deletes = pc.sum(rows.column("del")).as_py() or 0
+        if deletes < len(rows):
+            c.execute(self.cached_sql(("merge_upsert", src), lambda: (
+                f"INSERT OR REPLACE INTO kv (k, ts{v}) SELECT k, ts{v} FROM {src} WHERE del = 0 ORDER BY rowid")))
+        if deletes:
+            c.execute(f"DELETE FROM kv WHERE k IN (SELECT k FROM {src} WHERE del = 1)")
 
     # -- classic read-only API (handles) ---------------------------------------------
     def count(self) -> int:

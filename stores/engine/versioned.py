@@ -22,7 +22,6 @@ from ..iqv2.query import MultiVersionedKeyQuery, MultiVersionedRangeQuery, Resul
 from ..iqv2.timeutil import MAX_MS, MIN_MS
 from ..iqv2.values import KeyValue, VersionedRecord
 from .base import Handler, PartitionStore
-from .change import Change
 from .rows import RowIterator
 
 __all__ = ["VersionedStore"]
@@ -145,28 +144,28 @@ class VersionedStore(PartitionStore):
             "CREATE INDEX IF NOT EXISTS ver_by_end ON ver (vt) WHERE vt IS NOT NULL",
         ]
 
-    def apply_changes(self, c: sqlite3.Connection, changes: Sequence[Change], observed: int | None) -> int | None:
+    IDENTITY = ("k", "ts")
+
+    def rows_to_stage(self, rows: Any) -> Any:
+        return rows  # a tombstone is a version too: nothing to resolve
+
+    def merge(self, c: sqlite3.Connection, src: str, rows: Any, observed: int | None) -> None:
+        """Versions (tombstones too) in (key, time) order, then each touched validity mended, then retention.
+
+        Set-based: every new version and its predecessor get ``valid_to`` =
+        the next version's ``valid_from`` once all are in, which is what
+        inserting them one at a time in any order leaves.
+        """
         n = self.codec.n
-        insert = self.cached_sql(
-            "insert", lambda: f"INSERT INTO ver (k, vf, vt, tomb{self.vcols_tail}) VALUES (?, ?, ?, ?{', ?' * n})"
-        )
-        update = self.cached_sql(
-            "update", lambda: f"UPDATE ver SET tomb = ?{''.join(f', v{i} = ?' for i in range(n))} WHERE k = ? AND vf = ?"
-        )
-        for ch in changes:
-            ts = ch.timestamp
-            tomb = 1 if ch.value is None else 0
-            vals = (None,) * n if ch.value is None else tuple(ch.value)
-            if c.execute("SELECT 1 FROM ver WHERE k = ? AND vf = ?", (ch.key, ts)).fetchone():
-                c.execute(update, (tomb, *vals, ch.key, ts))
-            else:
-                nxt = c.execute("SELECT min(vf) FROM ver WHERE k = ? AND vf > ?", (ch.key, ts)).fetchone()[0]
-                c.execute("UPDATE ver SET vt = ? WHERE k = ? AND vf = (SELECT max(vf) FROM ver WHERE k = ? AND vf < ?)",
-                          (ts, ch.key, ch.key, ts))
-                c.execute(insert, (ch.key, ts, nxt, tomb, *vals))
-            if observed is None or ts > observed:
-                observed = ts
+        v = self.vcols_tail
+        c.execute(self.cached_sql(("merge_versions", src), lambda: (
+            f"INSERT INTO ver (k, vf, vt, tomb{v}) SELECT k, ts, NULL, del{v} FROM {src} WHERE true"
+            " ORDER BY rowid ON CONFLICT (k, vf) DO UPDATE SET tomb = excluded.tomb"
+            + "".join(f", v{i} = excluded.v{i}" for i in range(n)))))
+        next_vf = "(SELECT min(n.vf) FROM ver n WHERE n.k = ver.k AND n.vf > ver.vf)"
+        c.execute(f"UPDATE ver SET vt = {next_vf} WHERE (k, vf) IN (SELECT k, ts FROM {src})")
+        c.execute(f"UPDATE ver SET vt = {next_vf} WHERE (k, vf) IN (SELECT s.k, (SELECT max(p.vf) FROM ver p"
+                  f" WHERE p.k = s.k AND p.vf < s.ts) FROM {src} s)")
         retention = self.spec.history_retention_ms
         if retention is not None and observed is not None:
             c.execute("DELETE FROM ver WHERE vt IS NOT NULL AND vt < ?", (observed - retention,))
-        return observed

@@ -12,11 +12,12 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+import pyarrow.compute as pc
+
 from ..iqv2.position import Position
 from ..iqv2.query import WindowKeyQuery, WindowRangeQuery
 from ..iqv2.values import KeyValue, TimeWindow, Windowed
 from .base import Handler, PartitionStore
-from .change import Change
 from .rows import RowIterator
 
 __all__ = ["WindowStore", "SessionStore"]
@@ -43,20 +44,18 @@ class _WindowTable(PartitionStore):
             "CREATE INDEX IF NOT EXISTS win_by_start ON win (ws, k)",
         ]
 
-    def apply_changes(self, c: sqlite3.Connection, changes: Sequence[Change], observed: int | None) -> int | None:
-        upsert = self.cached_sql(
-            "upsert",
-            lambda: f"INSERT OR REPLACE INTO win (k, ws, we, ts{self.vcols_tail}) VALUES (?, ?, ?, ?{', ?' * self.codec.n})",
-        )
-        for ch in changes:
-            if ch.value is None:
-                c.execute("DELETE FROM win WHERE k = ? AND ws = ? AND we = ?", (ch.key, ch.window_start, ch.window_end))
-            else:
-                c.execute(upsert, (ch.key, ch.window_start, ch.window_end, ch.timestamp, *ch.value))
-            t = ch.timestamp if ch.timestamp is not None else ch.window_end
-            if observed is None or t > observed:
-                observed = t
-        return observed
+    IDENTITY = ("k", "ws", "we")
+
+    def merge(self, c: sqlite3.Connection, src: str, rows: Any, observed: int | None) -> None:
+        """Upserts in (key, window) order (of two for one window the later wins), then the deletes that came last."""
+        v = self.vcols_tail
+        deletes = pc.sum(rows.column("del")).as_py() or 0
+        if deletes < len(rows):
+            c.execute(self.cached_sql(("merge_upsert", src), lambda: (
+                f"INSERT OR REPLACE INTO win (k, ws, we, ts{v}) SELECT k, ws, we, ts{v} FROM {src} WHERE del = 0"
+                " ORDER BY rowid")))
+        if deletes:
+            c.execute(f"DELETE FROM win WHERE (k, ws, we) IN (SELECT k, ws, we FROM {src} WHERE del = 1)")
 
     def select(self, where: str, order: str) -> str:
         return f"SELECT k, ws, we, ts{self.vcols_tail} FROM win WHERE {where} ORDER BY {order}"

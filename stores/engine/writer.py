@@ -1,83 +1,53 @@
-"""StoreWriter: validates a whole batch first, then applies it per partition in one transaction each.
+"""PartitionedWriter: checks a whole batch first, then applies it per partition in one transaction each.
 
-Validation before any write is what makes bad input fail cleanly: a batch
-with one malformed change touches no partition at all.
+Checking before any write is what makes bad input fail cleanly: a batch with
+one malformed change touches no partition at all.
+
+One write path: ``write_table`` takes the batch as an Arrow change table
+(engine/batch.py) and does everything vectorized: checks and encoding
+(pyarrow.compute), murmur2 partitioning (numpy), then each partition's rows
+are staged and merged in one transaction with the Position and the batch id
+(PartitionStore.apply_rows). ``write_batch`` with ``Change`` objects turns
+them into such a table and takes the same path.
+
+Big batches write their partitions in parallel threads: staging (ADBC) and the
+merge SQL run in C with the GIL released, so on 2 cores two partitions
+proceed at once (measured in notes/ingest.md). A partition that fails does
+not undo the others; the batch then fails, and its replay (same batch id)
+skips the partitions that applied it.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ..catalog.partitioner import partition_for_key
-from ..catalog.schema import StoreKind, StoreSpec
+import pyarrow as pa
+
+from ..catalog.schema import StoreSpec
 from ..iqv2.position import Position
 from .base import PartitionStore
-from .change import Change
+from .batch import PartitionRows, changes_to_table, encode, split_by_partition
 from .codec import BatchError, ValueCodec
 
-__all__ = ["PartitionedWriter", "validate_batch"]
+__all__ = ["PartitionedWriter", "PARALLEL_MIN_ROWS"]
 
-
-def _as_change(ch: Any, where: str) -> Change:
-    if isinstance(ch, Change):
-        return ch
-    if isinstance(ch, Mapping):
-        try:
-            return Change(**ch)
-        except TypeError as exc:
-            raise BatchError(f"{where}: {exc}") from None
-    if isinstance(ch, (tuple, list)) and 2 <= len(ch) <= 5:
-        return Change(*ch)
-    raise BatchError(f"{where}: expected a Change(key, value, timestamp, window_start, window_end), got {ch!r}")
-
-
-def _int_or_none(v: Any, what: str, where: str) -> int | None:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise BatchError(f"{where}: {what} must be epoch milliseconds (int), got {v!r}")
-    return v
-
-
-def validate_batch(spec: StoreSpec, codec: ValueCodec, batch_id: int, changes: Iterable[Any]) -> list[Change]:
-    """Canonical changes (keys and values coerced to the column types) or BatchError naming the culprit."""
-    out: list[Change] = []
-    kind = spec.kind
-    for i, raw in enumerate(changes):
-        where = f"store {spec.name!r} batch {batch_id} change #{i}"
-        ch = _as_change(raw, where)
-        key = codec.write_key(ch.key, where)
-        value = None if ch.value is None else codec.write_value(ch.value, where)
-        ts = _int_or_none(ch.timestamp, "timestamp", where)
-        ws = _int_or_none(ch.window_start, "window_start", where)
-        we = _int_or_none(ch.window_end, "window_end", where)
-        if kind is StoreKind.TIMESTAMPED_KEY_VALUE and value is not None and ts is None:
-            raise BatchError(f"{where}: a timestamped key-value store needs the record timestamp")
-        if kind is StoreKind.VERSIONED and ts is None:
-            raise BatchError(f"{where}: a versioned store needs the version timestamp (valid_from)")
-        if kind in (StoreKind.WINDOW, StoreKind.SESSION):
-            if ws is None:
-                raise BatchError(f"{where}: window_start is required for a {kind.value} store")
-            if we is None:
-                if kind is StoreKind.WINDOW and spec.window_size_ms:
-                    we = ws + spec.window_size_ms
-                else:
-                    raise BatchError(f"{where}: window_end is required for a {kind.value} store")
-            if we < ws:
-                raise BatchError(f"{where}: window_end {we} is before window_start {ws}")
-        out.append(Change(key, value, ts, ws, we))
-    return out
+PARALLEL_MIN_ROWS = 20_000  # below this a batch's partitions are written one after another: threads cost more
 
 
 class PartitionedWriter:
     """Writes batches into every partition of one store (the StoreWriter protocol).
 
     ``check`` is called before each batch so a writer outliving its app
-    refuses to write instead of writing into closed stores.
+    refuses to write instead of writing into closed stores. ``threads`` caps
+    the partitions written at once (default: the machine's cores), from
+    batches of ``parallel_min_rows`` rows up.
     """
 
-    def __init__(self, spec: StoreSpec, stores: Mapping[int, PartitionStore], check: Callable[[], None] | None = None):
+    def __init__(self, spec: StoreSpec, stores: Mapping[int, PartitionStore], check: Callable[[], None] | None = None,
+                 *, threads: int | None = None, parallel_min_rows: int = PARALLEL_MIN_ROWS):
         missing = sorted(set(range(spec.partitions)) - set(stores))
         if missing:
             raise ValueError(f"store {spec.name!r}: writer needs every partition, missing {missing}")
@@ -85,9 +55,28 @@ class PartitionedWriter:
         self._stores = dict(stores)
         self._codec = ValueCodec(spec)
         self._check = check
+        self.threads = max(1, threads if threads is not None else (os.cpu_count() or 1))
+        self.parallel_min_rows = parallel_min_rows
 
     def write_batch(self, batch_id: int, changes: Iterable[Any], position: Position) -> None:
         """Apply ``changes`` and ``position`` to every partition, one transaction per partition, idempotently."""
+        position = self._arguments(batch_id, position)
+        where = f"store {self.spec.name!r} batch {batch_id}"
+        self._write(batch_id, changes_to_table(self.spec, self._codec, changes, where), position, where)
+
+    def write_table(self, batch_id: int, table: pa.Table, position: Position) -> None:
+        """Apply an Arrow change table (columns ``k``, ``v0``…, ``ts``, ``ws``, ``we``, ``del``; see engine/batch.py).
+
+        Rows apply in table order; a bad row fails the whole batch with a
+        BatchError naming it, before anything is written.
+        """
+        position = self._arguments(batch_id, position)
+        if not isinstance(table, pa.Table):
+            raise BatchError(f"store {self.spec.name!r} batch {batch_id}: expected a pyarrow.Table, "
+                             f"got {type(table).__name__}")
+        self._write(batch_id, table, position, f"store {self.spec.name!r} batch {batch_id}")
+
+    def _arguments(self, batch_id: int, position: Any) -> Position:
         if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
             raise BatchError(f"store {self.spec.name!r}: batch_id must be a non-negative int, got {batch_id!r}")
         if not isinstance(position, Position):
@@ -97,17 +86,21 @@ class PartitionedWriter:
                 raise BatchError(f"store {self.spec.name!r} batch {batch_id}: position must be a Position")
         if self._check is not None:
             self._check()
-        canon = validate_batch(self.spec, self._codec, batch_id, changes)
-        n = self.spec.partitions
-        per: dict[int, list[Change]] = {p: [] for p in range(n)}
-        if n == 1:
-            per[0] = canon
-        else:
-            kt = self.spec.key.type
-            for ch in canon:
-                per[partition_for_key(ch.key, n, kt)].append(ch)
-        for p in range(n):
-            self._stores[p].apply_batch(batch_id, per[p], position)
+        return position
+
+    def _write(self, batch_id: int, table: pa.Table, position: Position, where: str) -> None:
+        shares = split_by_partition(self.spec, encode(self.spec, table, where))
+        jobs = [(self._stores[p], share) for p, share in enumerate(shares)]
+        workers = min(self.threads, len(jobs))
+        if workers < 2 or len(table) < self.parallel_min_rows:
+            for store, share in jobs:
+                store.apply_rows(batch_id, share.rows, position, share.observed)
+            return
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"iqgate-write-{self.spec.name}") as pool:
+            futures = [pool.submit(_apply, store, batch_id, share, position) for store, share in jobs]
+        errors = [f.exception() for f in futures if f.exception() is not None]
+        if errors:
+            raise errors[0]
 
     def last_batch_id(self) -> int | None:
         """The smallest last-applied batch id over the partitions (None if some partition never applied one)."""
@@ -115,3 +108,7 @@ class PartitionedWriter:
         if any(i is None for i in ids):
             return None
         return min(ids)  # type: ignore[type-var]
+
+
+def _apply(store: PartitionStore, batch_id: int, share: PartitionRows, position: Position) -> bool:
+    return store.apply_rows(batch_id, share.rows, position, share.observed)

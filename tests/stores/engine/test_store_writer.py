@@ -225,3 +225,78 @@ def test_store_without_value_columns_writes_and_answers(make_app, kind: StoreKin
     answers = [r.result for r in res.partition_results.values()]
     found = [a for a in answers if a is not None and (not hasattr(a, "remaining") or len(a))]
     assert len(found) == 1, answers
+
+
+def _table(**cols: Any) -> Any:
+    import pyarrow as pa
+
+    return pa.table({k: v if isinstance(v, (pa.Array, pa.ChunkedArray)) else pa.array(v) for k, v in cols.items()})
+
+
+def _bad_tables() -> list[Any]:
+    import pyarrow as pa
+
+    return [
+        (lambda: _table(k=["x", "y"], v0=[1, 2]), r"batch 2: key column 'k': an Arrow string column cannot hold BIGINT"),
+        (lambda: _table(k=pa.array([1, 2**64 - 1], pa.uint64()), v0=[1, 2]),
+         r"change #1: key column 'k': 18446744073709551615 is out of range for BIGINT"),
+        (lambda: _table(k=[1, 2], v0=[1.0, 2.5]), r"change #1: value column 'v': 2.5 cannot be converted to BIGINT"),
+        (lambda: _table(k=[1, None], v0=[1, 2]), r"change #1: key column 'k': the key should not be null"),
+        (lambda: _table(k=[1], v0=[1], extra=[1]), r"unknown column\(s\) \['extra'\]"),
+        (lambda: _table(k=[1]), r"lacks value column\(s\) \['v0'\]"),
+        (lambda: _table(k=[1], v0=[1], ts=["noon"]), r"timestamp must be epoch milliseconds"),
+        (lambda: _table(k=[1], v0=[1], **{"del": [1]}), r"column 'del' must be boolean"),
+        (lambda: _table(v0=[1]), r"has no key column 'k'"),
+        (lambda: [Change(1, (1,))], r"expected a pyarrow.Table"),
+    ]
+
+
+@pytest.mark.parametrize("make,match", _bad_tables())
+def test_a_bad_change_table_rejects_the_whole_batch(make_app: Any, make: Any, match: str) -> None:
+    spec = spec_for(StoreKind.KEY_VALUE, "kv", partitions=2)
+    app = make_app([spec])
+    w = app.writer("kv")
+    w.write_table(1, _table(k=list(range(6)), v0=list(range(6))), P({"t": {0: 1}}))
+    before = rows(app, "kv")
+    with pytest.raises(BatchError, match=match) as ei:
+        w.write_table(2, make(), P({"t": {0: 2}}))
+    assert "store 'kv' batch 2" in str(ei.value)
+    assert rows(app, "kv") == before and app.positions()["kv"] == P({"t": {0: 1}}) and w.last_batch_id() == 1
+
+
+def test_bad_keys_and_values_no_arrow_column_can_hold(make_app: Any) -> None:
+    spec = StoreSpec("d", StoreKind.KEY_VALUE, Column("k", SqlType.DOUBLE), (Column("v", SqlType.BIGINT),),
+                     partitions=2)
+    app = make_app([spec])
+    w = app.writer("d")
+    with pytest.raises(BatchError, match=r"change #1 \(key nan\): key column 'k': NaN is not a key"):
+        w.write_table(0, _table(k=[1.0, float("nan")], v0=[1, 2]), P({"t": {0: 0}}))
+    with pytest.raises(BatchError, match=r"change #2: value column 'v': 36893488147419103232 cannot be stored"):
+        w.write_batch(0, [Change(1.0, (1,)), Change(2.0, (2,)), Change(3.0, (2**65,))], P({"t": {0: 0}}))
+    with pytest.raises(BatchError, match=r"change #0 \(key nan\): key column 'k': NaN is not a key"):
+        w.write_batch(0, [Change(float("nan"), (1,))], P({"t": {0: 0}}))
+    assert w.last_batch_id() is None and rows(app, "d") == []
+
+
+def test_timestamps_dates_and_booleans_arrive_in_arrow_types(make_app: Any) -> None:
+    """Spark hands the sink timestamps (any unit, floored to ms like to_epoch_ms), dates and bools."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    spec = StoreSpec("typed", StoreKind.KEY_VALUE, Column("k", SqlType.TIMESTAMP),
+                     (Column("day", SqlType.DATE), Column("on", SqlType.BOOLEAN), Column("at", SqlType.TIMESTAMP)),
+                     partitions=3)
+    app = make_app([spec])
+    before_epoch = dt.datetime(1969, 12, 31, 23, 59, 59, 999_500)  # -0.5 ms: floors to -1
+    app.writer("typed").write_table(0, _table(
+        k=pa.array([dt.datetime(2024, 2, 29, 12, 0, 0, 1500), before_epoch], pa.timestamp("us", tz="UTC")),
+        v0=pa.array([dt.date(2024, 2, 29), None], pa.date32()), v1=[True, False],
+        v2=pa.array([1_700_000_000, 0], pa.timestamp("s"))), P({"t": {0: 0}}))
+    got = sorted((kv.key, tuple(kv.value)) for kv in rows(app, "typed"))
+    assert got == [(-1, (None, False, 0)), (1_709_208_000_001, (19_782, True, 1_700_000_000_000))]
+    from stores.catalog.partitioner import partition_for_key
+
+    res = app.query(StateQueryRequest.in_store("typed").with_query(RangeQuery.with_no_bounds()))
+    for p, r in res.partition_results.items():
+        assert all(partition_for_key(kv.key, 3, SqlType.TIMESTAMP) == p for kv in r.result)

@@ -21,7 +21,6 @@ from stores.pipeline.materializer import (  # noqa: E402
     last_committed_batch,
     position_from_offsets,
     read_batch_offsets,
-    rows_to_changes,
 )
 from stores.pipeline.runtime import SourceTruncatedException, classify_failure  # noqa: E402
 from stores.pipeline.stream_rows import admit, parse_value_schema, slices, stream_schema  # noqa: E402
@@ -166,28 +165,6 @@ def test_read_batch_offsets_from_a_checkpoint(tmp_path):
     assert last_committed_batch(tmp_path) == 2
 
 
-# -- rows → changes -------------------------------------------------------------------------
-class _Decl:
-    def __init__(self, shape, nv=1):
-        self.shape = shape
-        self.value_cols = tuple(f"v{i}" for i in range(nv))
-
-
-def test_latest_keeps_the_last_record_in_log_order_and_deletes_on_all_null():
-    data = {"__k": ["a", "b", "a", "b"], "__v0": [1, 2, 3, None], "__ts": [10, 20, 5, 30],
-            "__topic": ["t"] * 4, "__partition": [0, 0, 0, 0], "__offset": [7, 5, 9, 6]}
-    changes = rows_to_changes(_Decl("latest"), data, 0)
-    assert sorted((c.key, c.value, c.timestamp) for c in changes) == [("a", (3,), 5), ("b", None, 30)]
-
-
-def test_versioned_keeps_every_record_and_aggregates_use_batch_time_without_a_timestamp():
-    data = {"__k": ["a", "a", None], "__v0": [1, None, 3], "__ts": [10, 20, 30]}
-    changes = rows_to_changes(_Decl("versioned"), data, 0)
-    assert [(c.key, c.value, c.timestamp) for c in changes] == [("a", (1,), 10), ("a", None, 20)]
-    agg = rows_to_changes(_Decl("aggregate"), {"__k": ["x"], "__v0": [None]}, 1234)
-    assert [(c.key, c.value, c.timestamp) for c in agg] == [("x", (None,), 1234)]
-
-
 def test_failures_are_classified_by_their_code():
     exc = classify_failure(RuntimeError("[STREAM_FAILED] blah\nMISSING_SOURCE_TOPIC: source topic 'x' gone\nmore"))
     assert isinstance(exc, MissingSourceTopicException)
@@ -195,17 +172,6 @@ def test_failures_are_classified_by_their_code():
     assert isinstance(classify_failure(RuntimeError("x SOURCE_TRUNCATED: y")), SourceTruncatedException)
     other = classify_failure(RuntimeError("disk full"))
     assert type(other) is StreamsException and "disk full" in str(other)
-
-
-def test_session_rows_end_at_the_last_event_as_in_kafka():
-    class Spec:
-        gap_ms = 60_000
-
-    decl = _Decl("session")
-    decl.spec = Spec()
-    data = {"__k": ["a"], "__v0": [2], "__ws": [1000], "__we": [1000 + 10_000 + 60_000]}
-    [c] = rows_to_changes(decl, data, 5)
-    assert (c.window_start, c.window_end) == (1000, 11_000)
 
 
 def test_slices_group_small_ranges_and_cut_big_ones() -> None:

@@ -1,0 +1,194 @@
+"""Column types on the columnar write path: Arrow input → the stored form, and keys → their Kafka bytes.
+
+Every SQL type has one ``ColumnType``: which Arrow input types it accepts,
+how it turns them into the form the store keeps (the vectorized twin of
+``schema.coerce_key``: epoch ms for TIMESTAMP, days for DATE, 0/1 for
+BOOLEAN), and how a key of that type is serialized for the partitioner.
+A new value type is a new entry in ``COLUMN_TYPES``; a composite key
+serializes each key column with the same functions.
+
+Errors come back as ``ColumnError(row, message)`` so the caller can name the
+store, the batch and the column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..catalog.partitioner import fixed_width_key_bytes
+from ..catalog.schema import SqlType
+
+__all__ = ["ColumnError", "ColumnType", "COLUMN_TYPES", "column_type", "serialized_keys", "first_true"]
+
+_MS_PER_DAY = 86_400_000
+_PER_MS = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}
+
+
+class ColumnError(ValueError):
+    """An Arrow column that cannot become its SQL type; ``row`` is the first culprit (None: the whole column)."""
+
+    def __init__(self, row: int | None, message: str) -> None:
+        super().__init__(message)
+        self.row = row
+
+
+def first_true(mask: pa.Array | pa.ChunkedArray | np.ndarray) -> int | None:
+    """Index of the first true (non-null) entry of a boolean mask, or None."""
+    if not isinstance(mask, np.ndarray):
+        mask = pc.fill_null(mask, False)
+        if not pc.any(mask).as_py():
+            return None
+        mask = mask.to_numpy(zero_copy_only=False)
+    hits = np.flatnonzero(mask)
+    return int(hits[0]) if len(hits) else None
+
+
+def _chunks(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+
+
+def _refuse(arr: pa.Array, sql: str) -> ColumnError:
+    return ColumnError(None, f"an Arrow {arr.type} column cannot hold {sql} values")
+
+
+def _to_int64(arr: pa.Array, sql: str) -> pa.Array:
+    """Integers (and integral floats, as ``coerce_key`` takes 1.0 for 1) → int64, naming the first that does not fit."""
+    t = arr.type
+    if pa.types.is_null(t):
+        return pa.nulls(len(arr), pa.int64())
+    if pa.types.is_integer(t):
+        if pa.types.is_uint64(t):
+            bad = first_true(pc.greater(arr, pa.scalar(2**63 - 1, pa.uint64())))
+            if bad is not None:
+                raise ColumnError(bad, f"{arr[bad].as_py()!r} is out of range for {sql}")
+        return arr.cast(pa.int64())
+    if pa.types.is_floating(t):
+        vals = arr.cast(pa.float64())
+        bad = first_true(pc.or_(pc.not_equal(pc.floor(vals), vals),
+                                pc.greater(pc.abs(vals), pa.scalar(2.0**63, pa.float64()))))
+        if bad is not None:
+            raise ColumnError(bad, f"{arr[bad].as_py()!r} cannot be converted to {sql}")
+        return vals.cast(pa.int64(), safe=False)
+    raise _refuse(arr, sql)
+
+
+def _floor_div(arr: pa.Array, by: int) -> pa.Array:
+    """Floor division of an int64 array keeping nulls (Arrow's integer divide truncates toward zero)."""
+    if by == 1:
+        return arr
+    vals = arr.to_numpy(zero_copy_only=False) if arr.null_count else arr.to_numpy()
+    if arr.null_count:
+        mask = arr.is_null().to_numpy(zero_copy_only=False)
+        vals = np.where(mask, 0, vals).astype(np.int64)
+        return pa.array(np.floor_divide(vals, by), pa.int64(), mask=mask)
+    return pa.array(np.floor_divide(vals, by), pa.int64())
+
+
+def _epoch_ms(arr: pa.Array, sql: str) -> pa.Array:
+    """TIMESTAMP: epoch ms from timestamps of any unit (floored, as ``to_epoch_ms``), dates, or ints taken as ms."""
+    t = arr.type
+    if pa.types.is_timestamp(t):
+        raw = arr.cast(pa.int64())
+        if t.unit == "s":
+            return pc.multiply_checked(raw, 1000)
+        return _floor_div(raw, _PER_MS[t.unit])  # type: ignore[arg-type]
+    if pa.types.is_date32(t):
+        return pc.multiply_checked(arr.cast(pa.int32()).cast(pa.int64()), _MS_PER_DAY)
+    if pa.types.is_date64(t):
+        return arr.cast(pa.int64())
+    if pa.types.is_integer(t) or pa.types.is_null(t):
+        return _to_int64(arr, sql)
+    raise _refuse(arr, sql)
+
+
+def _days(arr: pa.Array, sql: str) -> pa.Array:
+    """DATE: days since the epoch from dates, timestamps (their UTC day) or ints taken as days."""
+    t = arr.type
+    if pa.types.is_date32(t):
+        return arr.cast(pa.int32()).cast(pa.int64())
+    if pa.types.is_date64(t):
+        return _floor_div(arr.cast(pa.int64()), _MS_PER_DAY)
+    if pa.types.is_timestamp(t):
+        return _floor_div(_epoch_ms(arr, sql), _MS_PER_DAY)
+    if pa.types.is_integer(t) or pa.types.is_null(t):
+        return _to_int64(arr, sql)
+    raise _refuse(arr, sql)
+
+
+def _double(arr: pa.Array, sql: str) -> pa.Array:
+    t = arr.type
+    if pa.types.is_floating(t) or pa.types.is_integer(t) or pa.types.is_decimal(t) or pa.types.is_null(t):
+        return arr.cast(pa.float64())
+    raise _refuse(arr, sql)
+
+
+def _text(arr: pa.Array, sql: str) -> pa.Array:
+    t = arr.type
+    if pa.types.is_dictionary(t):
+        arr, t = arr.dictionary_decode(), t.value_type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return arr
+    if pa.types.is_string_view(t):
+        return arr.cast(pa.string())
+    if pa.types.is_null(t):
+        return pa.nulls(len(arr), pa.string())
+    raise _refuse(arr, sql)
+
+
+def _boolean(arr: pa.Array, sql: str) -> pa.Array:
+    t = arr.type
+    if pa.types.is_boolean(t) or pa.types.is_null(t):
+        return arr.cast(pa.int64())  # SQLite keeps booleans as 0/1; readers turn them back into bools
+    raise _refuse(arr, sql)
+
+
+@dataclass(frozen=True)
+class ColumnType:
+    """One SQL type on the write path: Arrow input → stored form (``encode``), and the Arrow type of that form."""
+
+    sql: SqlType
+    storage: pa.DataType
+    convert: Callable[[pa.Array, str], pa.Array]
+
+    def encode(self, arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+        return self.convert(_chunks(arr), self.sql.value)
+
+    def input_type(self) -> pa.DataType:
+        """The Arrow type of the canonical Python values ``coerce_key`` returns (booleans stay bool)."""
+        return pa.bool_() if self.sql is SqlType.BOOLEAN else self.storage
+
+
+COLUMN_TYPES: dict[SqlType, ColumnType] = {
+    SqlType.BIGINT: ColumnType(SqlType.BIGINT, pa.int64(), _to_int64),
+    SqlType.INTEGER: ColumnType(SqlType.INTEGER, pa.int64(), _to_int64),
+    SqlType.DOUBLE: ColumnType(SqlType.DOUBLE, pa.float64(), _double),
+    SqlType.VARCHAR: ColumnType(SqlType.VARCHAR, pa.string(), _text),
+    SqlType.BOOLEAN: ColumnType(SqlType.BOOLEAN, pa.int64(), _boolean),
+    SqlType.TIMESTAMP: ColumnType(SqlType.TIMESTAMP, pa.int64(), _epoch_ms),
+    SqlType.DATE: ColumnType(SqlType.DATE, pa.int64(), _days),
+}
+
+
+def column_type(t: SqlType) -> ColumnType:
+    return COLUMN_TYPES[t]
+
+
+def serialized_keys(keys: pa.Array, sql_type: SqlType) -> tuple[np.ndarray, np.ndarray]:
+    """(data, offsets) of the Kafka serializer bytes of stored-form keys (no nulls), for the partitioner.
+
+    Strings are their UTF-8 bytes as Arrow holds them (no copy); the
+    fixed-width types are packed as ``partitioner.key_bytes`` packs them.
+    """
+    keys = _chunks(keys)
+    if sql_type is SqlType.VARCHAR:
+        width = np.int64 if pa.types.is_large_string(keys.type) else np.int32
+        _validity, offs, data = keys.buffers()
+        offsets = np.frombuffer(offs, dtype=width)[keys.offset:keys.offset + len(keys) + 1].astype(np.int64)
+        raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+        return raw, offsets
+    return fixed_width_key_bytes(keys.to_numpy(zero_copy_only=False), sql_type)
