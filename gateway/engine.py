@@ -16,7 +16,7 @@ StateDirReader over another process's store files).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ import pyarrow as pa
 
 import planner
 from planner.plan import Plan, StatementKind, StoreScan
+from planner.systables import SystemContext
 from stores.app.protocol import Queryable
 from stores.catalog.schema import StoreSpec
 from stores.iqv2.position import Position, PositionError
@@ -40,6 +41,7 @@ from .errors import BadRequest, GatewayInternalError, StatementTimeout, translat
 from .outcomes import partition_error, record_outcomes
 from .result import PartitionOutcome, Result
 from .scans import probe_query, run_scan
+from .system_tables import register_system_tables
 
 __all__ = ["Gateway", "Session"]
 
@@ -127,12 +129,16 @@ class Gateway:
         max_rows: int | None = None,
         stream: bool = False,
         arrow: bool = False,
+        context: SystemContext | None = None,
     ) -> Result:
         """Run one statement.
 
         ``stream=True`` lets large results reach the caller chunk by chunk
         (NDJSON); ``arrow=True`` materializes Arrow instead of Python rows
         (Arrow IPC). Either way the rows, limits and errors are the same.
+        ``context`` is who asks, as information_schema / pg_catalog and the
+        PostgreSQL catalog functions report it (the PG port: schema
+        ``public``, the client's settings); default: iqgate's own faces.
         """
         if not isinstance(text, str) or not text.strip():
             raise BadRequest("the SQL text is empty")
@@ -148,7 +154,8 @@ class Gateway:
             return statements.show_tables(catalog, self._pool.cursor)
         if kind is StatementKind.DESCRIBE:
             return statements.describe(catalog[plan.describe or ""], self._pool.cursor)
-        return self._select(plan, catalog, settings, position, partial, wait_ms, max_rows, stream, arrow)
+        return self._select(plan, catalog, settings, position, partial, wait_ms, max_rows, stream, arrow,
+                            context=context)
 
     # -- planning ---------------------------------------------------------------------
     def _settings(self, session: Session | Mapping[str, Any] | None) -> dict[str, Any]:
@@ -178,7 +185,8 @@ class Gateway:
     # -- SELECT -----------------------------------------------------------------------
     def _select(self, plan: Plan, catalog: Mapping[str, StoreSpec], settings: Mapping[str, Any], position: Any,
                 partial: bool | None,
-                wait_ms: int | None, max_rows: int | None, stream: bool, arrow: bool) -> Result:
+                wait_ms: int | None, max_rows: int | None, stream: bool, arrow: bool, *,
+                context: SystemContext | None = None) -> Result:
         cfg = self.config
         timeout_ms = min(cfg.statement_timeout_ms, _int_setting(settings, "statement_timeout_ms", cfg.statement_timeout_ms))
         deadline = time.monotonic() + timeout_ms / 1000
@@ -226,11 +234,14 @@ class Gateway:
                 raise row_limit_error(limit_rows)
             return Result(columns=columns, position=merged, partitions=partitions, statement=StatementKind.SELECT,
                           rows=out, cursor_factory=self._pool.cursor)
-        return self._residual(plan, scans, merged, partitions, limit_rows, timeout_ms, deadline, stream, arrow)
+        system = (lambda cur: register_system_tables(cur, plan.system_tables, catalog, context, settings)
+                  ) if plan.system_tables else None
+        return self._residual(plan, scans, merged, partitions, limit_rows, timeout_ms, deadline, stream, arrow,
+                              system=system)
 
     def _residual(self, plan: Plan, scans: list[tuple[StoreScan, ScanRows]], position: Position,
                   partitions: list[PartitionOutcome], limit_rows: int, timeout_ms: int, deadline: float,
-                  stream: bool, arrow: bool) -> Result:
+                  stream: bool, arrow: bool, *, system: Callable[[Any], None] | None = None) -> Result:
         """Run the residual SQL on a fresh cursor holding this request's scans; rows are DuckDB's own values."""
         cur = self._pool.cursor()
         remaining = max(0.001, deadline - time.monotonic())
@@ -240,6 +251,8 @@ class Gateway:
         try:
             for scan, rows in scans:
                 cur.register(scan.relation, rows.to_arrow(scan.include_failures))
+            if system is not None:
+                system(cur)
             common = dict(position=position, partitions=partitions, statement=StatementKind.SELECT, cursor=cur,
                           residual_sql=sql)
             if arrow:

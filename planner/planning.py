@@ -132,6 +132,7 @@ def plan(
         residual_sql=residual,
         position_bound=bound,
         fast_path=fast_path,
+        system_tables=template.system_tables,
     )
     return _explained(result) if template.explain else result
 
