@@ -23,13 +23,16 @@ import sys
 import threading
 from pathlib import Path
 
-__all__ = ["ToolchainError", "ensure_binary", "ensure_superset", "SUPERSET_PINS", "cache_dir"]
+__all__ = ["ToolchainError", "ensure_binary", "ensure_superset", "ensure_client_venv", "ensure_venv", "SUPERSET_PINS",
+           "CLIENT_VENV_PINS", "cache_dir"]
 
 ROOT = Path(__file__).resolve().parents[1]
 # Superset 6.1.0 needs these beside its own pins (measured; see shared/reference/bi-notes.md):
 # cachetools and rich are imported but not declared; flask-caching 2.4+ passes an argument its cache refuses;
 # psycopg2 is the driver of its postgresql:// URLs (the PG-port test).
 SUPERSET_PINS = ("apache-superset==6.1.0", "cachetools", "rich", "flask-caching<2.4", "psycopg2-binary")
+# What a host of the client alone has: the client's own dependencies come with `pip install ./clients/python`.
+CLIENT_VENV_PINS = ("pandas>=2.1,<3", "sqlalchemy>=2,<3")
 _apt_lock = threading.Lock()
 _apt_updated = False
 
@@ -83,34 +86,42 @@ def _python311() -> str:
     return exe
 
 
-def ensure_superset() -> Path:
-    """A venv with Apache Superset 6.1 and what it needs, cached across runs; returns the venv directory.
+def ensure_venv(name: str, packages: tuple[str, ...], what: str) -> Path:
+    """A venv with ``packages`` under the tool cache, built once (keyed by the package list) and reused.
 
-    The venv is built in a temporary directory and renamed into place when
+    It is built in a temporary directory and renamed into place when
     complete, so an interrupted build is never mistaken for a finished one.
     """
-    key = hashlib.sha256("\n".join(SUPERSET_PINS).encode()).hexdigest()[:10]
-    venv = cache_dir() / f"superset-venv-{key}"
+    key = hashlib.sha256("\n".join(packages).encode()).hexdigest()[:10]
+    venv = cache_dir() / f"{name}-{key}"
     done = venv / ".complete"
     if done.exists():
         return venv
     venv.parent.mkdir(parents=True, exist_ok=True)
     building = venv.with_name(venv.name + f".building-{os.getpid()}")
     shutil.rmtree(building, ignore_errors=True)
-    print(f"[toolchain] building the Superset venv at {venv} (one time: ~880 MB, several minutes) ...",
-          file=sys.stderr, flush=True)
-    _run([_python311(), "-m", "venv", str(building)], "creating the Superset venv", 300)
+    print(f"[toolchain] building {what} at {venv} (one time) ...", file=sys.stderr, flush=True)
+    _run([_python311(), "-m", "venv", str(building)], f"creating {what}", 300)
     pip = [str(building / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    _run(pip + ["--upgrade", "pip", "setuptools", "wheel"], "upgrading pip in the Superset venv", 600)
-    _run(pip + list(SUPERSET_PINS), "installing Apache Superset", 2400)
-    # venvs hard-code their own path in scripts: build in place of the final name by re-creating the shims.
+    _run(pip + ["--upgrade", "pip", "setuptools", "wheel"], f"upgrading pip in {what}", 600)
+    _run(pip + list(packages), f"installing {what}", 2400)
     if venv.exists():
         shutil.rmtree(venv)
     building.rename(venv)
-    _run([_python311(), "-m", "venv", "--upgrade", str(venv)], "relocating the Superset venv", 300)
+    _run([_python311(), "-m", "venv", "--upgrade", str(venv)], f"relocating {what}", 300)
     _fix_shebangs(venv, building)
-    done.write_text("\n".join(SUPERSET_PINS) + "\n")
+    done.write_text("\n".join(packages) + "\n")
     return venv
+
+
+def ensure_superset() -> Path:
+    """A venv with Apache Superset 6.1 and what it needs (~880 MB, several minutes the first time)."""
+    return ensure_venv("superset-venv", SUPERSET_PINS, "the Superset venv")
+
+
+def ensure_client_venv() -> Path:
+    """A venv for the client alone: what a notebook or BI host has (SQLAlchemy, pandas), none of the server."""
+    return ensure_venv("client-venv", CLIENT_VENV_PINS, "the client-only venv")
 
 
 def _fix_shebangs(venv: Path, old: Path) -> None:
