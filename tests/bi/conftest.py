@@ -65,7 +65,7 @@ def shop_pipeline(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Itera
 @pytest.fixture(scope="module")
 def shop_server(shop_pipeline: tuple[Any, list[Any]]) -> Iterator[ShopServer]:
     app, orders = shop_pipeline
-    gw = Gateway(app)
-    with ServerThread(create_app(gw), threads=4) as http:
-        yield ShopServer(gw, http.url, orders)
-    gw.close()
+    gateway = Gateway(app)
+    with ServerThread(create_app(gateway), threads=4) as http:
+        yield ShopServer(gateway, http.url, orders)
+    gateway.close()
