@@ -165,12 +165,35 @@ def _serve_until_stopped(gw: Any, args: argparse.Namespace, what: str) -> None:
     from .server import ServerThread, tune_process_for_serving
 
     tune_process_for_serving()
+    pg = _pg_server(gw, args)
     server = ServerThread(create_app(gw), args.host, args.port, args.threads).start()
     print(f"iqgate: serving {what} on {server.url}", file=sys.stderr, flush=True)
+    if pg is not None:
+        pg.start()
+        tls = " (TLS available)" if pg.tls is not None else ""
+        print(f"iqgate: PostgreSQL protocol on {pg.host}:{pg.port}{tls}: psql -h {pg.host} -p {pg.port} -U iqgate iqgate",
+              file=sys.stderr, flush=True)
     try:
         wait_for_stop()
     finally:
         server.close()
+        if pg is not None:
+            pg.close()
+
+
+def _pg_server(gw: Any, args: argparse.Namespace) -> Any:
+    """The PG port when ``--pg-port`` is given (its token is the HTTP one: one credential per server)."""
+    if getattr(args, "pg_port", None) is None:
+        if getattr(args, "tls_cert", None) or getattr(args, "tls_key", None):
+            raise SystemExit("iqgate: --tls-cert/--tls-key secure the PG port; add --pg-port")
+        return None
+    from .pg import PgServer
+
+    try:
+        return PgServer(gw, args.pg_host, args.pg_port, token=args.token, auth_method=args.pg_auth,
+                        tls_cert=args.tls_cert, tls_key=args.tls_key, max_connections=args.pg_max_connections)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"iqgate: cannot serve the PG port on {args.pg_host}:{args.pg_port}: {exc}") from None
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -256,6 +279,14 @@ def _server_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-rows", type=_positive_int, default=1_000_000, help="most rows one statement may return")
     p.add_argument("--statement-timeout-ms", type=_positive_int, default=30_000)
     p.add_argument("--no-table-scans", action="store_true", help="refuse queries that must scan whole stores")
+    p.add_argument("--pg-port", type=_non_negative_int, help="also speak the PostgreSQL protocol on this port "
+                   "(psql, DBeaver, Metabase, Grafana, …)")
+    p.add_argument("--pg-host", default="127.0.0.1", help="bind address of the PG port (default 127.0.0.1)")
+    p.add_argument("--pg-auth", choices=("scram-sha-256", "md5", "password"), default="scram-sha-256",
+                   help="password method on the PG port when --token is set (the password is the token)")
+    p.add_argument("--pg-max-connections", type=_positive_int, default=64, help="PG connections served at once")
+    p.add_argument("--tls-cert", help="PEM certificate: the PG port accepts TLS (SSLRequest) with it")
+    p.add_argument("--tls-key", help="PEM private key of --tls-cert")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -35,7 +35,9 @@ from stores.iqv2.state import State
 from . import statements
 from .arrow_rows import ScanRows, collect
 from .bounds import check_bound_topics
+from .cancel import Cancellation
 from .config import GatewayConfig, Session, as_position
+from .describe import shape_columns
 from .duck import DuckPool, Watchdog, duck_error, fetch_chunks, row_limit_error
 from .errors import BadRequest, GatewayInternalError, StatementTimeout, translate
 from .outcomes import partition_error, record_outcomes
@@ -130,6 +132,7 @@ class Gateway:
         stream: bool = False,
         arrow: bool = False,
         context: SystemContext | None = None,
+        cancel: Cancellation | None = None,
     ) -> Result:
         """Run one statement.
 
@@ -139,9 +142,12 @@ class Gateway:
         ``context`` is who asks, as information_schema / pg_catalog and the
         PostgreSQL catalog functions report it (the PG port: schema
         ``public``, the client's settings); default: iqgate's own faces.
+        ``cancel`` lets another thread stop the statement (``StatementCancelled``).
         """
         if not isinstance(text, str) or not text.strip():
             raise BadRequest("the SQL text is empty")
+        if cancel is not None:
+            cancel.check()
         settings = self._settings(session)
         catalog = self.catalog()
         plan = self._plan(text, params, settings, catalog)
@@ -155,7 +161,25 @@ class Gateway:
         if kind is StatementKind.DESCRIBE:
             return statements.describe(catalog[plan.describe or ""], self._pool.cursor)
         return self._select(plan, catalog, settings, position, partial, wait_ms, max_rows, stream, arrow,
-                            context=context)
+                            context=context, cancel=cancel)
+
+    def result_columns(self, text: str, *, session: Session | Mapping[str, Any] | None = None,
+                       context: SystemContext | None = None) -> list[tuple[str, str]]:
+        """The (name, type) columns ``sql(text, …)`` answers with, without reading a store or binding parameters.
+
+        What a PostgreSQL client's Describe of a prepared statement asks
+        before it binds anything; ``[]`` for statements without rows (SET).
+        """
+        settings = self._settings(session)
+        catalog = self.catalog()
+        try:
+            shape = planner.plan_shape(text, catalog)
+        except Exception as exc:  # noqa: BLE001 - planner errors become gateway errors
+            mapped = translate(exc)
+            if mapped is None:
+                raise GatewayInternalError(f"planning failed: {type(exc).__name__}: {exc}") from exc
+            raise mapped from exc
+        return shape_columns(shape, catalog, settings, context, self._pool.cursor)
 
     # -- planning ---------------------------------------------------------------------
     def _settings(self, session: Session | Mapping[str, Any] | None) -> dict[str, Any]:
@@ -186,7 +210,7 @@ class Gateway:
     def _select(self, plan: Plan, catalog: Mapping[str, StoreSpec], settings: Mapping[str, Any], position: Any,
                 partial: bool | None,
                 wait_ms: int | None, max_rows: int | None, stream: bool, arrow: bool, *,
-                context: SystemContext | None = None) -> Result:
+                context: SystemContext | None = None, cancel: Cancellation | None = None) -> Result:
         cfg = self.config
         timeout_ms = min(cfg.statement_timeout_ms, _int_setting(settings, "statement_timeout_ms", cfg.statement_timeout_ms))
         deadline = time.monotonic() + timeout_ms / 1000
@@ -222,6 +246,8 @@ class Gateway:
                 record_outcomes(outcomes, scan.store, answer)
         if time.monotonic() > deadline:
             raise StatementTimeout(f"reading the stores took longer than the statement timeout of {timeout_ms} ms")
+        if cancel is not None:
+            cancel.check()
         partitions = [outcomes[k] for k in sorted(outcomes)]
         if not partial:
             needed = [f for scan, rows in scans if not scan.include_failures for f in rows.failures]
@@ -237,15 +263,18 @@ class Gateway:
         system = (lambda cur: register_system_tables(cur, plan.system_tables, catalog, context, settings)
                   ) if plan.system_tables else None
         return self._residual(plan, scans, merged, partitions, limit_rows, timeout_ms, deadline, stream, arrow,
-                              system=system)
+                              system=system, cancel=cancel)
 
     def _residual(self, plan: Plan, scans: list[tuple[StoreScan, ScanRows]], position: Position,
                   partitions: list[PartitionOutcome], limit_rows: int, timeout_ms: int, deadline: float,
-                  stream: bool, arrow: bool, *, system: Callable[[Any], None] | None = None) -> Result:
+                  stream: bool, arrow: bool, *, system: Callable[[Any], None] | None = None,
+                  cancel: Cancellation | None = None) -> Result:
         """Run the residual SQL on a fresh cursor holding this request's scans; rows are DuckDB's own values."""
         cur = self._pool.cursor()
         remaining = max(0.001, deadline - time.monotonic())
         ticket = self._watchdog.arm(remaining, cur.interrupt)
+        if cancel is not None:
+            cancel.on_cancel(cur.interrupt)
         handed_over = False
         sql = plan.residual_sql or ""
         try:
@@ -281,6 +310,8 @@ class Gateway:
                 raise row_limit_error(limit_rows)
             return Result(columns=columns, rows=out, **common)
         except duckdb.Error as exc:
+            if cancel is not None:
+                cancel.check()
             raise duck_error(exc, timeout_ms) from exc
         finally:
             if not handed_over:

@@ -33,6 +33,7 @@ from iqgate_client.errors import (
     RouteNotFound,
     RowLimitExceeded,
     SqlError,
+    StatementCancelled,
     StatementTimeout,
     StateStoreMigratedError,
     StateStoreNotAvailableError,
@@ -55,7 +56,7 @@ __all__ = [
     "GatewayError", "SqlError", "UnknownStoreError", "UnknownTopicError", "NotSupported", "ExecutionError",
     "ForbiddenError", "PartitionFailureError", "NotUpToBoundError", "StreamsNotStartedError",
     "StreamsRebalancingError", "StateStoreMigratedError", "StreamsStoppedError",
-    "StateStoreNotAvailableError", "InvalidPartitionError", "RowLimitExceeded", "StatementTimeout",
+    "StateStoreNotAvailableError", "InvalidPartitionError", "RowLimitExceeded", "StatementTimeout", "StatementCancelled",
     "RequestTooLarge", "Unauthorized", "BadRequest", "NotAcceptable", "RouteNotFound",
     "MethodNotAllowed", "GatewayInternalError", "error_class_for_code", "translate",
 ]

@@ -95,14 +95,17 @@ def _placeholders(sql: str, root: exp.Expression) -> tuple[list[exp.Placeholder]
         line, col = node_position(sql, node)
         raise ParameterError("use ? or :name placeholders for parameters", line=line, col=col)
     found = sorted(root.find_all(exp.Placeholder), key=lambda p: p.meta.get("start", 0) if p._meta else 0)
-    for p in found:
-        if p.this and str(p.this).isdigit():
+    numbered = [p for p in found if p.this and str(p.this).isdigit()]
+    for p in numbered:
+        if int(str(p.this)) < 1:
             line, col = node_position(sql, p)
-            raise ParameterError(f"${p.this} parameters are not supported; use ? or :name placeholders", line=line, col=col)
-    named = [p for p in found if p.this]
-    if named and len(named) != len(found):
-        raise ParameterError("cannot mix ? and :name placeholders in one statement")
-    return found, ("named" if named else "qmark") if found else None
+            raise ParameterError(f"${p.this}: numbered parameters start at $1", line=line, col=col)
+    named = [p for p in found if p.this and not str(p.this).isdigit()]
+    if sum(1 for group in (numbered, named, [p for p in found if not p.this]) if group) > 1:
+        raise ParameterError("cannot mix ?, $n and :name placeholders in one statement")
+    if not found:
+        return found, None
+    return found, ("numbered" if numbered else "named" if named else "qmark")
 
 
 def _take_position_clause(sql: str, root: exp.Expression) -> str | None:
@@ -234,9 +237,10 @@ def _analyze_query(sql: str, root: exp.Expression, catalog: Mapping[str, StoreSp
         pos = m.end()
     chunks.append(text[pos:])
     template.chunks = tuple(chunks)
-    template.slot_keys = tuple(str(p.this) if p.this else i for i, p in enumerate(placeholders))
-    template.param_count = len(placeholders) if mode == "qmark" else 0
-    template.param_names = frozenset(str(p.this) for p in placeholders if p.this)
+    template.slot_keys = tuple(_slot_key(p, i) for i, p in enumerate(placeholders))
+    template.param_count = (len(placeholders) if mode == "qmark"
+                            else max(int(str(p.this)) for p in placeholders) if mode == "numbered" else 0)
+    template.param_names = frozenset(str(p.this) for p in placeholders if p.this and mode == "named")
     template.scans = tuple(scans)
     template.system_tables = tuple(system)
     return template
@@ -260,6 +264,14 @@ def _unqualify_columns(root: exp.Expression) -> None:
         if db is not None and db.name.lower() in (*STORE_SCHEMAS, *SYSTEM_SCHEMAS):
             column.set("db", None)
             column.set("catalog", None)
+
+
+def _slot_key(p: exp.Placeholder, i: int) -> int | str:
+    """Where a placeholder's value is in the parameters: ``?`` by position, ``$n`` at n-1, ``:name`` by name."""
+    if not p.this:
+        return i
+    text = str(p.this)
+    return int(text) - 1 if text.isdigit() else text
 
 
 def _start(node: exp.Expression) -> int:

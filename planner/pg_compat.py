@@ -34,7 +34,7 @@ _TRUE_FUNCTIONS = frozenset({
     "has_database_privilege", "has_column_privilege", "has_any_column_privilege", "has_function_privilege",
     "has_sequence_privilege", "has_type_privilege", "pg_has_role"})
 _FALSE_FUNCTIONS = frozenset({"pg_is_in_recovery", "pg_cancel_backend", "pg_terminate_backend",
-                              "pg_is_other_temp_schema"})
+                              "pg_is_other_temp_schema", "pg_relation_is_publishable"})
 _NULL_TEXT_FUNCTIONS = frozenset({
     "col_description", "shobj_description", "pg_get_expr", "pg_get_indexdef", "pg_get_constraintdef",
     "pg_get_viewdef", "pg_get_serial_sequence", "pg_get_triggerdef", "pg_get_functiondef", "pg_get_partkeydef",
@@ -61,7 +61,21 @@ def rewrite_pg_compat(statement: exp.Expression) -> exp.Expression:
             name = _pg_column_name(e)
             named.append(exp.alias_(e, name, quoted=True) if name is not None else e)
         select.set("expressions", named)
-    return statement.transform(_rewrite, copy=False)
+    # sqlglot's transform does not descend into a node it just replaced, so repeat until nothing changes
+    # (each pass rewrites at least the outermost remaining construct; rewritten output is stable).
+    for _ in range(16):
+        changed = [False]
+
+        def fn(node: exp.Expression) -> exp.Expression:
+            new = _rewrite(node)
+            if new is not node:
+                changed[0] = True
+            return new
+
+        statement = statement.transform(fn, copy=False)
+        if not changed[0]:
+            break
+    return statement
 
 
 def _pg_column_name(node: exp.Expression) -> str | None:
@@ -103,12 +117,19 @@ def _rewrite(node: exp.Expression) -> exp.Expression:
     if isinstance(node, exp.Dot) and isinstance(node.this, exp.Identifier) and isinstance(node.expression, exp.Func) \
             and node.this.name.lower() in ("pg_catalog", "information_schema"):
         return _rewrite(node.expression)
+    if isinstance(node, exp.Table) and not isinstance(node.this, exp.Identifier) and node.args.get("db") is not None \
+            and node.args["db"].name.lower() == "pg_catalog":
+        bare = node.copy()
+        bare.set("db", None)  # pg_catalog.unnest(...), pg_catalog.generate_series(...) as table functions
+        return bare
     if isinstance(node, exp.Operator):
         return _operator(node)
     if isinstance(node, exp.Collate) and _is_default_collation(node.expression):
         return node.this
     if isinstance(node, exp.Cast):
         return _cast(node)
+    if isinstance(node, exp.DataType):
+        return _datatype(node)
     if isinstance(node, exp.CurrentUser):
         return _session_value("user")
     if isinstance(node, exp.CurrentCatalog):
@@ -174,6 +195,21 @@ def _cast(node: exp.Cast) -> exp.Expression:
     return node
 
 
+def _datatype(node: exp.DataType) -> exp.Expression:
+    """A PostgreSQL type name DuckDB lacks (``pg_catalog.int2``, ``oid``, ``name``…) as the DuckDB type it means."""
+    kind = _kind(node)
+    if kind is None:
+        return node
+    if kind in _REG_TYPES:
+        return exp.DataType.build("BIGINT")
+    if kind in _TEXT_TYPES:
+        return exp.DataType.build("VARCHAR")
+    pg = BY_NAME.get(kind)
+    if pg is not None and pg.name in _PG_TO_DUCK:
+        return exp.DataType.build(_PG_TO_DUCK[pg.name])
+    return node
+
+
 def _subquery(column: str, table: str, where: exp.Expression | None = None) -> exp.Expression:
     select = exp.select(column).from_(table).limit(1)
     if where is not None:
@@ -193,6 +229,16 @@ def _reg_value(kind: str, value: exp.Expression) -> exp.Expression:
         if kind == "regnamespace":
             return _subquery("oid", "pg_catalog.pg_namespace", exp.column("nspname").eq(exp.Literal.string(name)))
         return exp.cast(exp.null(), "BIGINT")
+    if kind in ("regclass", "regtype", "regnamespace") and not isinstance(value, exp.Literal):
+        # a column or a parameter: a number is the oid itself, a name is looked up (what the literal case does)
+        number = exp.TryCast(this=value.copy(), to=exp.DataType.build("BIGINT"))
+        bare = exp.Anonymous(this="regexp_replace", expressions=[
+            exp.cast(value.copy(), "VARCHAR"), exp.Literal.string(r'^.*\.|"'), exp.Literal.string(""),
+            exp.Literal.string("g")])
+        lookup = (_type_oid(bare) if kind == "regtype" else
+                  _subquery("oid", "pg_catalog.pg_class" if kind == "regclass" else "pg_catalog.pg_namespace",
+                            exp.column("relname" if kind == "regclass" else "nspname").eq(bare)))
+        return exp.Coalesce(this=number, expressions=[lookup])
     return exp.cast(value, "BIGINT")
 
 

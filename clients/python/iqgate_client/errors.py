@@ -17,7 +17,7 @@ __all__ = [
     "GatewayError", "SqlError", "UnknownStoreError", "UnknownTopicError", "NotSupported", "ExecutionError",
     "ForbiddenError", "PartitionFailureError", "NotUpToBoundError", "StreamsNotStartedError",
     "StreamsRebalancingError", "StateStoreMigratedError", "StreamsStoppedError",
-    "StateStoreNotAvailableError", "InvalidPartitionError", "RowLimitExceeded", "StatementTimeout",
+    "StateStoreNotAvailableError", "InvalidPartitionError", "RowLimitExceeded", "StatementTimeout", "StatementCancelled",
     "RequestTooLarge", "Unauthorized", "BadRequest", "NotAcceptable", "RouteNotFound",
     "MethodNotAllowed", "GatewayInternalError", "error_class_for_code",
 ]
@@ -235,6 +235,13 @@ class StatementTimeout(GatewayError, OperationalError):
     http_status = 504
 
 
+class StatementCancelled(GatewayError, OperationalError):
+    """The client cancelled the statement while it ran (a PostgreSQL CancelRequest)."""
+
+    code = "STATEMENT_CANCELLED"
+    http_status = 499
+
+
 class RequestTooLarge(GatewayError, InterfaceError):
     code = "REQUEST_TOO_LARGE"
     http_status = 413
@@ -278,7 +285,7 @@ _BY_CODE: dict[str, type[GatewayError]] = {
         SqlError, UnknownStoreError, NotSupported, ExecutionError, ForbiddenError, PartitionFailureError,
         NotUpToBoundError, StreamsNotStartedError, StreamsRebalancingError, StateStoreMigratedError,
         StreamsStoppedError, StateStoreNotAvailableError, InvalidPartitionError, RowLimitExceeded,
-        StatementTimeout, RequestTooLarge, Unauthorized, BadRequest, NotAcceptable, RouteNotFound,
+        StatementTimeout, StatementCancelled, RequestTooLarge, Unauthorized, BadRequest, NotAcceptable, RouteNotFound,
         MethodNotAllowed, GatewayInternalError, UnknownTopicError,
     )
 }
