@@ -21,7 +21,7 @@ from typing import Any
 from .console import die, print_result, request_stop, reset_stop, wait_for_stop
 from .errors import GatewayError
 from .json_values import dumps
-from .options import config_from_args, config_kwargs, non_negative_int, positive_int, server_args
+from .options import config_from_args, config_kwargs, non_negative_int, pg_args, positive_int, server_args
 
 __all__ = ["main", "console", "request_stop"]
 
@@ -162,12 +162,39 @@ def _serve_until_stopped(gw: Any, args: argparse.Namespace, what: str) -> None:
     from .server import ServerThread, tune_process_for_serving
 
     tune_process_for_serving()
+    pg = _pg_server(gw, args)
     server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die).start()
     print(f"iqgate: serving {what} on {server.url}", file=sys.stderr, flush=True)
+    _start_pg(pg)
     try:
         wait_for_stop()
     finally:
         server.close()
+        if pg is not None:
+            pg.close()
+
+
+def _pg_server(gw: Any, args: argparse.Namespace) -> Any:
+    """The PG port when ``--pg-port`` is given (its token is the HTTP one: one credential per server)."""
+    if getattr(args, "pg_port", None) is None:
+        if getattr(args, "tls_cert", None) or getattr(args, "tls_key", None):
+            raise SystemExit("iqgate: --tls-cert/--tls-key secure the PG port; add --pg-port")
+        return None
+    from .pg import PgServer
+
+    try:
+        return PgServer(gw, args.pg_host, args.pg_port, token=gw.config.auth_token, auth_method=args.pg_auth,
+                        tls_cert=args.tls_cert, tls_key=args.tls_key, max_connections=args.pg_max_connections)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"iqgate: cannot serve the PG port on {args.pg_host}:{args.pg_port}: {exc}") from None
+
+
+def _start_pg(pg: Any) -> None:
+    if pg is not None:
+        pg.start()
+        tls = " (TLS available)" if pg.tls is not None else ""
+        print(f"iqgate: PostgreSQL protocol on {pg.host}:{pg.port}{tls}: psql -h {pg.host} -p {pg.port} -U iqgate iqgate",
+              file=sys.stderr, flush=True)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -195,10 +222,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Serve the stores already on disk from the first second; the app takes over once Spark has started.
     hosted = HostedSource(state_dir)
     tune_process_for_serving()
-    server = ServerThread(create_app(Gateway(hosted, config=config_from_args(args))), args.host, args.port,
-                          args.threads, on_failure=die).start()
+    gw = Gateway(hosted, config=config_from_args(args))
+    pg = _pg_server(gw, args)
+    server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die).start()
     print(f"iqgate: serving pipeline {module.APPLICATION_ID} on {server.url} (the stores on disk, read-only, "
           "while Spark starts)", file=sys.stderr, flush=True)
+    _start_pg(pg)
     app = None
     try:
         app = start_pipeline(module, log, state_dir, master=args.master)
@@ -206,6 +235,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _report_catch_up(app)
         wait_for_stop()
     finally:
+        if pg is not None:
+            pg.close()
         server.close()
         if app is not None:
             app.close()
@@ -287,6 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     _kafka_args(serve, "read the pipeline's topics from Kafka instead of the event log")
     serve.add_argument("--master", help="Spark master for the pipeline, e.g. spark://host:7077 (default: local[2])")
     server_args(serve)
+    pg_args(serve)
     serve.set_defaults(fn=cmd_serve)
 
     sql = sub.add_parser("sql", help="run a statement and print the result")

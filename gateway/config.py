@@ -77,7 +77,7 @@ class GatewayConfig:
 
 
 def as_position(value: Any) -> Position | None:
-    """A position bound from what callers pass: a Position, ``{topic: {partition: offset}}``, or its JSON text."""
+    """A position bound from what callers pass: a Position (the server's or the client's), ``{topic: {partition: offset}}``, or its JSON text."""
     if value is None or isinstance(value, Position):
         return value
     if isinstance(value, PositionBound):
@@ -86,6 +86,8 @@ def as_position(value: Any) -> Position | None:
         return Position.from_json(value) if value.strip() else None
     if isinstance(value, Mapping):
         return Position.from_map(value)
+    if hasattr(value, "to_json_map"):  # iqgate_client.position.Position
+        return Position.from_map(value.to_json_map())
     raise TypeError(f"a position is a map {{topic: {{partition: offset}}}} or its JSON text, got {type(value).__name__}")
 
 

@@ -25,6 +25,7 @@ import pyarrow as pa
 
 import planner
 from planner.plan import Plan, StatementKind, StoreScan
+from planner.systables import SystemContext
 from stores.app.protocol import Queryable
 from stores.catalog.schema import StoreSpec
 from stores.iqv2.position import Position, PositionError
@@ -34,13 +35,16 @@ from stores.iqv2.state import State
 from . import statements
 from .arrow_rows import ScanRows, collect
 from .bounds import check_bound_topics
+from .cancel import Cancellation
 from .config import GatewayConfig, Session, as_position
+from .describe import shape_columns
 from .duck import DuckPool, duck_error, fetch_chunks, row_limit_error
 from .errors import BadRequest, GatewayInternalError, translate
 from .guards import Guards, StatementWatch
 from .outcomes import partition_error, record_outcomes
 from .result import PartitionOutcome, Result
 from .scans import Waiting, probe_query, run_scan
+from .system_tables import register_system_tables
 
 __all__ = ["Gateway", "Session"]
 
@@ -130,6 +134,8 @@ class Gateway:
         stream: bool = False,
         arrow: bool = False,
         cancelled: Callable[[], bool] | None = None,
+        context: SystemContext | None = None,
+        cancel: Cancellation | None = None,
     ) -> Result:
         """Run one statement within its budget (time from now, memory, the client still there).
 
@@ -137,16 +143,25 @@ class Gateway:
         (NDJSON); ``arrow=True`` materializes Arrow instead of Python rows
         (Arrow IPC). Either way the rows, limits and errors are the same.
         ``cancelled`` is polled while the statement runs (an HTTP client that
-        disconnected, a PG CancelRequest): when it says True the statement is
-        interrupted.
+        disconnected): when it says True the statement is interrupted.
+        ``cancel`` lets another thread stop the statement at once (a PG
+        CancelRequest; ``StatementCancelled``).
+        ``context`` is who asks, as information_schema / pg_catalog and the
+        PostgreSQL catalog functions report it (the PG port: schema
+        ``public``, the client's settings); default: iqgate's own faces.
         """
         if not isinstance(text, str) or not text.strip():
             raise BadRequest("the SQL text is empty")
+        if cancel is not None:
+            cancel.check()
         settings = self._settings(session)
         cfg = self.config
         timeout_ms = min(cfg.statement_timeout_ms,
                          _int_setting(settings, "statement_timeout_ms", cfg.statement_timeout_ms))
         watch = self._guards.watch(timeout_ms, cancelled)
+        if cancel is not None:
+            watch.why_cancelled = "canceling statement due to user request"
+            cancel.on_cancel(lambda: watch.trip("cancelled"))
         handed_over = False
         try:
             catalog = self.catalog()
@@ -161,7 +176,8 @@ class Gateway:
                 return statements.show_tables(catalog, self._pool.cursor)
             if kind is StatementKind.DESCRIBE:
                 return statements.describe(catalog[plan.describe or ""], self._pool.cursor)
-            result = self._select(plan, catalog, settings, position, partial, wait_ms, max_rows, stream, arrow, watch)
+            result = self._select(plan, catalog, settings, position, partial, wait_ms, max_rows, stream, arrow, watch,
+                                  context=context)
             handed_over = result.streaming
             return result
         finally:
@@ -172,6 +188,24 @@ class Gateway:
     def statements_interrupted(self) -> dict[str, int]:
         """How many statements were interrupted, by reason (timeout, cancelled, memory): for /metrics."""
         return dict(self._guards.tripped)
+
+    def result_columns(self, text: str, *, session: Session | Mapping[str, Any] | None = None,
+                       context: SystemContext | None = None) -> list[tuple[str, str]]:
+        """The (name, type) columns ``sql(text, …)`` answers with, without reading a store or binding parameters.
+
+        What a PostgreSQL client's Describe of a prepared statement asks
+        before it binds anything; ``[]`` for statements without rows (SET).
+        """
+        settings = self._settings(session)
+        catalog = self.catalog()
+        try:
+            shape = planner.plan_shape(text, catalog)
+        except Exception as exc:  # noqa: BLE001 - planner errors become gateway errors
+            mapped = translate(exc)
+            if mapped is None:
+                raise GatewayInternalError(f"planning failed: {type(exc).__name__}: {exc}") from exc
+            raise mapped from exc
+        return shape_columns(shape, catalog, settings, context, self._pool.cursor)
 
     # -- planning ---------------------------------------------------------------------
     def _settings(self, session: Session | Mapping[str, Any] | None) -> dict[str, Any]:
@@ -201,7 +235,7 @@ class Gateway:
     # -- SELECT -----------------------------------------------------------------------
     def _select(self, plan: Plan, catalog: Mapping[str, StoreSpec], settings: Mapping[str, Any], position: Any,
                 partial: bool | None, wait_ms: int | None, max_rows: int | None, stream: bool, arrow: bool,
-                watch: StatementWatch) -> Result:
+                watch: StatementWatch, *, context: SystemContext | None = None) -> Result:
         cfg = self.config
         limit_rows = min(cfg.max_rows, _int_setting(settings, "max_rows", cfg.max_rows),
                          max_rows if max_rows is not None else cfg.max_rows)
@@ -248,11 +282,13 @@ class Gateway:
                 raise row_limit_error(limit_rows)
             return Result(columns=columns, position=merged, partitions=partitions, statement=StatementKind.SELECT,
                           rows=out, cursor_factory=self._pool.cursor)
-        return self._residual(plan, scans, merged, partitions, limit_rows, watch, stream, arrow)
+        system = (lambda cur: register_system_tables(cur, plan.system_tables, catalog, context, settings)
+                  ) if plan.system_tables else None
+        return self._residual(plan, scans, merged, partitions, limit_rows, watch, stream, arrow, system=system)
 
     def _residual(self, plan: Plan, scans: list[tuple[StoreScan, ScanRows]], position: Position,
                   partitions: list[PartitionOutcome], limit_rows: int, watch: StatementWatch,
-                  stream: bool, arrow: bool) -> Result:
+                  stream: bool, arrow: bool, *, system: Callable[[Any], None] | None = None) -> Result:
         """Run the residual SQL on a fresh cursor holding this request's scans; rows are DuckDB's own values."""
         cur = self._pool.cursor()
         relations = {scan.relation: scan.store for scan, _ in scans}
@@ -262,6 +298,8 @@ class Gateway:
         try:
             for scan, rows in scans:
                 cur.register(scan.relation, rows.to_arrow(scan.include_failures))
+            if system is not None:
+                system(cur)
             common = dict(position=position, partitions=partitions, statement=StatementKind.SELECT, cursor=cur,
                           residual_sql=sql)
             if arrow:

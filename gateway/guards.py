@@ -39,7 +39,8 @@ def process_rss() -> int:
 class StatementWatch:
     """One statement's budget; ``check()`` raises once it is spent, ``attach`` names what to interrupt."""
 
-    __slots__ = ("_guards", "_id", "deadline", "timeout_ms", "cancelled", "start_rss", "reason", "_interrupt")
+    __slots__ = ("_guards", "_id", "deadline", "timeout_ms", "cancelled", "start_rss", "reason", "_interrupt",
+                 "why_cancelled")
 
     def __init__(self, guards: Guards, wid: int, timeout_ms: int, cancelled: Callable[[], bool] | None) -> None:
         self._guards = guards
@@ -50,6 +51,7 @@ class StatementWatch:
         self.start_rss = guards.recent_rss() if guards.memory_bytes else 0
         self.reason: str | None = None
         self._interrupt: Callable[[], None] | None = None
+        self.why_cancelled = "the client went away"
 
     def attach(self, interrupt: Callable[[], None] | None) -> None:
         """The DuckDB cursor's interrupt, while DuckDB runs the statement (None once it is done)."""
@@ -86,7 +88,7 @@ class StatementWatch:
                 f"{what} needed more memory than its budget of {self._guards.memory_bytes // 2**20} MB "
                 "(the server's --max-memory); aggregate or filter more, or ask for fewer rows")
         if self.reason == "cancelled":
-            return StatementCancelled(f"{what} was cancelled: the client went away")
+            return StatementCancelled(f"{what} was cancelled: {self.why_cancelled}")
         return StatementTimeout(f"{what} ran longer than the statement timeout of {self.timeout_ms} ms "
                                 "(parsing, planning, reading the stores and running the SQL all count)")
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from .config import GatewayConfig
 
-__all__ = ["server_args", "config_from_args", "positive_int", "non_negative_int", "byte_size"]
+__all__ = ["server_args", "pg_args", "config_from_args", "positive_int", "non_negative_int", "byte_size"]
 
 
 def int_at_least(least: int) -> Any:
@@ -63,6 +63,17 @@ def server_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-rows", type=positive_int, default=1_000_000, help="most rows one statement may return")
     p.add_argument("--statement-timeout-ms", type=positive_int, default=30_000)
     p.add_argument("--no-table-scans", action="store_true", help="refuse queries that must scan whole stores")
+
+
+def pg_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pg-port", type=non_negative_int, help="also speak the PostgreSQL protocol on this port "
+                   "(psql, DBeaver, Metabase, Grafana, …)")
+    p.add_argument("--pg-host", default="127.0.0.1", help="bind address of the PG port (default 127.0.0.1)")
+    p.add_argument("--pg-auth", choices=("scram-sha-256", "md5", "password"), default="scram-sha-256",
+                   help="password method on the PG port when a token is set (the password is the token)")
+    p.add_argument("--pg-max-connections", type=positive_int, default=64, help="PG connections served at once")
+    p.add_argument("--tls-cert", help="PEM certificate: the PG port accepts TLS (SSLRequest) with it")
+    p.add_argument("--tls-key", help="PEM private key of --tls-cert")
 
 
 def config_from_args(args: argparse.Namespace) -> GatewayConfig:

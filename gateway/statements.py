@@ -18,7 +18,7 @@ from .arrow_rows import DUCK_TYPES
 from .config import Session
 from .result import Result
 
-__all__ = ["set_result", "static_result", "show_tables", "describe", "explain_result"]
+__all__ = ["set_result", "static_result", "show_tables", "describe", "explain_result", "setting_text"]
 
 CursorFactory = Callable[[], Any]
 
@@ -31,7 +31,7 @@ def set_result(plan: Plan, session: Session | Mapping[str, Any] | None, settings
     if isinstance(session, Session):
         session.apply(plan.settings)
         new = session.settings
-    rows = [(k, _setting_text(v)) for k, v in sorted(new.items())]
+    rows = [(k, setting_text(v)) for k, v in sorted(new.items())]
     return Result(columns=[("setting", "VARCHAR"), ("value", "VARCHAR")], position=Position.empty(),
                   partitions=[], statement=StatementKind.SET, rows=rows, settings=new, cursor_factory=cursor_factory)
 
@@ -61,7 +61,7 @@ def describe(spec: StoreSpec, cursor_factory: CursorFactory) -> Result:
     return static_result(StatementKind.DESCRIBE, cols, rows, cursor_factory)
 
 
-def _setting_text(v: Any) -> str | None:
+def setting_text(v: Any) -> str | None:
     if v is None:
         return None
     if isinstance(v, Position):

@@ -19,7 +19,7 @@ from sqlglot.optimizer.scope import traverse_scope
 
 from stores.catalog.schema import StoreKind, StoreSpec
 
-from .catalog import resolve_store, unknown_store
+from .catalog import STORE_SCHEMAS, resolve_store, resolve_system_table, unknown_store
 from .dialect import Explain, PositionClause, position_literal_json
 from .errors import (
     InvalidSettingError,
@@ -29,11 +29,13 @@ from .errors import (
 )
 from .guard import ALLOWED, check_functions, check_read_only, check_value_sizes, statement_name
 from .literals import value_ref
+from .pg_compat import rewrite_pg_compat
 from .plan import FAILURE_COLUMNS, PSEUDO_COLUMNS, StatementKind
 from .positions import line_col, node_position
 from .residual import rewrite_stars, unsupported_table_args, wrap_store
 from .scopes import analyze_scope
 from .statements import plan_describe, plan_reset, plan_set, plan_show
+from .systables import SYSTEM_SCHEMAS, relation_name
 from .template import ScanTemplate, SystemTime, Template
 
 __all__ = ["ScanTemplate", "Template", "analyze"]
@@ -67,6 +69,7 @@ def analyze(sql: str, statement: exp.Expression, catalog: Mapping[str, StoreSpec
         line, col = (1, 1)
         raise ReadOnlyError(f"{ALLOWED}; got {statement_name(statement, sql)}", line=line, col=col)
     check_read_only(sql, statement)
+    statement = rewrite_pg_compat(statement)
     check_functions(sql, statement)
     check_value_sizes(sql, statement)
     return _analyze_query(sql, statement, catalog, explain)
@@ -93,14 +96,17 @@ def _placeholders(sql: str, root: exp.Expression) -> tuple[list[exp.Placeholder]
         line, col = node_position(sql, node)
         raise ParameterError("use ? or :name placeholders for parameters", line=line, col=col)
     found = sorted(root.find_all(exp.Placeholder), key=lambda p: p.meta.get("start", 0) if p._meta else 0)
-    for p in found:
-        if p.this and str(p.this).isdigit():
+    numbered = [p for p in found if p.this and str(p.this).isdigit()]
+    for p in numbered:
+        if int(str(p.this)) < 1:
             line, col = node_position(sql, p)
-            raise ParameterError(f"${p.this} parameters are not supported; use ? or :name placeholders", line=line, col=col)
-    named = [p for p in found if p.this]
-    if named and len(named) != len(found):
-        raise ParameterError("cannot mix ? and :name placeholders in one statement")
-    return found, ("named" if named else "qmark") if found else None
+            raise ParameterError(f"${p.this}: numbered parameters start at $1", line=line, col=col)
+    named = [p for p in found if p.this and not str(p.this).isdigit()]
+    if sum(1 for group in (numbered, named, [p for p in found if not p.this]) if group) > 1:
+        raise ParameterError("cannot mix ?, $n and :name placeholders in one statement")
+    if not found:
+        return found, None
+    return found, ("numbered" if numbered else "named" if named else "qmark")
 
 
 def _take_position_clause(sql: str, root: exp.Expression) -> str | None:
@@ -153,6 +159,15 @@ def _analyze_query(sql: str, root: exp.Expression, catalog: Mapping[str, StoreSp
     template = Template(kind=StatementKind.SELECT, explain=explain, position_json=position_json, param_mode=mode)
     scans: list[ScanTemplate] = []
     by_table: dict[int, ScanTemplate] = {}
+    system: dict[str, None] = {}
+    for table, scope in list(store_tables):
+        if isinstance(table.this, exp.Identifier):
+            line, col = node_position(sql, table)
+            key = resolve_system_table(catalog, table, line=line, col=col)
+            if key is not None:
+                system[key] = None
+                _use_system_table(table, key)
+                store_tables.remove((table, scope))
     for table, scope in store_tables:
         if not isinstance(table.this, exp.Identifier):
             if isinstance(table.this, _HARMLESS_TABLE_FUNCTIONS):
@@ -182,6 +197,7 @@ def _analyze_query(sql: str, root: exp.Expression, catalog: Mapping[str, StoreSp
         scans.append(scan)
         by_table[id(table)] = scan
 
+    _unqualify_columns(root)
     referenced = _referenced_pseudo(root)
     for scope in traverse_scope(root):
         analyze_scope(sql, scope, root, by_table, param_index)
@@ -222,11 +238,41 @@ def _analyze_query(sql: str, root: exp.Expression, catalog: Mapping[str, StoreSp
         pos = m.end()
     chunks.append(text[pos:])
     template.chunks = tuple(chunks)
-    template.slot_keys = tuple(str(p.this) if p.this else i for i, p in enumerate(placeholders))
-    template.param_count = len(placeholders) if mode == "qmark" else 0
-    template.param_names = frozenset(str(p.this) for p in placeholders if p.this)
+    template.slot_keys = tuple(_slot_key(p, i) for i, p in enumerate(placeholders))
+    template.param_count = (len(placeholders) if mode == "qmark"
+                            else max(int(str(p.this)) for p in placeholders) if mode == "numbered" else 0)
+    template.param_names = frozenset(str(p.this) for p in placeholders if p.this and mode == "named")
     template.scans = tuple(scans)
+    template.system_tables = tuple(system)
     return template
+
+
+def _use_system_table(table: exp.Table, key: str) -> None:
+    """Point the reference at the system table's relation, keeping the name its columns are qualified with."""
+    alias = table.args.get("alias")
+    if alias is None:
+        table.set("alias", exp.TableAlias(this=exp.to_identifier(table.name)))
+    table.set("this", exp.to_identifier(relation_name(key), quoted=True))
+    table.set("db", None)
+    table.set("catalog", None)
+
+
+def _unqualify_columns(root: exp.Expression) -> None:
+    """``main.revenue.key`` / ``pg_catalog.pg_class.oid``: the table's name alone qualifies a column in DuckDB
+    once the table is a relation (SQLAlchemy writes schema-qualified columns for schema-qualified tables)."""
+    for column in root.find_all(exp.Column):
+        db = column.args.get("db")
+        if db is not None and db.name.lower() in (*STORE_SCHEMAS, *SYSTEM_SCHEMAS):
+            column.set("db", None)
+            column.set("catalog", None)
+
+
+def _slot_key(p: exp.Placeholder, i: int) -> int | str:
+    """Where a placeholder's value is in the parameters: ``?`` by position, ``$n`` at n-1, ``:name`` by name."""
+    if not p.this:
+        return i
+    text = str(p.this)
+    return int(text) - 1 if text.isdigit() else text
 
 
 def _start(node: exp.Expression) -> int:

@@ -7,6 +7,7 @@ __all__ = [
     "PlanningError",
     "SqlSyntaxError",
     "UnknownStoreError",
+    "UnknownSchemaError",
     "UnknownColumnError",
     "TypeMismatchError",
     "UnsupportedSqlError",
@@ -84,3 +85,9 @@ class InvalidSettingError(PlanningError):
 
 class ParameterError(PlanningError):
     code = "PARAMETER_ERROR"
+
+
+class UnknownSchemaError(UnknownStoreError):
+    """A table qualified with a schema (or database) that does not exist; the message names the ones that do."""
+
+    code = "UNKNOWN_SCHEMA"

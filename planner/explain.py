@@ -60,6 +60,8 @@ def explain_text(plan: Plan) -> str:
     lines: list[str] = []
     for scan in plan.scans:
         lines += _scan(scan)
+    for key in plan.system_tables:
+        lines.append(f"system table {key}: from the store catalog")
     if plan.fast_path is not None:
         lines.append("fast path: " + ", ".join(plan.fast_path))
     lines.append("residual:")

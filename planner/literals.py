@@ -36,7 +36,7 @@ class Const:
 
 @dataclass(frozen=True, slots=True)
 class Param:
-    """A placeholder: ``key`` is its 0-based index (``?``) or its name (``:name``)."""
+    """A placeholder: ``key`` is its 0-based index (``?``, ``$n`` is n-1) or its name (``:name``)."""
 
     key: int | str
     start: int | None = None
@@ -87,6 +87,8 @@ def value_ref(node: exp.Expression, param_index: dict[int, int]) -> ValueRef | N
         return value_ref(node.this, param_index)
     start = node.meta.get("start") if node._meta else None
     if isinstance(node, exp.Placeholder):
+        if node.this and str(node.this).isdigit():
+            return Param(int(str(node.this)) - 1, start)  # $n: the n-th parameter
         if node.this:
             return Param(str(node.this), start)
         return Param(param_index[id(node)], start)

@@ -84,3 +84,6 @@ class Plan:
     inner: Plan | None = None
     describe: str | None = None
     settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # SELECT: system tables (information_schema, pg_catalog) the residual SQL reads, as keys of
+    # planner.systables.SYSTEM_TABLES; the gateway registers each as planner.systables.relation_name(key).
+    system_tables: tuple[str, ...] = ()

@@ -24,13 +24,13 @@ from .errors import ParameterError, TableScanDisabledError
 from .explain import explain_text
 from .limits import check_param_values, check_text
 from .literals import sql_literal
-from .plan import Plan, StatementKind
+from .plan import Plan, StatementKind, StoreScan
 from .positions import line_col
 from .requests import bind_scan, check_params
 from .rewrites import rewrite_or_chains
 from .settings import resolve_session
 
-__all__ = ["plan", "clear_cache", "cache_info"]
+__all__ = ["plan", "plan_shape", "clear_cache", "cache_info"]
 
 _CACHE_SIZE = 1024
 _cache: OrderedDict[str, Template] = OrderedDict()
@@ -132,8 +132,29 @@ def plan(
         residual_sql=residual,
         position_bound=bound,
         fast_path=fast_path,
+        system_tables=template.system_tables,
     )
     return _explained(result) if template.explain else result
+
+
+def plan_shape(sql: str, catalog: Mapping[str, StoreSpec]) -> Plan:
+    """A statement's plan without parameter values: what its result columns are, found without reading a store.
+
+    SELECT plans have scans with no requests and residual SQL with NULL for
+    every parameter (DuckDB binds it and names the result columns); other
+    statements plan as ``plan`` would. PostgreSQL's Describe of a prepared
+    statement needs this: the columns before any parameter is bound.
+    """
+    if not isinstance(sql, str):
+        raise TypeError(f"sql must be a string, got {type(sql).__name__}")
+    template = _template(sql, catalog)
+    if template.kind is not StatementKind.SELECT:
+        return Plan(kind=template.kind, describe=template.describe, settings=MappingProxyType(dict(template.settings)))
+    scans = tuple(StoreScan(relation=t.relation, store=t.store, requests=(), include_failures=t.include_failures)
+                  for t in template.scans)
+    residual = "".join("NULL" if isinstance(c, int) else c for c in template.chunks)
+    shape = Plan(kind=StatementKind.SELECT, scans=scans, residual_sql=residual, system_tables=template.system_tables)
+    return Plan(kind=StatementKind.EXPLAIN, inner=shape) if template.explain else shape
 
 
 _DEFAULTS = resolve_session(None)

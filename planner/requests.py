@@ -334,11 +334,12 @@ def check_params(params: Any, template: Any) -> Any:
         if params:
             raise ParameterError(f"the statement has no placeholders but {len(params)} parameters were given")
         return ()
-    if template.param_mode == "qmark":
+    if template.param_mode in ("qmark", "numbered"):
+        what = "?" if template.param_mode == "qmark" else "$n"
         if params is None or isinstance(params, (str, bytes)) or not hasattr(params, "__len__") or hasattr(params, "keys"):
-            raise ParameterError(f"the statement has {template.param_count} ? placeholders; pass a list of {template.param_count} parameters")
+            raise ParameterError(f"the statement has {template.param_count} {what} placeholders; pass a list of {template.param_count} parameters")
         if len(params) != template.param_count:
-            raise ParameterError(f"the statement has {template.param_count} ? placeholders but {len(params)} parameters were given")
+            raise ParameterError(f"the statement has {template.param_count} {what} placeholders but {len(params)} parameters were given")
         return params
     if params is None or not hasattr(params, "keys"):
         raise ParameterError(f"the statement has named placeholders ({', '.join(sorted(template.param_names))}); pass a mapping")

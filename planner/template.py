@@ -67,3 +67,4 @@ class Template:
     deps: dict[str, StoreSpec] = field(default_factory=dict)
     describe: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
+    system_tables: tuple[str, ...] = ()  # keys of planner.systables.SYSTEM_TABLES the residual SQL reads

@@ -9,6 +9,11 @@ from typing import Any
 
 import pytest
 
+# The client distribution (clients/python) is installed into the venv as a copy; processes the tests start
+# (CLI servers, workers) must import the checkout's source as the tests themselves do (pytest's pythonpath).
+_CLIENT_SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "clients", "python")
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_CLIENT_SRC, os.environ.get("PYTHONPATH")) if p)
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:

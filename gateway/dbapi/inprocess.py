@@ -12,14 +12,15 @@ from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
+from iqgate_client.dbapi.outcome import Outcome
+from iqgate_client.dbapi.types import native_fix_for
+
 from gateway.errors import Error, GatewayInternalError, translate
 
-from .outcome import Outcome
-from .types import native_fix_for
-
 if TYPE_CHECKING:
+    from iqgate_client.position import Position
+
     from gateway.engine import Gateway
-    from stores.iqv2.position import Position
 
 __all__ = ["InProcessTransport", "as_dbapi_error"]
 

@@ -64,7 +64,7 @@ def engine(request: pytest.FixtureRequest, world: dict[str, Any]) -> Iterator[sa
 
 def test_entry_point_registers_the_dialect() -> None:
     eps = metadata.entry_points(group="sqlalchemy.dialects")
-    assert {ep.name: ep.value for ep in eps}["iqgate"] == "gateway.sa_dialect:IqgateDialect"
+    assert {ep.name: ep.value for ep in eps}["iqgate"] == "iqgate_client.sqlalchemy:IqgateDialect"
     assert sa.create_engine("iqgate://localhost:1").dialect.__class__ is IqgateDialect
 
 

@@ -56,7 +56,8 @@ CASES = [
     _case("900 KB function name", {"sql": "SELECT " + "f" * 900_000 + "(1)"}, 400, "SQL_SYNTAX_ERROR"),
     _case("json_serialize_plan leak", {"sql": "SELECT json_serialize_plan('SELECT current_setting(''memory_limit'')',"
                                               " optimize := true)"}, 400, "FORBIDDEN_FUNCTION"),
-    _case("current_setting", {"sql": "SELECT current_setting('memory_limit')"}, 400, "FORBIDDEN_FUNCTION"),
+    _case("current_setting reads pg_settings", {"sql": "SELECT current_setting('memory_limit')"}, 200),
+    _case("DuckDB's settings table", {"sql": "SELECT * FROM duckdb_settings()"}, 400, "FORBIDDEN_FUNCTION"),
     _case("a giant LIST", {"sql": "SELECT list_sum(range(100000000))"}, 400, "STATEMENT_TOO_LARGE"),
     _case("unnest of a giant LIST", {"sql": "SELECT count(*) FROM (SELECT unnest(range(30000000)))"}, 400,
           "STATEMENT_TOO_LARGE"),
@@ -103,6 +104,14 @@ def test_hostile_input_gets_a_clear_4xx(http: Http, body: Any, raw: bytes | None
         err = json.loads(payload)["error"]
         assert err["code"] == code, err
         assert len(err["message"]) < 2_000
+
+
+def test_current_setting_never_reads_duckdbs_settings(http: Http) -> None:
+    """PostgreSQL's current_setting is answered from iqgate's pg_settings: DuckDB's own settings stay hidden."""
+    for name in ("memory_limit", "temp_directory", "threads", "enable_external_access"):
+        status, _, body = http.sql(f"SELECT current_setting('{name}') AS v")
+        assert status == 200, body
+        assert body["rows"] == [[None]], (name, body)
 
 
 def test_the_suggestion_is_the_closest_store(http: Http) -> None:

@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from gateway.errors import InterfaceError, NotSupportedError, ProgrammingError
-from stores.iqv2.position import Position
-
+from ..errors import InterfaceError, NotSupportedError, ProgrammingError
+from ..position import Position
 from .outcome import ROWLESS_STATEMENTS, CursorHost, Outcome, PartitionInfo
 
 __all__ = ["Cursor"]

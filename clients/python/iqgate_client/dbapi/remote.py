@@ -23,9 +23,8 @@ from urllib.parse import urlsplit
 
 import urllib3
 
-from gateway.errors import GatewayError, InterfaceError, OperationalError
-from stores.iqv2.position import Position, PositionError
-
+from ..errors import GatewayError, InterfaceError, OperationalError
+from ..position import Position, PositionError
 from .outcome import Outcome, PartitionInfo
 from .types import decoder_for
 
@@ -57,7 +56,7 @@ def _encode_params(params: Sequence[Any] | Mapping[str, Any] | None) -> Any:
 
 def _client_version() -> str:
     try:
-        return metadata.version("iqgate")
+        return metadata.version("iqgate-client")
     except metadata.PackageNotFoundError:
         return "0"
 
@@ -87,7 +86,7 @@ class RemoteTransport:
         self._headers = {
             "Content-Type": "application/json",
             "Accept": "application/json",
-            "User-Agent": f"iqgate-dbapi/{_client_version()}",
+            "User-Agent": f"iqgate-client/{_client_version()}",
         }
         if token:
             self._headers["Authorization"] = f"Bearer {token}"

@@ -10,9 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from stores.iqv2.position import Position
-
-from ..result import PartitionOutcome
+from ..position import Position
 
 __all__ = ["Outcome", "PartitionInfo", "Transport", "CursorHost", "ROWLESS_STATEMENTS"]
 
@@ -20,22 +18,42 @@ __all__ = ["Outcome", "PartitionInfo", "Transport", "CursorHost", "ROWLESS_STATE
 ROWLESS_STATEMENTS = frozenset({"set"})
 
 
-# One store partition's part in a result: the engine's own type, on both transports.
-PartitionInfo = PartitionOutcome
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """One store partition a statement read: failed (reason, message) or not, and its position.
+
+    The in-process transport hands out the engine's ``PartitionOutcome``,
+    which has the same fields; either way a caller reads the same attributes.
+    """
+
+    store: str
+    partition: int
+    failure_reason: str | None
+    failure_message: str | None
+    position: Position | None
+
+    @property
+    def is_failure(self) -> bool:
+        return self.failure_reason is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"store": self.store, "partition": self.partition, "failure_reason": self.failure_reason,
+                "failure_message": self.failure_message,
+                "position": None if self.position is None else self.position.to_json_map()}
 
 
 @dataclass(slots=True)
 class Outcome:
     """Columns as ``(name, type_name)``; rows as tuples of Python values; the position the rows were read at.
 
-    ``partitions`` holds the engine's PartitionOutcome on both transports.
+    ``partitions`` holds ``PartitionInfo`` (remote) or the engine's ``PartitionOutcome`` (in-process).
     """
 
     statement: str
     columns: list[tuple[str, str]]
     rows: list[tuple[Any, ...]]
     position: Position
-    partitions: list[PartitionOutcome] = field(default_factory=list)
+    partitions: list[Any] = field(default_factory=list)
     settings: Mapping[str, Any] | None = None
 
 

@@ -14,10 +14,9 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gateway import errors as _errors
-from gateway.errors import InterfaceError
-from stores.iqv2.position import Position
-
+from .. import errors as _errors
+from ..errors import InterfaceError
+from ..position import Position
 from .cursor import Cursor
 from .outcome import Outcome, Transport
 

@@ -1,0 +1,283 @@
+"""One PG connection after authentication: the simple and extended query protocols over the engine.
+
+Every statement goes through ``Gateway.sql`` (the same engine, limits and
+read-only checks as HTTP) with this connection's gateway Session (``SET
+position_bound``…), a ``SystemContext`` saying the stores' schema is
+``public`` (and the client's settings, for ``current_setting``), and a
+``Cancellation`` a CancelRequest can trigger. Session commands (transactions,
+client settings, SHOW, DISCARD, DEALLOCATE) are answered here
+(``commands``). Errors become ErrorResponse with a SQLSTATE (``sqlstate``);
+in the extended protocol everything up to the next Sync is then skipped, as
+PostgreSQL does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner.systables import SystemContext
+from stores.iqv2.position import Position
+
+from ..cancel import Cancellation
+from ..errors import GatewayError, GatewayInternalError, translate
+from .answer import Answer, answer_of
+from .commands import ClientSettings, run_command
+from .sqlstate import error_fields
+from .sqltext import Command, classify, highest_parameter, split_statements
+from .types import column_type, decode_param, encoder
+from .wire import Buffer, Out, ProtocolError
+
+__all__ = ["Session", "Prepared", "Portal"]
+
+
+@dataclass
+class Prepared:
+    sql: str
+    params: int                  # the highest $n
+    param_oids: list[int]
+    command: Command | None
+
+
+@dataclass
+class Portal:
+    prepared: Prepared
+    params: list[Any]
+    formats: list[int]
+    answer: Answer | None = None
+    sent: int = 0
+    described: bool = False
+
+
+@dataclass
+class Session:
+    """Protocol state of one connection; ``handle`` processes one frontend message into ``out``."""
+
+    gateway: Any
+    out: Out
+    user: str
+    database: str
+    pid: int
+    settings: ClientSettings
+    cancel: Cancellation = field(default_factory=Cancellation)
+    gateway_session: Any = None
+    tx: str = "I"                                  # I idle, T in a block, E failed block
+    skip_to_sync: bool = False
+    failed_in_sync: bool = False
+    statements: dict[str, Prepared] = field(default_factory=dict)
+    portals: dict[str, Portal] = field(default_factory=dict)
+    last_position: Position = field(default_factory=Position.empty)
+    on_report: Callable[[str, str], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.gateway_session is None:
+            self.gateway_session = self.gateway.session()
+
+    # -- running one statement ------------------------------------------------------------------
+    def context(self) -> SystemContext:
+        return SystemContext(schema="public", database=self.database, user=self.user, flavor="postgres",
+                             settings=self.settings.visible(), backend_pid=self.pid,
+                             application_name=self.settings.get("application_name"))
+
+    def run(self, prepared: Prepared, params: list[Any]) -> Answer:
+        """Run one statement (already split and classified) and give back what to send."""
+        command = prepared.command
+        if self.tx == "E" and not (command is not None and command.kind in ("rollback", "commit")):
+            raise GatewayError("current transaction is aborted, commands ignored until end of transaction block",
+                               code="IN_FAILED_TRANSACTION")
+        if command is not None:
+            return run_command(self, command)
+        if not prepared.sql.strip():
+            return Answer(columns=None, rows=[], tag="", empty=True)
+        self.cancel.reset()
+        result = self.gateway.sql(prepared.sql, params if prepared.params else None, session=self.gateway_session,
+                                  context=self.context(), cancel=self.cancel)
+        try:
+            answer = answer_of(result)
+        finally:
+            result.close()
+        if answer.position is not None:
+            self.last_position = answer.position
+        return answer
+
+    # -- sending answers ---------------------------------------------------------------------------
+    def send_description(self, answer: Answer, formats: list[int]) -> None:
+        if answer.columns is None:
+            self.out.no_data()
+            return
+        fields = []
+        for i, (name, duck) in enumerate(answer.columns):
+            pg = column_type(duck)
+            fields.append((name, pg.oid, pg.length if pg.length > 0 else -1, _format(formats, i)))
+        self.out.row_description(fields)
+
+    def send_rows(self, answer: Answer, formats: list[int], start: int, limit: int) -> int:
+        """DataRows from ``start``; at most ``limit`` (0: all). Returns how many were sent."""
+        cols = answer.columns or []
+        encoders = [encoder(column_type(d), _format(formats, i) == 1) for i, (_, d) in enumerate(cols)]
+        rows = answer.rows
+        end = len(rows) if limit <= 0 else min(len(rows), start + limit)
+        data_row = self.out.data_row
+        for r in range(start, end):
+            data_row([None if v is None else enc(v) for enc, v in zip(encoders, rows[r])])
+        return end - start
+
+    def send_notices(self, answer: Answer) -> None:
+        for fields in answer.notices:
+            self.out.notice(fields)
+
+    def send_error(self, exc: BaseException, sql: str | None) -> None:
+        if isinstance(exc, ProtocolError):
+            self.out.error({"S": "ERROR", "V": "ERROR", "C": exc.sqlstate, "M": str(exc)})
+        else:
+            err = exc if isinstance(exc, GatewayError) else translate(exc)
+            if err is None:
+                err = GatewayInternalError(f"{type(exc).__name__}: {exc}")
+            fields = error_fields(err, sql)
+            if err.code == "IN_FAILED_TRANSACTION":
+                fields.update(C="25P02", M=err.message)
+            self.out.error(fields)
+        if self.tx == "T":
+            self.tx = "E"
+
+    # -- simple query ----------------------------------------------------------------------------------
+    def simple_query(self, text: str) -> None:
+        statements = split_statements(text)
+        if not statements:
+            self.out.empty_query()
+        for sql in statements:
+            try:
+                prepared = _prepare(sql, [])
+                if prepared.params:
+                    raise ProtocolError(f"there is no parameter ${prepared.params}", "42P02")
+                answer = self.run(prepared, [])
+                self.send_notices(answer)
+                if answer.columns is not None:
+                    self.send_description(answer, [])
+                    self.send_rows(answer, [], 0, 0)
+                self.out.command_complete(answer.tag)
+            except Exception as exc:  # noqa: BLE001 - every failure is an ErrorResponse; the rest is skipped
+                self.send_error(exc, sql)
+                break
+        self.out.ready(self.tx)
+
+    # -- extended query --------------------------------------------------------------------------------
+    def parse(self, buf: Buffer) -> None:
+        name, sql = buf.cstring(), buf.cstring()
+        oids = [buf.int32() for _ in range(buf.int16())]
+        if name and name in self.statements:
+            raise ProtocolError(f'prepared statement "{name}" already exists', "42P05")
+        pieces = split_statements(sql)
+        if len(pieces) > 1:
+            raise ProtocolError("cannot insert multiple commands into a prepared statement", "42601")
+        self.statements[name] = _prepare(pieces[0] if pieces else "", oids)
+        self.out.parse_complete()
+
+    def bind(self, buf: Buffer) -> None:
+        portal, stmt = buf.cstring(), buf.cstring()
+        prepared = self._statement(stmt)
+        param_formats = [buf.int16() for _ in range(buf.int16())]
+        count = buf.int16()
+        needed = _param_count(prepared)
+        if count != needed:
+            raise ProtocolError(f"bind message supplies {count} parameters, but prepared statement "
+                                f'"{stmt}" requires {needed}')
+        params = []
+        for i in range(count):
+            size = buf.int32()
+            raw = None if size == -1 else buf.take(size)
+            oid = prepared.param_oids[i] if i < len(prepared.param_oids) else 0
+            params.append(decode_param(raw, oid, _format(param_formats, i) == 1))
+        formats = [buf.int16() for _ in range(buf.int16())]
+        self.portals[portal] = Portal(prepared, params, formats)
+        self.out.bind_complete()
+
+    def describe(self, buf: Buffer) -> None:
+        what, name = buf.byte(), buf.cstring()
+        if what == b"S":
+            prepared = self._statement(name)
+            oids = [(prepared.param_oids[i] if i < len(prepared.param_oids) and prepared.param_oids[i] else 25)
+                    for i in range(_param_count(prepared))]
+            self.out.parameter_description(oids)
+            self.send_description(self._shape(prepared), [])
+        elif what == b"P":
+            portal = self._portal(name)
+            answer = self._execute_portal(portal)
+            portal.described = True
+            self.send_description(answer, portal.formats)
+        else:
+            raise ProtocolError(f"invalid DESCRIBE message subtype {what!r}")
+
+    def execute(self, buf: Buffer) -> None:
+        name, limit = buf.cstring(), buf.int32()
+        portal = self._portal(name)
+        answer = self._execute_portal(portal)
+        if portal.sent == 0:
+            self.send_notices(answer)
+        if answer.empty:
+            self.out.empty_query()
+            return
+        if answer.columns is not None:
+            portal.sent += self.send_rows(answer, portal.formats, portal.sent, limit)
+            if 0 < limit and portal.sent < len(answer.rows):
+                self.out.portal_suspended()
+                return
+        self.out.command_complete(answer.tag)
+
+    def close(self, buf: Buffer) -> None:
+        what, name = buf.byte(), buf.cstring()
+        (self.statements if what == b"S" else self.portals).pop(name, None)
+        self.out.close_complete()
+
+    def sync(self) -> None:
+        self.skip_to_sync = False
+        self.portals.pop("", None)
+        self.out.ready(self.tx)
+
+    def _statement(self, name: str) -> Prepared:
+        prepared = self.statements.get(name)
+        if prepared is None:
+            raise ProtocolError(f'prepared statement "{name}" does not exist', "26000")
+        return prepared
+
+    def _portal(self, name: str) -> Portal:
+        portal = self.portals.get(name)
+        if portal is None:
+            raise ProtocolError(f'portal "{name}" does not exist', "34000")
+        return portal
+
+    def _execute_portal(self, portal: Portal) -> Answer:
+        if portal.answer is None:
+            portal.answer = self.run(portal.prepared, portal.params)
+        return portal.answer
+
+    def _shape(self, prepared: Prepared) -> Answer:
+        """What a prepared statement will answer with, for Describe before Bind: no store is read."""
+        command = prepared.command
+        if command is not None:
+            return Answer(columns=[(command.name, "VARCHAR")] if command.kind == "show" else None, rows=[], tag="")
+        if not prepared.sql.strip():
+            return Answer(columns=None, rows=[], tag="")
+        cols = self.gateway.result_columns(prepared.sql, session=self.gateway_session, context=self.context())
+        return Answer(columns=cols or None, rows=[], tag="")
+
+
+def _param_count(prepared: Prepared) -> int:
+    return max(len(prepared.param_oids), prepared.params)
+
+
+def _format(codes: list[int], i: int) -> int:
+    if not codes:
+        return 0
+    code = codes[0] if len(codes) == 1 else (codes[i] if i < len(codes) else 0)
+    if code not in (0, 1):
+        raise ProtocolError(f"invalid format code {code}")
+    return code
+
+
+def _prepare(sql: str, oids: list[int]) -> Prepared:
+    command = classify(sql) if sql.strip() else None
+    if command is not None:
+        return Prepared(sql, 0, oids, command)
+    return Prepared(sql, highest_parameter(sql), oids, None)

@@ -1,0 +1,246 @@
+"""Values on the PG wire: result columns in text (every type) or binary (the common ones), parameters in.
+
+Result columns are typed by their DuckDB type (``planner.systables.pg_types``
+maps it to a PostgreSQL OID); values are the Python values the engine hands
+out. Text output follows PostgreSQL's defaults (DateStyle ISO, TimeZone UTC,
+``extra_float_digits`` 1: the shortest exact float). Parameters arrive as
+text or binary with the OID the client declared (0 when it left the type to
+the server): declared types are decoded to Python values, undeclared text
+stays text and is typed by the SQL it lands in, as PostgreSQL's ``unknown``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import math
+import struct
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from planner.systables.pg_types import BY_OID, PgType, pg_type_for_duck
+
+from .wire import ProtocolError
+
+__all__ = ["column_type", "encoder", "decode_param", "BINARY_OIDS"]
+
+_PG_EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
+_PG_EPOCH_NAIVE = dt.datetime(2000, 1, 1)
+_PG_EPOCH_DATE = dt.date(2000, 1, 1)
+
+
+def column_type(duck_type: str) -> PgType:
+    return pg_type_for_duck(duck_type)
+
+
+# -- text ----------------------------------------------------------------------------------------
+def _float_text(v: Any) -> bytes:
+    f = float(v)
+    if math.isnan(f):
+        return b"NaN"
+    if math.isinf(f):
+        return b"Infinity" if f > 0 else b"-Infinity"
+    text = repr(f)
+    return (text[:-2] if text.endswith(".0") else text).encode()
+
+
+def _timestamp_text(v: Any) -> bytes:
+    if isinstance(v, dt.datetime):
+        if v.tzinfo is not None:
+            v = v.astimezone(dt.timezone.utc)
+            return (v.replace(tzinfo=None).isoformat(sep=" ") + "+00").encode()
+        return v.isoformat(sep=" ").encode()
+    return str(v).encode()
+
+
+def _interval_text(v: Any) -> bytes:
+    if not isinstance(v, dt.timedelta):
+        return str(v).encode()
+    sign = "-" if v < dt.timedelta(0) else ""
+    v = abs(v)
+    days, secs = v.days, v.seconds
+    clock = f"{sign}{secs // 3600:02d}:{secs % 3600 // 60:02d}:{secs % 60:02d}"
+    if v.microseconds:
+        clock += f".{v.microseconds:06d}".rstrip("0")
+    if days:
+        return f"{sign}{days} day{'s' if days != 1 else ''} {clock}".encode()
+    return clock.encode()
+
+
+def _array_item(v: Any) -> str:
+    if v is None:
+        return "NULL"
+    text = _text(v).decode()
+    if text == "" or any(c in text for c in ',{}"\\ ') or text.upper() == "NULL":
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return text
+
+
+def _text(v: Any) -> bytes:
+    if isinstance(v, bool):
+        return b"t" if v else b"f"
+    if isinstance(v, float):
+        return _float_text(v)
+    if isinstance(v, (int, decimal.Decimal, uuid.UUID)):
+        return str(v).encode()
+    if isinstance(v, str):
+        return v.encode("utf-8")
+    if isinstance(v, dt.datetime):
+        return _timestamp_text(v)
+    if isinstance(v, (dt.date, dt.time)):
+        return v.isoformat().encode()
+    if isinstance(v, dt.timedelta):
+        return _interval_text(v)
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return b"\\x" + bytes(v).hex().encode()
+    if isinstance(v, (list, tuple)):
+        return ("{" + ",".join(_array_item(x) for x in v) + "}").encode()
+    if isinstance(v, dict):
+        return json.dumps(v, default=str, separators=(",", ":")).encode()
+    return str(v).encode()
+
+
+# -- binary ---------------------------------------------------------------------------------------
+def _numeric_binary(v: Any) -> bytes:
+    d = decimal.Decimal(v)
+    if d.is_nan():
+        return struct.pack("!hhHh", 0, 0, 0xC000, 0)
+    sign, digits, exponent = d.as_tuple()
+    assert isinstance(exponent, int)
+    dscale = max(0, -exponent)
+    text = "".join(map(str, digits))
+    integer = text[:len(text) + exponent] if exponent < 0 else text + "0" * exponent
+    fraction = text[len(text) + exponent:] if exponent < 0 else ""
+    integer = integer.lstrip("0")
+    integer = "0" * (-len(integer) % 4) + integer
+    fraction = fraction + "0" * (-len(fraction) % 4)
+    groups = [int(integer[i:i + 4]) for i in range(0, len(integer), 4)]
+    weight = len(groups) - 1
+    groups += [int(fraction[i:i + 4]) for i in range(0, len(fraction), 4)]
+    while groups and groups[-1] == 0:
+        groups.pop()
+    while groups and groups[0] == 0:
+        groups.pop(0)
+        weight -= 1
+    if not groups:
+        weight = 0
+    return struct.pack(f"!hhHh{len(groups)}H", len(groups), weight, 0x4000 if sign else 0, dscale, *groups)
+
+
+def _timestamp_binary(v: Any) -> bytes:
+    delta = (v - _PG_EPOCH) if v.tzinfo is not None else (v - _PG_EPOCH_NAIVE)
+    return struct.pack("!q", (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds)
+
+
+def _interval_binary(v: dt.timedelta) -> bytes:
+    return struct.pack("!qii", v.seconds * 1_000_000 + v.microseconds, v.days, 0)
+
+
+_BINARY: dict[int, Callable[[Any], bytes]] = {
+    16: lambda v: b"\x01" if v else b"\x00",
+    17: lambda v: bytes(v),
+    20: lambda v: struct.pack("!q", int(v)),
+    21: lambda v: struct.pack("!h", int(v)),
+    23: lambda v: struct.pack("!i", int(v)),
+    25: lambda v: _text(v),
+    1043: lambda v: _text(v),
+    114: lambda v: _text(v),
+    700: lambda v: struct.pack("!f", float(v)),
+    701: lambda v: struct.pack("!d", float(v)),
+    1082: lambda v: struct.pack("!i", (v - _PG_EPOCH_DATE).days),
+    1083: lambda v: struct.pack("!q", ((v.hour * 60 + v.minute) * 60 + v.second) * 1_000_000 + v.microsecond),
+    1114: _timestamp_binary,
+    1184: _timestamp_binary,
+    1186: _interval_binary,
+    1700: _numeric_binary,
+    2950: lambda v: uuid.UUID(str(v)).bytes,
+}
+BINARY_OIDS = frozenset(_BINARY)
+
+
+def encoder(pg: PgType, binary: bool) -> Callable[[Any], bytes]:
+    """The function turning a column's (non-NULL) values into wire bytes, in the format the client asked for."""
+    if binary:
+        fn = _BINARY.get(pg.oid)
+        if fn is None:
+            raise ProtocolError(f"binary format is not supported for type {pg.name} (OID {pg.oid}); ask for text",
+                                "0A000")
+        return fn
+    return _text
+
+
+# -- parameters ------------------------------------------------------------------------------------
+def _parse_timestamp(text: str, aware: bool) -> dt.datetime:
+    t = text.strip().replace("T", " ")
+    if t.endswith(("+00", "-00")) or (len(t) > 3 and t[-3] in "+-" and t[-2:].isdigit() and ":" not in t[-6:]):
+        t += ":00"
+    value = dt.datetime.fromisoformat(t)
+    if aware and value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    return value
+
+
+_TEXT_PARAMS: dict[int, Callable[[str], Any]] = {
+    16: lambda t: t.strip().lower() in ("t", "true", "1", "y", "yes", "on"),
+    20: int, 21: int, 23: int, 26: int,
+    700: float, 701: float,
+    1700: decimal.Decimal,
+    1082: lambda t: dt.date.fromisoformat(t.strip()),
+    1114: lambda t: _parse_timestamp(t, False),
+    1184: lambda t: _parse_timestamp(t, True),
+}
+_BINARY_PARAMS: dict[int, Callable[[bytes], Any]] = {
+    16: lambda b: b != b"\x00",
+    20: lambda b: struct.unpack("!q", b)[0],
+    21: lambda b: struct.unpack("!h", b)[0],
+    23: lambda b: struct.unpack("!i", b)[0],
+    26: lambda b: struct.unpack("!I", b)[0],
+    700: lambda b: struct.unpack("!f", b)[0],
+    701: lambda b: struct.unpack("!d", b)[0],
+    1082: lambda b: _PG_EPOCH_DATE + dt.timedelta(days=struct.unpack("!i", b)[0]),
+    1114: lambda b: _PG_EPOCH_NAIVE + dt.timedelta(microseconds=struct.unpack("!q", b)[0]),
+    1184: lambda b: _PG_EPOCH + dt.timedelta(microseconds=struct.unpack("!q", b)[0]),
+    2950: lambda b: str(uuid.UUID(bytes=b)),
+    17: bytes,
+}
+
+
+def decode_param(raw: bytes | None, oid: int, binary: bool) -> Any:
+    """A bound parameter as a Python value; a value that does not fit its declared type is SQLSTATE 22P02."""
+    if raw is None:
+        return None
+    pg = BY_OID.get(oid)
+    try:
+        if binary:
+            if oid in (25, 1043, 19, 114, 0, 705, 18):
+                return raw.decode("utf-8")
+            if oid == 3802:
+                return raw[1:].decode("utf-8")
+            if oid == 1700:
+                return _numeric_from_binary(raw)
+            fn = _BINARY_PARAMS.get(oid)
+            if fn is None:
+                raise ProtocolError(f"binary parameters of type {pg.name if pg else oid} are not supported; "
+                                    "send them as text", "0A000")
+            return fn(raw)
+        text = raw.decode("utf-8")
+        fn2 = _TEXT_PARAMS.get(oid)
+        return text if fn2 is None else fn2(text)
+    except ProtocolError:
+        raise
+    except (ValueError, struct.error, UnicodeDecodeError, decimal.InvalidOperation) as exc:
+        raise ProtocolError(f"invalid input for a parameter of type {pg.name if pg else oid}: {exc}", "22P02") from None
+
+
+def _numeric_from_binary(raw: bytes) -> decimal.Decimal:
+    ndigits, weight, sign, dscale = struct.unpack_from("!hhHh", raw)
+    if sign == 0xC000:
+        return decimal.Decimal("NaN")
+    digits = struct.unpack_from(f"!{ndigits}H", raw, 8)
+    value = decimal.Decimal(0)
+    for i, d in enumerate(digits):
+        value += decimal.Decimal(d).scaleb(4 * (weight - i))
+    value = value.quantize(decimal.Decimal(1).scaleb(-dscale)) if dscale else value
+    return -value if sign == 0x4000 else value

@@ -1,0 +1,85 @@
+"""``information_schema``: the SQL-standard views of schemas, tables and columns, for the stores only.
+
+Data types are named the way the asking client expects: PostgreSQL's names
+on the PG port (``character varying``…, ``timestamp with time zone``),
+DuckDB's elsewhere (``VARCHAR``, ``TIMESTAMP WITH TIME ZONE``), as each
+engine's own information_schema does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from stores.catalog.schema import SqlType, StoreSpec
+
+from .model import SystemContext, SystemTable, columns
+from .pg_types import pg_type_for_sql
+
+__all__ = ["TABLES"]
+
+_DUCK_NAMES = {SqlType.BIGINT: "BIGINT", SqlType.INTEGER: "INTEGER", SqlType.DOUBLE: "DOUBLE",
+               SqlType.VARCHAR: "VARCHAR", SqlType.BOOLEAN: "BOOLEAN", SqlType.TIMESTAMP: "TIMESTAMP WITH TIME ZONE",
+               SqlType.DATE: "DATE"}
+_PRECISION = {SqlType.BIGINT: (64, 2, 0), SqlType.INTEGER: (32, 2, 0), SqlType.DOUBLE: (53, 2, None)}
+
+
+def _schemata(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[tuple[Any, ...]]:
+    for schema in (ctx.schema, "information_schema", "pg_catalog"):
+        yield (ctx.database, schema, ctx.user, None, None, None, None)
+
+
+def _tables(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[tuple[Any, ...]]:
+    for name, spec in sorted(catalog.items()):
+        yield (ctx.database, ctx.schema, name, "BASE TABLE", None, None, None, None, None, "NO", "NO", None,
+               f"{spec.kind.value} store, key {spec.key.name}, {spec.partitions} partitions")
+
+
+def _columns(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[tuple[Any, ...]]:
+    for name, spec in sorted(catalog.items()):
+        for i, c in enumerate(spec.columns(), start=1):
+            pg = pg_type_for_sql(c.type)
+            data_type = pg.formatted if ctx.flavor == "postgres" else _DUCK_NAMES[c.type]
+            precision, radix, scale = _PRECISION.get(c.type, (None, None, None))
+            nullable = "NO" if (c is spec.key or not c.nullable) else "YES"
+            dt_precision = 3 if c.type is SqlType.TIMESTAMP else (0 if c.type is SqlType.DATE else None)
+            yield (ctx.database, ctx.schema, name, c.name, i, None, nullable, data_type, None, None,
+                   precision, radix, scale, dt_precision, None, ctx.database, "pg_catalog", pg.name,
+                   "NO", "NEVER", "NO", None)
+
+
+TABLES = (
+    SystemTable("information_schema", "schemata", columns(
+        "catalog_name varchar, schema_name varchar, schema_owner varchar, default_character_set_catalog varchar, "
+        "default_character_set_schema varchar, default_character_set_name varchar, sql_path varchar"), _schemata),
+    SystemTable("information_schema", "tables", columns(
+        "table_catalog varchar, table_schema varchar, table_name varchar, table_type varchar, "
+        "self_referencing_column_name varchar, reference_generation varchar, user_defined_type_catalog varchar, "
+        "user_defined_type_schema varchar, user_defined_type_name varchar, is_insertable_into varchar, "
+        "is_typed varchar, commit_action varchar, table_comment varchar"), _tables),
+    SystemTable("information_schema", "columns", columns(
+        "table_catalog varchar, table_schema varchar, table_name varchar, column_name varchar, "
+        "ordinal_position integer, column_default varchar, is_nullable varchar, data_type varchar, "
+        "character_maximum_length integer, character_octet_length integer, numeric_precision integer, "
+        "numeric_precision_radix integer, numeric_scale integer, datetime_precision integer, interval_type varchar, "
+        "udt_catalog varchar, udt_schema varchar, udt_name varchar, is_identity varchar, is_generated varchar, "
+        "is_updatable varchar, column_comment varchar"), _columns),
+    SystemTable("information_schema", "views", columns(
+        "table_catalog varchar, table_schema varchar, table_name varchar, view_definition varchar, "
+        "check_option varchar, is_updatable varchar, is_insertable_into varchar")),
+    SystemTable("information_schema", "table_constraints", columns(
+        "constraint_catalog varchar, constraint_schema varchar, constraint_name varchar, table_catalog varchar, "
+        "table_schema varchar, table_name varchar, constraint_type varchar, is_deferrable varchar, "
+        "initially_deferred varchar, enforced varchar")),
+    SystemTable("information_schema", "key_column_usage", columns(
+        "constraint_catalog varchar, constraint_schema varchar, constraint_name varchar, table_catalog varchar, "
+        "table_schema varchar, table_name varchar, column_name varchar, ordinal_position integer, "
+        "position_in_unique_constraint integer")),
+    SystemTable("information_schema", "referential_constraints", columns(
+        "constraint_catalog varchar, constraint_schema varchar, constraint_name varchar, "
+        "unique_constraint_catalog varchar, unique_constraint_schema varchar, unique_constraint_name varchar, "
+        "match_option varchar, update_rule varchar, delete_rule varchar")),
+    SystemTable("information_schema", "routines", columns(
+        "specific_catalog varchar, specific_schema varchar, specific_name varchar, routine_catalog varchar, "
+        "routine_schema varchar, routine_name varchar, routine_type varchar, data_type varchar")),
+)

@@ -1,0 +1,60 @@
+"""The shapes of system tables and of who asks for them (kept apart so the table modules import no package)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from stores.catalog.schema import StoreSpec
+
+__all__ = ["SystemContext", "SystemTable", "columns", "STORE_NAMESPACE_OID", "SERVER_VERSION", "VERSION_STRING"]
+
+#: the PostgreSQL version PG clients are told (features they may use are PG 16's)
+SERVER_VERSION = "16.4"
+VERSION_STRING = f"PostgreSQL {SERVER_VERSION} (iqgate; read-only SQL over streaming state stores)"
+STORE_NAMESPACE_OID = 2200  # PostgreSQL's oid of ``public``: the stores' schema
+
+
+@dataclass(frozen=True)
+class SystemContext:
+    """Who asks: the face's name for the stores' schema, and the session as catalog functions report it.
+
+    ``flavor`` is ``postgres`` on the PG port (PostgreSQL type names in
+    ``information_schema.columns``) and ``iqgate`` elsewhere (DuckDB's).
+    ``settings`` feed ``pg_settings``, ``current_setting()`` and ``SHOW``.
+    """
+
+    schema: str = "main"
+    database: str = "iqgate"
+    user: str = "iqgate"
+    flavor: str = "iqgate"
+    settings: Mapping[str, str] = field(default_factory=dict)
+    backend_pid: int = 0
+    application_name: str = ""
+
+    def with_settings(self, extra: Mapping[str, str]) -> SystemContext:
+        """The context with ``extra`` settings added beneath its own (its own win)."""
+        return replace(self, settings={**extra, **self.settings})
+
+
+Rows = Callable[[Mapping[str, StoreSpec], SystemContext], Iterable[tuple[Any, ...]]]
+
+
+@dataclass(frozen=True)
+class SystemTable:
+    """``columns`` as (name, DuckDB type); ``rows`` builds the content (None: always empty)."""
+
+    schema: str
+    name: str
+    columns: tuple[tuple[str, str], ...]
+    rows: Rows | None = None
+
+
+def columns(spec: str) -> tuple[tuple[str, str], ...]:
+    """``"oid bigint, relname varchar"`` → ((oid, BIGINT), (relname, VARCHAR))."""
+    out = []
+    for part in spec.split(","):
+        name, typ = part.split(None, 1)
+        out.append((name.strip(), typ.strip().upper()))
+    return tuple(out)

@@ -1,0 +1,39 @@
+"""The server's dependencies, computed here for one reason: the client distribution lives in this repository.
+
+``iqgate`` depends on ``iqgate-client`` (the remote DB-API, the SQLAlchemy
+dialect, the wire errors), which sits in ``clients/python``. A package index
+cannot know a path in a checkout, so a build from this checkout (``pip install
+-e .``, ``pip install .``) names the client by its directory here; a release
+build (``IQGATE_RELEASE=1``) names the published version instead. Everything
+else about the project is in pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from setuptools import setup
+
+HERE = Path(__file__).resolve().parent
+CLIENT_VERSION = "0.1.0"
+
+if os.environ.get("IQGATE_RELEASE"):
+    client = f"iqgate-client=={CLIENT_VERSION}"
+else:
+    client = f"iqgate-client @ {(HERE / 'clients' / 'python').as_uri()}"
+
+setup(
+    install_requires=[
+        client,
+        "sqlglot>=30,<31",
+        "duckdb>=1.2,<3",
+        "pyarrow>=17",
+        "numpy>=1.26",
+        "adbc-driver-sqlite>=1.2,<2",  # the columnar write path stages batches through it (stores/engine/staging.py)
+        "flask>=3,<4",
+        "waitress>=3,<4",
+        "sqlalchemy>=1.4,<3",
+        "urllib3>=2,<3",
+    ],
+)
