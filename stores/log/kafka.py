@@ -206,7 +206,16 @@ class KafkaClient:
 
     # -- offsets ------------------------------------------------------------------------------
     def end_offsets(self, topic: str) -> dict[int, int]:
-        """``{partition: next offset}``: the listed high watermark, raised by what a fetch from it returns."""
+        """``{partition: next offset}``, read by fetching from the listed high watermark until each partition's EOF.
+
+        The listed watermark can lag (Tansu lists a multi-record batch's base
+        offset), so a fetch from it reads whatever follows; the fetch is over
+        for a partition when librdkafka reports its end (partition EOF), not
+        after a fixed wait: a probe that gave up early on a loaded machine
+        reported ends lower than offsets already read, which looked like a
+        truncated topic.
+        """
+        from confluent_kafka import KafkaError as RdKafkaError
         from confluent_kafka import KafkaException, TopicPartition
 
         n = self.partitions(topic)
@@ -215,17 +224,24 @@ class KafkaClient:
                 ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=self.timeout_s,
                                                    cached=False)[1] for p in range(n)}
                 c.assign([TopicPartition(topic, p, max(e, 0)) for p, e in ends.items()])
+                pending = set(ends)
                 deadline = time.monotonic() + self.timeout_s
-                wait = _PROBE_WAIT_S  # a local round trip is ~1 ms; a lagging fetch is caught on the next call
-                while time.monotonic() < deadline:
-                    msgs = c.consume(10_000, timeout=wait)
-                    if not msgs:
-                        break
-                    for m in msgs:
-                        if m.error() is None and m.topic() == topic:
+                while pending and time.monotonic() < deadline:
+                    for m in c.consume(10_000, timeout=_PROBE_WAIT_S):
+                        if m.topic() != topic:
+                            continue
+                        err = m.error()
+                        if err is None:
                             ends[m.partition()] = max(ends[m.partition()], m.offset() + 1)
+                        elif err.code() == RdKafkaError._PARTITION_EOF:
+                            ends[m.partition()] = max(ends[m.partition()], m.offset())
+                            pending.discard(m.partition())
             except KafkaException as exc:
                 raise self._unavailable(f"read the end offsets of {topic!r}", exc) from None
+        if pending:
+            raise KafkaUnavailableError(
+                f"cannot reach Kafka at {self.servers} to read the end offsets of {topic!r}: partition(s) "
+                f"{sorted(pending)} did not answer within {self.timeout_s:.0f} s")
         return ends
 
     def low_offsets(self, topic: str) -> dict[int, int]:
@@ -249,7 +265,7 @@ class KafkaClient:
         c = Consumer({
             **self.conf, "logger": _LOG, "group.id": "iqgate-probe", "enable.auto.commit": False,
             "allow.auto.create.topics": False, "auto.offset.reset": "latest", "fetch.wait.max.ms": 10,
-            "enable.partition.eof": False, "socket.timeout.ms": int(self.timeout_s * 1000),
+            "enable.partition.eof": True, "socket.timeout.ms": int(self.timeout_s * 1000),
         })
         try:
             yield c

@@ -31,6 +31,8 @@ FAULT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"cannot reach Kafka at|Broker transport failure|All broker connections are down|_TRANSPORT\b|"
          r"_ALL_BROKERS_DOWN|_TIMED_OUT|Connection refused|Failed to resolve|SOURCE_UNREACHABLE:",
          "source unreachable"),
+        # Spark forks Python workers per task; on an overloaded machine one may not connect back in time
+        (r"Python worker failed to connect back|Python worker exited unexpectedly", "Spark's Python worker did not start"),
     )
 )
 

@@ -52,9 +52,13 @@ def get_or_create(master: str = "local[2]", conf: Mapping[str, str] | None = Non
             spark = active
             _apply_runtime(spark, conf)
         else:
-            # Workers must run the same interpreter as the driver (the venv's).
-            # (PYSPARK_PYTHON wins over spark.pyspark.python in PySpark 4: set it only when the conf is silent.)
-            if "spark.pyspark.python" not in (conf or {}):
+            # Workers must run the same interpreter as the driver (the venv's). A context created from Python
+            # takes its workers' interpreter from PYSPARK_PYTHON only (spark.pyspark.python is applied by
+            # spark-submit, not here): an explicit conf is passed on through the environment.
+            explicit = (conf or {}).get("spark.pyspark.python")
+            if explicit:
+                os.environ["PYSPARK_PYTHON"] = str(explicit)
+            else:
                 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
             builder = SparkSession.builder.master(master).appName(app_name)
@@ -99,12 +103,17 @@ def check_workers_import_project(spark: SparkSession) -> None:
         text = str(exc)
         if "No module named" not in text and "ModuleNotFoundError" not in text:
             raise
-        python = sc.getConf().get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON") or "python3"
+        python = getattr(sc, "pythonExec", None) or os.environ.get("PYSPARK_PYTHON") or "python3"
+        conf_python = sc.getConf().get("spark.pyspark.python", None)
+        ignored = (f" (spark.pyspark.python={conf_python!r} is applied only by spark-submit: a session created "
+                   "from Python takes its workers' interpreter from PYSPARK_PYTHON, or iqgate's get_or_create)"
+                   if conf_python and conf_python != python else "")
         raise WorkerImportError(
-            f"Spark's Python workers cannot import iqgate (they run {python!r}, the driver runs {sys.executable!r}). "
-            f"Set spark.pyspark.python (or PYSPARK_PYTHON) to an interpreter where iqgate is installed, e.g. "
-            f".config('spark.pyspark.python', {sys.executable!r}) on this machine; on a cluster install iqgate "
-            f"(pip install iqgate[spark]) in the executors' Python. Worker error: "
+            f"Spark's Python workers cannot import iqgate (they run {python!r}{ignored}, the driver runs "
+            f"{sys.executable!r}). Set PYSPARK_PYTHON before the session starts, or create it with "
+            f"stores.pipeline.session.get_or_create(conf={{'spark.pyspark.python': {sys.executable!r}}}), to an "
+            f"interpreter where iqgate is installed; on a cluster install iqgate (pip install iqgate[spark]) in the "
+            f"executors' Python. Worker error: "
             f"{next((ln for ln in text.splitlines() if 'No module named' in ln), text.splitlines()[0])}") from None
     _checked.add(key)
 

@@ -121,10 +121,15 @@ def test_workers_that_cannot_import_iqgate_get_an_exact_instruction(tmp_path: Pa
                   and subprocess.run([p, "-c", "import stores"], capture_output=True, cwd="/").returncode != 0), None)
     assert other, "no Python without iqgate on this machine to play the misconfigured worker"
     code = WORKER_CHECK.format(root=str(Path(__file__).resolve().parents[3]), python=other, log=str(tmp_path / "log"))
-    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYTHONPATH")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYTHONPATH", "VIRTUAL_ENV")}
+    # 'python3' must not be this venv's (an activated venv puts it first on the PATH)
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if not p.startswith(sys.prefix))
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=env,
                            cwd=str(tmp_path))
     out = child.stdout
     assert "REFUSED" in out, (out + child.stderr)[-3000:]
-    assert "Python workers cannot import iqgate" in out and repr(other) in out
-    assert "spark.pyspark.python" in out and sys.executable in out and "No module named" in out
+    # PySpark takes the workers' interpreter from PYSPARK_PYTHON only (here unset: 'python3'); the message says
+    # which one ran, that the conf the user set was not applied, and what to do instead
+    assert "Python workers cannot import iqgate (they run 'python3'" in out
+    assert f"spark.pyspark.python={other!r} is applied only by spark-submit" in out
+    assert "PYSPARK_PYTHON" in out and sys.executable in out and "No module named" in out

@@ -1,0 +1,42 @@
+"""Which texts of a failed store query are faults (paused and retried) and which are failures.
+
+The texts are the ones seen on this machine (the OS, SQLite, the JVM,
+librdkafka, Spark's Python worker handshake); a change of wording upstream
+that turns a fault into a store failure is what this guards.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from stores.pipeline.faults import fault_reason
+
+FAULTS = [
+    ("OSError: [Errno 28] No space left on device", "disk full"),
+    ("sqlite3.OperationalError: database or disk is full", "disk full"),
+    ("OSError: [Errno 30] Read-only file system: '/x'", "read-only file system"),
+    ("sqlite3.OperationalError: disk I/O error", "I/O error"),
+    ("PermissionError: [Errno 13] Permission denied: '/x'", "permission denied"),
+    ("sqlite3.OperationalError: unable to open database file", "cannot open a store file"),
+    ("RuntimeError: CORRUPT_LOG: topic 'orders' partition 0 offset 5: checksum mismatch", "damaged source log"),
+    ("KafkaUnavailableError: cannot reach Kafka at 127.0.0.1:9 to read the end offsets of 'o'", "source unreachable"),
+    ("org.apache.spark.SparkException: Python worker failed to connect back.", "Spark's Python worker did not start"),
+]
+FAILURES = [
+    "ValueError: invalid literal for int() with base 10: 'x'",
+    "RuntimeError: SOURCE_TRUNCATED: topic 'events' partition 0 ends at offset 1, but the checkpoint has read 10",
+    "MissingSourceTopicException: one or more source topics were missing during rebalance",
+    "sqlite3.DatabaseError: database disk image is malformed",
+]
+
+
+@pytest.mark.parametrize(("text", "what"), FAULTS)
+def test_faults_are_named(text: str, what: str) -> None:
+    reason = fault_reason(f"org.apache.spark.SparkException: query failed\n  {text}\n  at org.apache...")
+    assert reason is not None and reason.startswith(f"{what}: "), reason
+    assert text.split(": ", 1)[-1][:30] in reason  # the line that says so is quoted
+
+
+@pytest.mark.parametrize("text", FAILURES)
+def test_other_failures_are_not_faults(text: str) -> None:
+    assert fault_reason(text) is None
