@@ -31,7 +31,8 @@ _REFUSED_EXACT = frozenset({
     "json_serialize_sql", "json_execute_serialized_sql", "parse_duckdb_log_message", "stats", "txid_current",
     "version", "write_log", "get_block_size", "inet_client_addr", "inet_client_port", "inet_server_addr",
     "inet_server_port", "col_description", "obj_description", "shobj_description", "format_pg_type",
-    "format_type", "map_to_pg_oid", "getenv", "which_secret", "set_variable", "parse_filename", "glob",
+    "format_type", "map_to_pg_oid", "map_type_id_to_pg_oid", "getenv", "which_secret", "set_variable", "parse_filename", "glob",
+    "add_grammar_extension", "remove_grammar_extension",
 })
 _REFUSED_PATTERN = re.compile(
     r"^(__internal|has_\w+_privilege$|pg_(?!typeof$|size_pretty$)|read_|parquet_|duckdb_|pragma_|enable_|disable_|"

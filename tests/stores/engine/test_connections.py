@@ -59,8 +59,8 @@ def test_many_threads_reading_many_partitions_keep_open_files_bounded(tmp_path: 
         opened = (connections.open_files() or 0) - before
         # the goal of issue 23: at most 4 files per store partition (+100); one connection per thread and
         # partition was 2 files x 16 threads x 96 partitions
-        assert opened <= 4 * n, (opened, connections.stats())
-        assert peak[0] - before <= 4 * n + 2 * THREADS, (peak[0] - before, connections.stats())
+        assert opened <= 4 * n + 100, (opened, connections.stats())
+        assert peak[0] - before <= 4 * n + 100 + 2 * THREADS, (peak[0] - before, connections.stats())
         st = connections.stats()
         assert st["idle_read_connections"] <= st["idle_budget"] == n // 2
     finally:
