@@ -22,6 +22,7 @@ from .console import die, print_result, request_stop, reset_stop, wait_for_stop
 from .errors import GatewayError
 from .json_values import dumps
 from .options import config_from_args, config_kwargs, non_negative_int, pg_args, positive_int, server_args
+from .pg.launch import pg_server, start_pg
 
 __all__ = ["main", "console", "request_stop"]
 
@@ -162,39 +163,16 @@ def _serve_until_stopped(gw: Any, args: argparse.Namespace, what: str) -> None:
     from .server import ServerThread, tune_process_for_serving
 
     tune_process_for_serving()
-    pg = _pg_server(gw, args)
+    pg = pg_server(gw, args)
     server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die).start()
     print(f"iqgate: serving {what} on {server.url}", file=sys.stderr, flush=True)
-    _start_pg(pg)
+    start_pg(pg)
     try:
         wait_for_stop()
     finally:
         server.close()
         if pg is not None:
             pg.close()
-
-
-def _pg_server(gw: Any, args: argparse.Namespace) -> Any:
-    """The PG port when ``--pg-port`` is given (its token is the HTTP one: one credential per server)."""
-    if getattr(args, "pg_port", None) is None:
-        if getattr(args, "tls_cert", None) or getattr(args, "tls_key", None):
-            raise SystemExit("iqgate: --tls-cert/--tls-key secure the PG port; add --pg-port")
-        return None
-    from .pg import PgServer
-
-    try:
-        return PgServer(gw, args.pg_host, args.pg_port, token=gw.config.auth_token, auth_method=args.pg_auth,
-                        tls_cert=args.tls_cert, tls_key=args.tls_key, max_connections=args.pg_max_connections)
-    except (OSError, ValueError) as exc:
-        raise SystemExit(f"iqgate: cannot serve the PG port on {args.pg_host}:{args.pg_port}: {exc}") from None
-
-
-def _start_pg(pg: Any) -> None:
-    if pg is not None:
-        pg.start()
-        tls = " (TLS available)" if pg.tls is not None else ""
-        print(f"iqgate: PostgreSQL protocol on {pg.host}:{pg.port}{tls}: psql -h {pg.host} -p {pg.port} -U iqgate iqgate",
-              file=sys.stderr, flush=True)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -223,11 +201,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     hosted = HostedSource(state_dir)
     tune_process_for_serving()
     gw = Gateway(hosted, config=config_from_args(args))
-    pg = _pg_server(gw, args)
+    pg = pg_server(gw, args)
     server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die).start()
     print(f"iqgate: serving pipeline {module.APPLICATION_ID} on {server.url} (the stores on disk, read-only, "
           "while Spark starts)", file=sys.stderr, flush=True)
-    _start_pg(pg)
+    start_pg(pg)
     app = None
     try:
         app = start_pipeline(module, log, state_dir, master=args.master)
@@ -346,6 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="run over a Kafka broker (Tansu, in memory) the demo starts on 127.0.0.1 itself")
     demo.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the pipeline to load")
     server_args(demo)
+    pg_args(demo)
     demo.set_defaults(fn=cmd_demo)
     return parser
 
