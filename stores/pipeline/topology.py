@@ -23,6 +23,7 @@ Shapes and the store kind each becomes:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ from ..log.eventlog import EventLog
 from ..log.kafka import KafkaSource
 from ..log.source import SourceLog
 from .kafka_source import source_options
+from .shared_query import DEFAULT_STORES_PER_QUERY
 from .stream_rows import METADATA_COLUMNS, parse_value_schema
 
 __all__ = ["Topology", "StoreDecl", "TopologyError"]
@@ -62,6 +64,7 @@ class StoreDecl:
     value_cols: tuple[str, ...]
     window_col: str | None
     timestamp_col: str | None
+    streams: frozenset[str] = frozenset()  # the Topology.stream ids it reads (stores reading the same share a query)
 
 
 class Topology:
@@ -69,10 +72,13 @@ class Topology:
 
     ``trigger`` is the micro-batch interval of every store's query
     (``processingTime``); shorter means fresher stores and more batch overhead.
+    ``stores_per_query``: stores reading the same stream share one streaming
+    query, at most this many per query (``shared_query.py``); 1 gives each
+    store its own query.
     """
 
     def __init__(self, spark: SparkSession, log: EventLog | KafkaSource | str, *,
-                 trigger: str = "100 milliseconds") -> None:
+                 trigger: str = "100 milliseconds", stores_per_query: int = DEFAULT_STORES_PER_QUERY) -> None:
         if isinstance(log, str):
             log = EventLog(log)
         if not isinstance(log, (EventLog, KafkaSource)):
@@ -81,10 +87,15 @@ class Topology:
 
         register_sources(spark)
         check_workers_import_project(spark)
+        start_callback_server(spark)
+        if not isinstance(stores_per_query, int) or stores_per_query < 1:
+            raise TopologyError(f"stores_per_query must be a positive integer, got {stores_per_query!r}")
         self.spark = spark
         self.log: SourceLog = log
         self.trigger = trigger
+        self.stores_per_query = stores_per_query
         self._streams: dict[str, tuple[str, ...]] = {}  # stream id -> topics
+        self._frames: dict[tuple[Any, ...], DataFrame] = {}  # stream() arguments -> the one DataFrame for them
         self._decls: dict[str, StoreDecl] = {}
 
     # -- sources ------------------------------------------------------
@@ -96,12 +107,22 @@ class Topology:
         ``value_schema`` is the DDL of the JSON value's fields (``"amount
         DOUBLE, item STRING"``); missing or mistyped fields read as null, a
         tombstone as all-null. ``max_records_per_batch`` caps a micro-batch.
+        The same arguments give the same DataFrame: stores built on it read
+        the source once, in one shared query.
         """
         topics = (topic,) if isinstance(topic, str) else tuple(topic)
         if not topics or not all(isinstance(t, str) and t for t in topics):
             raise TopologyError(f"stream: topic must be a name or a list of names, got {topic!r}")
         schema = parse_value_schema(value_schema)
         ddl = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields)
+        key = (topics, ddl, key_type, max_records_per_batch, starting_offsets)
+        if key not in self._frames:
+            self._frames[key] = self._new_stream(topics, schema, ddl, key_type, max_records_per_batch,
+                                                 starting_offsets)
+        return self._frames[key]
+
+    def _new_stream(self, topics: tuple[str, ...], schema: StructType, ddl: str, key_type: str,
+                    max_records_per_batch: int | None, starting_offsets: str) -> DataFrame:
         sid = str(next(_STREAM_IDS))
         self._streams[sid] = topics
         if isinstance(self.log, KafkaSource):
@@ -236,6 +257,7 @@ class Topology:
             raise TopologyError(f"store {name!r}: the DataFrame is not streaming; build it from Topology.stream()")
 
     def _add(self, decl: StoreDecl) -> StoreSpec:
+        decl = dataclasses.replace(decl, streams=frozenset(_stream_ids(decl.df)))
         self._decls[decl.spec.name] = decl
         return decl.spec
 
@@ -280,6 +302,20 @@ def _stream_ids(df: DataFrame) -> set[str]:
         if sid is not None:
             ids.add(str(sid))
     return ids
+
+
+def start_callback_server(spark: SparkSession) -> None:
+    """Start py4j's callback server (foreachBatch calls back through it) now, while file descriptors are few.
+
+    Why: py4j's callback server accepts with ``select()``, which cannot watch a
+    descriptor above 1023; started lazily by the first foreachBatch after many
+    store files are open, its socket lands above that and the first batch hangs.
+    """
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    gw = getattr(spark.sparkContext, "_gateway", None)
+    if gw is not None:
+        ensure_callback_server_started(gw)
 
 
 def _native_kafka_available(spark: SparkSession) -> bool:
