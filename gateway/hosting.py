@@ -187,6 +187,11 @@ class HostedSource:
             return self._app.query(request)
         return reader.query(request)
 
+    def upcoming_columns(self, store: str) -> Any:
+        """Columns arriving with a store's upgrade (the app's; none while Spark starts)."""
+        app = self._app
+        return app.upcoming_columns(store) if app is not None else None
+
     def source_end_offsets(self, topics: Iterable[str]) -> Any:
         """Where the source ends (for bounds that waiting cannot reach), from the app or from app.json."""
         app, reader = self._app, self._reader

@@ -46,6 +46,7 @@ from ..iqv2.position import Position
 from .faults import fault_reason, is_corruption
 from .materializer import BatchSink, last_committed_batch, position_from_offsets, read_batch_offsets
 from .stream_rows import MISSING_SOURCE_TOPIC, SOURCE_TRUNCATED
+from .upgrades import begin_upgrade
 
 __all__ = ["SparkRuntime", "classify_failure", "SourceTruncatedException"]
 
@@ -229,6 +230,9 @@ class SparkRuntime:
         u.retry_at = None
         try:
             self._check_topics(u)
+            if not begin_upgrade(self, u):  # refused (issue 20 item 4): the old version answers, nothing runs
+                self._failed.add(u.name)
+                return
             self._recover(u)
             self._start_unit(u)
         except BaseException as exc:  # noqa: BLE001 - goes to the fault path or the handler
