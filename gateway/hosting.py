@@ -96,14 +96,19 @@ def spark_session(master: str | None = None) -> Any:
 
 
 def start_pipeline(module: ModuleType, log: SourceLog, state_dir: Path, spark: Any | None = None, *,
-                   master: str | None = None) -> Any:
-    """Create the topics, build the topology on Spark (local, or the cluster at ``master``), start a StreamsApp."""
+                   master: str | None = None, rebuild_from_available: bool = False) -> Any:
+    """Create the topics, build the topology on Spark (local, or the cluster at ``master``), start a StreamsApp.
+
+    The app compares the pipeline with the stores on disk (``app.upgrades.plan``, issue 20);
+    ``rebuild_from_available`` lets a changed store be rebuilt from a source that lost early records.
+    """
     from stores.app.streams import StreamsApp
 
     for topic, partitions in module.TOPICS.items():
         log.create_topic(topic, partitions=partitions, exist_ok=True)
     topology = module.build(spark if spark is not None else spark_session(master), log)
-    app = StreamsApp(topology, application_id=module.APPLICATION_ID, state_dir=str(state_dir))
+    app = StreamsApp(topology, application_id=module.APPLICATION_ID, state_dir=str(state_dir),
+                     rebuild_from_available=rebuild_from_available)
     app.start()
     return app
 
