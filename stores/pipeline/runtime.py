@@ -459,7 +459,9 @@ class SparkRuntime:
         """RUNNING once every query ran its first trigger and every store caught up (failed stores aside)."""
         if self._stopping.is_set():
             return
-        if all(u.caught_up or u.name in self._failed for u in self.units.values()) and \
+        # a store being upgraded answers with its old version meanwhile: its rebuild does not hold RUNNING back
+        upgrading = self.app.upgrades.pending
+        if all(u.caught_up or u.name in self._failed or u.name in upgrading for u in self.units.values()) and \
                 any(u.name not in self._failed for u in self.units.values()):
             self.app.mark_running()
 
