@@ -1,4 +1,4 @@
-"""``iqgate``: serve | sql | explain | produce | demo.
+"""``iqgate``: serve | sql | explain | produce | upgrade | demo.
 
 Every command reports bad input as one line on stderr naming what was wrong
 and exits non-zero (2 for usage and SQL errors, 1 for failures at run time),
@@ -22,6 +22,7 @@ from .console import die, print_result, request_stop, reset_stop, wait_for_stop
 from .errors import GatewayError
 from .json_values import dumps
 from .options import config_from_args, config_kwargs, non_negative_int, pg_args, positive_int, server_args
+from .upgrade_cli import add_upgrade_parser
 
 __all__ = ["main", "console", "request_stop"]
 
@@ -213,6 +214,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .hosting import HostedSource, load_pipeline, pipeline_source, start_pipeline
     from .http import create_app
     from .server import ServerThread, tune_process_for_serving
+    from .upgrade_cli import print_plan
 
     _say_open_files_limit()
     module = load_pipeline(args.pipeline)
@@ -230,8 +232,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     _start_pg(pg)
     app = None
     try:
-        app = start_pipeline(module, log, state_dir, master=args.master)
+        app = start_pipeline(module, log, state_dir, master=args.master,
+                             rebuild_from_available=args.rebuild_from_available)
         hosted.attach(app)
+        print_plan(app.upgrades.plan)
         _report_catch_up(app)
         wait_for_stop()
     finally:
@@ -317,6 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--state-dir", help="state directory (default DATA_DIR/state); alone: serve it read-only")
     _kafka_args(serve, "read the pipeline's topics from Kafka instead of the event log")
     serve.add_argument("--master", help="Spark master for the pipeline, e.g. spark://host:7077 (default: local[2])")
+    serve.add_argument("--rebuild-from-available", action="store_true",
+                       help="rebuild a changed store from what its source still holds when early records are gone "
+                            "(its answers are partial history) instead of refusing the upgrade")
     server_args(serve)
     pg_args(serve)
     serve.set_defaults(fn=cmd_serve)
@@ -336,6 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--partitions", type=positive_int, help="create the topic with this many partitions if missing")
     _kafka_args(produce, "produce to Kafka instead of the event log")
     produce.set_defaults(fn=cmd_produce)
+
+    add_upgrade_parser(sub, _kafka_args, _kafka_options)
 
     demo = sub.add_parser("demo", help="the shop pipeline end to end: events, Spark, stores, HTTP, example queries")
     demo.add_argument("--dir", default="demo-data", help="working directory (default ./demo-data)")

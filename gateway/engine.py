@@ -45,6 +45,7 @@ from .outcomes import partition_error, record_outcomes
 from .result import PartitionOutcome, Result
 from .scans import Waiting, probe_query, run_scan
 from .system_tables import register_system_tables
+from .upgrading import not_yet_available
 
 __all__ = ["Gateway", "Session"]
 
@@ -201,7 +202,7 @@ class Gateway:
         try:
             shape = planner.plan_shape(text, catalog)
         except Exception as exc:  # noqa: BLE001 - planner errors become gateway errors
-            mapped = translate(exc)
+            mapped = not_yet_available(self.source, exc) or translate(exc)
             if mapped is None:
                 raise GatewayInternalError(f"planning failed: {type(exc).__name__}: {exc}") from exc
             raise mapped from exc
@@ -227,7 +228,7 @@ class Gateway:
             return planner.plan(text, self.catalog() if catalog is None else catalog, params=params,
                                 session=settings)
         except Exception as exc:  # noqa: BLE001 - planner and store errors become gateway errors
-            mapped = translate(exc)
+            mapped = not_yet_available(self.source, exc) or translate(exc)
             if mapped is None:
                 raise GatewayInternalError(f"planning failed: {type(exc).__name__}: {exc}") from exc
             raise mapped from exc

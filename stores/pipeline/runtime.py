@@ -48,6 +48,7 @@ from .materializer import BatchSink, last_committed_batch, position_from_offsets
 from .runtime_shared import SharedQueries
 from .shared_query import QueryGroup
 from .stream_rows import MISSING_SOURCE_TOPIC
+from .upgrades import begin_upgrade
 
 __all__ = ["SparkRuntime", "classify_failure", "SourceTruncatedException"]
 
@@ -219,6 +220,9 @@ class SparkRuntime(SharedQueries):
         u.retry_at = None
         try:
             self._check_topics(u)
+            if not begin_upgrade(self, u):  # refused (issue 20 item 4): the old version answers, nothing runs
+                self._failed.add(u.name)
+                return
             self._recover(u)
             self._start_unit(u)
         except BaseException as exc:  # noqa: BLE001 - goes to the fault path or the handler
@@ -456,7 +460,9 @@ class SparkRuntime(SharedQueries):
         """RUNNING once every query ran its first trigger and every store caught up (failed stores aside)."""
         if self._stopping.is_set():
             return
-        if all(u.caught_up or u.name in self._failed for u in self.units.values()) and \
+        # a store being upgraded answers with its old version meanwhile: its rebuild does not hold RUNNING back
+        upgrading = self.app.upgrades.pending
+        if all(u.caught_up or u.name in self._failed or u.name in upgrading for u in self.units.values()) and \
                 any(u.name not in self._failed for u in self.units.values()):
             self.app.mark_running()
 

@@ -240,6 +240,12 @@ class Topology:
     def declarations(self) -> list[StoreDecl]:
         return list(self._decls.values())
 
+    def store_definitions(self) -> dict[str, dict[str, Any]]:
+        """Each store's definition with its fingerprint (issue 20): the app compares them with those on disk."""
+        from .definitions import definition_of
+
+        return {n: definition_of(d, _plan_text(d.df)) for n, d in self._decls.items()}
+
     def create_runtime(self, app: Any) -> Any:
         from .runtime import SparkRuntime
 
