@@ -58,7 +58,7 @@ class Result:
     """
 
     __slots__ = ("columns", "position", "partitions", "statement", "settings", "_table", "_rows",
-                 "_cursor_factory", "_cursor", "_relation", "_chunks", "_sql")
+                 "_cursor_factory", "_cursor", "_relation", "_chunks", "_sql", "_rerunnable", "_on_close")
 
     def __init__(
         self,
@@ -74,6 +74,8 @@ class Result:
         residual_sql: str | None = None,
         cursor_factory: Any = None,
         settings: Mapping[str, Any] | None = None,
+        rerunnable: bool = True,
+        on_close: Any = None,
     ) -> None:
         self.columns = columns
         self.position = position
@@ -87,6 +89,9 @@ class Result:
         self._sql = residual_sql
         self._cursor_factory = cursor_factory
         self._relation: duckdb.DuckDBPyRelation | None = None
+        # False when the scans were Arrow streams DuckDB has read: other forms are derived from the rows
+        self._rerunnable = rerunnable
+        self._on_close = on_close
 
     # -- rows -----------------------------------------------------------------
     def rows(self) -> list[tuple[Any, ...]]:
@@ -113,7 +118,7 @@ class Result:
 
     def to_arrow(self) -> pa.Table:
         if self._table is None:
-            if self._sql is not None and self._cursor is not None:
+            if self._sql is not None and self._cursor is not None and self._rerunnable:
                 self.rows()  # a stream still open on the cursor must end first
                 self._table = self._cursor.sql(self._sql).to_arrow_table()
             else:
@@ -142,7 +147,7 @@ class Result:
     def relation(self) -> duckdb.DuckDBPyRelation:
         """The statement as a DuckDB relation on this result's own cursor (joinable with its other relations)."""
         if self._relation is None:
-            if self._sql is not None and self._cursor is not None:
+            if self._sql is not None and self._cursor is not None and self._rerunnable:
                 self.rows()
                 self._relation = self._cursor.sql(self._sql)
             else:
@@ -171,6 +176,9 @@ class Result:
                 pass
             self._cursor = None
             self._relation = None
+        on_close, self._on_close = self._on_close, None
+        if on_close is not None:
+            on_close()
 
     @property
     def failures(self) -> list[PartitionOutcome]:
