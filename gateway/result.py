@@ -21,6 +21,8 @@ from stores.iqv2.position import Position
 
 __all__ = ["PartitionOutcome", "Result"]
 
+_STREAMED: list[tuple[Any, ...]] = []  # marks rows handed out chunk by chunk and not kept
+
 
 @dataclass(frozen=True, slots=True)
 class PartitionOutcome:
@@ -95,6 +97,8 @@ class Result:
 
     # -- rows -----------------------------------------------------------------
     def rows(self) -> list[tuple[Any, ...]]:
+        if self._rows is _STREAMED:
+            raise RuntimeError("the rows of this result were streamed already (iter_batches reads them once)")
         if self._rows is None:
             if self._chunks is not None:
                 chunks, self._chunks = self._chunks, None
@@ -132,14 +136,14 @@ class Result:
         raised from here, after earlier chunks were handed out: the HTTP layer
         sends them in-band.
         """
-        if self._chunks is not None:
+        if self._chunks is not None:  # streamed: nothing is kept, so memory is one chunk's (issue 14 item 2)
             chunks, self._chunks = self._chunks, None
-            done: list[tuple[Any, ...]] = []
+            self._rows = _STREAMED
             for chunk in chunks:
-                done.extend(chunk)
                 yield from _chunks(chunk, max_rows)
-            self._rows = done
             return
+        if self._rows is _STREAMED:
+            raise RuntimeError("the rows of this result were streamed already (iter_batches reads them once)")
         yield from _chunks(self.rows(), max_rows)
 
     # -- DuckDB -----------------------------------------------------------------

@@ -194,12 +194,55 @@ def _cast(col: pa.Array, to: pa.DataType) -> pa.Array:
 
 
 class _Conn:
-    __slots__ = ("conn", "cursor", "ino")
+    """One ADBC connection (the driver manager's low-level API: its DB-API module imports pandas, +50 MB)."""
 
-    def __init__(self, conn: Any, ino: int) -> None:
-        self.conn = conn
-        self.cursor = conn.cursor()
+    __slots__ = ("db", "conn", "ino")
+
+    def __init__(self, uri: str, ino: int) -> None:
+        import adbc_driver_manager as adm
+        import adbc_driver_sqlite
+
+        self.db = adm.AdbcDatabase(driver=adbc_driver_sqlite._driver_path(), uri=uri)
+        try:
+            self.conn = adm.AdbcConnection(self.db)  # autocommit: BEGIN / COMMIT are ours
+        except BaseException:
+            self.db.close()
+            raise
         self.ino = ino
+
+    def statement(self, sql: str, params: Sequence[Any] = (), options: dict[str, str] | None = None) -> Any:
+        import adbc_driver_manager as adm
+
+        stmt = adm.AdbcStatement(self.conn)
+        try:
+            if options:
+                stmt.set_options(**options)
+            stmt.set_sql_query(sql)
+            if params:
+                batch = pa.record_batch([pa.array([v]) for v in params], names=[f"p{i}" for i in range(len(params))])
+                schema_capsule, array_capsule = batch.__arrow_c_array__()
+                stmt.bind(array_capsule, schema_capsule)
+        except BaseException:
+            stmt.close()
+            raise
+        return stmt
+
+    def run(self, sql: str) -> None:
+        stmt = self.statement(sql)
+        try:
+            stmt.execute_update()
+        finally:
+            stmt.close()
+
+    def reader(self, stmt: Any) -> pa.RecordBatchReader:
+        handle, _ = stmt.execute_query()
+        return pa.RecordBatchReader._import_from_c(handle.address)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.close()
+        with contextlib.suppress(Exception):
+            self.db.close()
 
 
 class AdbcReaders:
@@ -242,8 +285,6 @@ class AdbcReaders:
                 self._give(c)
 
     def _take(self) -> _Conn:
-        import adbc_driver_sqlite.dbapi as adbc
-
         deadline = time.monotonic() + _WAIT_S
         ino = os.stat(self.path).st_ino  # FileNotFoundError when the file is gone
         with self._cond:
@@ -258,10 +299,10 @@ class AdbcReaders:
                     self._discard(c)  # the file was replaced: that connection reads the old one
                 if self._open < MAX_CONNECTIONS:
                     self._ensure_anchor(ino)
-                    conn = adbc.connect(self._uri, autocommit=True)
+                    conn = _Conn(self._uri, ino)
                     self._open += 1
                     self._busy += 1
-                    return _Conn(conn, ino)
+                    return conn
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -271,9 +312,7 @@ class AdbcReaders:
     def _discard(self, c: _Conn) -> None:
         """Caller holds the lock. Only for connections to a file that was replaced (its locks are moot)."""
         self._open -= 1
-        with contextlib.suppress(Exception):
-            c.cursor.close()
-            c.conn.close()
+        c.close()
 
     def _give(self, c: _Conn) -> None:
         with self._cond:
@@ -291,25 +330,25 @@ class AdbcReaders:
         """The Position and a stream of the rows of ``sql``, both from ONE read transaction."""
         leads = columns[:len(columns) - len(spec.values)]
         c = self._take()
-        cur = c.cursor
         began = False
+        stmt = None
         try:
-            cur.execute("BEGIN")
+            c.run("BEGIN")
             began = True
-            cur.execute("SELECT position FROM meta")
-            text = cur.fetchone()[0]
-            data = c.conn.cursor()
+            meta = c.statement("SELECT position FROM meta")
             try:
-                data.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(int(batch_rows))})
-                data.execute(_witness_sql(spec, leads, sql), list(params))
-                reader = data.fetch_record_batch()
-            except BaseException:
-                data.close()
-                raise
+                text = c.reader(meta).read_all().column(0)[0].as_py()
+            finally:
+                meta.close()
+            stmt = c.statement(_witness_sql(spec, leads, sql), params,
+                               {"adbc.sqlite.query.batch_rows": str(int(batch_rows))})
+            reader = c.reader(stmt)
         except BaseException:
+            if stmt is not None:
+                stmt.close()
             if began:
                 with contextlib.suppress(Exception):
-                    cur.execute("ROLLBACK")
+                    c.run("ROLLBACK")
             self._give(c)
             raise
 
@@ -324,8 +363,8 @@ class AdbcReaders:
             try:
                 with contextlib.suppress(Exception):
                     reader.close()
-                data.close()
-                cur.execute("COMMIT")
+                stmt.close()
+                c.run("COMMIT")
             except Exception:  # noqa: BLE001 - a connection that cannot end its transaction is not reused
                 with self._cond:
                     self._busy -= 1
