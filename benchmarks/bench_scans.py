@@ -25,7 +25,6 @@ import glob
 import json
 import multiprocessing
 import os
-import re
 import socket
 import sqlite3
 import subprocess
