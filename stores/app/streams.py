@@ -422,6 +422,22 @@ class StreamsApp:
             pos = p if pos is None else _min_position(pos, p)
         return pos or Position.empty()
 
+    def max_position(self, name: str) -> Position:
+        """Per topic-partition the furthest offset any open partition of the current generation has reached.
+
+        What a rebuild must reach before it is swapped in: a reader may have
+        seen any surviving partition's position, and the checkpoint's last
+        commit can lag the stores (a batch applied, the app stopped before
+        Spark wrote its commit), so the checkpoint alone is not enough.
+        """
+        with self._lock:
+            files = self._files.get(name)
+            parts = list(files.parts.values()) if files is not None else []
+        pos = Position.empty()
+        for s in parts:
+            pos = pos.merge(s.current_position())
+        return pos
+
     def current_generation(self, name: str) -> int:
         files = self._files.get(name)
         return files.generation if files is not None else 0

@@ -349,7 +349,7 @@ class SparkRuntime:
             elif applied is not None and applied >= committed:
                 return
             reason = f"its partitions applied batch {applied} but its checkpoint committed {committed}"
-        target = self.app.min_position(u.name) if not self.app.rebuild_needed(u.name) else Position.empty()
+        target = self.app.max_position(u.name)
         if committed is not None:
             try:
                 target = target.merge(position_from_offsets(read_batch_offsets(ck, committed)[0]))
