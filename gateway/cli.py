@@ -163,16 +163,65 @@ def _serve_until_stopped(gw: Any, args: argparse.Namespace, what: str) -> None:
     from .server import ServerThread, tune_process_for_serving
 
     tune_process_for_serving()
-    pg = _pg_server(gw, args)
-    server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die).start()
-    print(f"iqgate: serving {what} on {server.url}", file=sys.stderr, flush=True)
+    sock, workers = _listen(args)
+    pg = _pg_server(gw, args) if args.listen_fd is None else None
+    server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die, sock=sock).start()
+    if args.listen_fd is None:
+        print(f"iqgate: serving {what} on {server.url}{_workers_note(workers)}", file=sys.stderr, flush=True)
     _start_pg(pg)
     try:
         wait_for_stop()
     finally:
         server.close()
+        if workers is not None:
+            workers.stop()
         if pg is not None:
             pg.close()
+
+
+def _listen(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(the socket to serve on or None, the extra worker processes or None) for ``--workers``/``--listen-fd``."""
+    import socket
+
+    from .workers import Workers, die_with_parent, listening_socket
+
+    if args.listen_fd is not None:  # a worker: accept on the first process's socket, die with it
+        from .console import request_stop
+
+        die_with_parent(request_stop)
+        return socket.socket(fileno=args.listen_fd), None
+    n = args.workers
+    if n <= 1:
+        return None, None
+    try:
+        sock = listening_socket(args.host, args.port)
+    except OSError as exc:
+        raise SystemExit(f"iqgate: cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
+    state_dir = args.state_dir or str(Path(args.data_dir) / "state")
+    token = _token_for_workers(args)
+    return sock, Workers(n - 1, sock, state_dir, _worker_options(args),
+                                                 {"IQGATE_TOKEN": token} if token else None).start()
+
+
+def _token_for_workers(args: argparse.Namespace) -> str | None:
+    from .options import config_kwargs
+
+    return config_kwargs(args).get("auth_token")
+
+
+def _worker_options(args: argparse.Namespace) -> list[str]:
+    """The limits a worker enforces, as flags (the token goes by environment, never on a command line)."""
+    out = ["--threads", str(args.threads), "--max-rows", str(args.max_rows),
+           "--statement-timeout-ms", str(args.statement_timeout_ms)]
+    if args.max_memory is not None:
+        out += ["--max-memory", str(args.max_memory)]
+    if args.no_table_scans:
+        out.append("--no-table-scans")
+    return out
+
+
+def _workers_note(workers: Any) -> str:
+    return "" if workers is None else f" ({workers.count + 1} processes: this one and workers {workers.pids})"
 
 
 def _pg_server(gw: Any, args: argparse.Namespace) -> Any:
@@ -200,11 +249,23 @@ def _start_pg(pg: Any) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from .engine import Gateway
+    from .workers import default_workers
+
+    if args.workers is None:
+        args.workers = default_workers()
 
     if args.pipeline is None:
         if not args.state_dir:
             raise SystemExit("iqgate serve: give a pipeline file, or --state-dir DIR to serve its stores read-only")
-        _say_open_files_limit()
+        if args.listen_fd is None:
+            _say_open_files_limit()
+        else:
+            from .hosting import raise_open_files_limit
+
+            raise_open_files_limit()
+        from .server import keep_pandas_out
+
+        keep_pandas_out()  # read-only: nothing here needs pandas (~50 MB a process)
         gw = Gateway.open(args.state_dir, **config_kwargs(args))
         try:
             _serve_until_stopped(gw, args, f"{args.state_dir} read-only")
@@ -225,10 +286,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     hosted = HostedSource(state_dir)
     tune_process_for_serving()
     gw = Gateway(hosted, config=config_from_args(args))
+    sock, workers = _listen(args)
     pg = _pg_server(gw, args)
-    server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die).start()
-    print(f"iqgate: serving pipeline {module.APPLICATION_ID} on {server.url} (the stores on disk, read-only, "
-          "while Spark starts)", file=sys.stderr, flush=True)
+    server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die, sock=sock).start()
+    print(f"iqgate: serving pipeline {module.APPLICATION_ID} on {server.url}{_workers_note(workers)} (the stores "
+          "on disk, read-only, while Spark starts)", file=sys.stderr, flush=True)
     _start_pg(pg)
     app = None
     try:
@@ -242,6 +304,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if pg is not None:
             pg.close()
         server.close()
+        if workers is not None:
+            workers.stop()
         if app is not None:
             app.close()
         hosted.close()
@@ -326,6 +390,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "(its answers are partial history) instead of refusing the upgrade")
     server_args(serve)
     pg_args(serve)
+    serve.add_argument("--workers", type=positive_int, default=None,
+                       help="serving processes on the one port, reading the same state directory (default: the "
+                            "number of cores); only the first hosts the pipeline")
+    serve.add_argument("--listen-fd", type=non_negative_int, help=argparse.SUPPRESS)  # a worker's inherited socket
     serve.set_defaults(fn=cmd_serve)
 
     sql = sub.add_parser("sql", help="run a statement and print the result")
