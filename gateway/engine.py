@@ -264,7 +264,7 @@ class Gateway:
         try:
             for scan in plan.scans:
                 run = scan
-                if plan.fast_path is None and cfg.arrow_scans and streamable(scan):
+                if plan.fast_path is None and cfg.arrow_scans and streamable(scan, catalog[scan.store]):
                     run = as_arrow_requests(scan, cfg.scan_batch_rows)
                     streamed.add(scan.relation)
                 answers = run_scan(self.source, run, bound, waiting)

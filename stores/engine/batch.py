@@ -27,7 +27,7 @@ from ..catalog.partitioner import partitions_for_serialized
 from ..catalog.schema import SqlType, StoreKind, StoreSpec
 from .change import Change
 from .codec import BatchError, ValueCodec
-from .columns import COLUMN_TYPES, ColumnError, first_true, serialized_keys
+from .columns import COLUMN_TYPES, ColumnError, column_type, first_true, key_column_type, serialized_keys
 
 __all__ = ["KEY", "TS", "WS", "WE", "DELETED", "value_name", "encode", "changes_to_table", "PartitionRows",
            "split_by_partition", "final_deletes", "stream_time"]
@@ -68,7 +68,7 @@ def encode(spec: StoreSpec, table: pa.Table, where: str) -> pa.Table:
         raise BatchError(f"{where}: the change table lacks value column(s) {missing} "
                          f"({', '.join(spec.value_names())})")
     n = len(table)
-    key = _encode_column(table, KEY, COLUMN_TYPES[spec.key.type], where, f"key column {spec.key.name!r}")
+    key = _encode_column(table, KEY, key_column_type(spec), where, f"key column {spec.key.name!r}")
     bad = first_true(key.is_null())
     if bad is not None:
         raise BatchError(f"{where} change #{bad}: key column {spec.key.name!r}: the key should not be null")
@@ -81,7 +81,7 @@ def encode(spec: StoreSpec, table: pa.Table, where: str) -> pa.Table:
     times = {t: _time_column(table, t, n, where) for t in _TIMES}
     cols: dict[str, pa.Array] = {KEY: key, **times, DELETED: deleted}
     for i, col in enumerate(spec.values):
-        arr = _encode_column(table, names[i], COLUMN_TYPES[col.type], where, f"value column {col.name!r}")
+        arr = _encode_column(table, names[i], column_type(col.type), where, f"value column {col.name!r}")
         if any_deleted:
             arr = pc.if_else(deleted, pa.nulls(n, arr.type), arr)
         if not col.nullable:
@@ -200,10 +200,10 @@ def changes_to_table(spec: StoreSpec, codec: ValueCodec, changes: Iterable[Any],
         times[TS].append(_int_or_none(ch.timestamp, "timestamp", at))
         times[WS].append(_int_or_none(ch.window_start, "window_start", at))
         times[WE].append(_int_or_none(ch.window_end, "window_end", at))
-    arrays: dict[str, pa.Array] = {KEY: _array(keys, COLUMN_TYPES[spec.key.type].input_type(), where,
+    arrays: dict[str, pa.Array] = {KEY: _array(keys, key_column_type(spec).input_type(), where,
                                                 f"key column {spec.key.name!r}")}
     for i, col in enumerate(spec.values):
-        arrays[value_name(i)] = _array(vals[i], COLUMN_TYPES[col.type].input_type(), where,
+        arrays[value_name(i)] = _array(vals[i], column_type(col.type).input_type(), where,
                                        f"value column {col.name!r}")
     for t, values in times.items():
         arrays[t] = _array(values, pa.int64(), where, _TIME_NAMES[t])
