@@ -43,6 +43,7 @@ from typing import Any
 from ..app import layout
 from ..iqv2.errors import MissingSourceTopicException, StreamsException
 from ..iqv2.position import Position
+from .changelogs import ChangelogWriters
 from .faults import fault_reason, is_corruption
 from .materializer import BatchSink, last_committed_batch, position_from_offsets, read_batch_offsets
 from .stream_rows import MISSING_SOURCE_TOPIC, SOURCE_TRUNCATED
@@ -117,6 +118,7 @@ class SparkRuntime:
         self._stopping = threading.Event()
         self._monitor: threading.Thread | None = None
         self._failed: set[str] = set()
+        self._writers = ChangelogWriters(topology, app)  # store changelogs (issue 17)
 
     # -- Runtime protocol ----------------------------------------------------------
     def start(self) -> None:
@@ -417,7 +419,7 @@ class SparkRuntime:
         u.target = self._log_end(u)
         ck = self.checkpoint(u)
         gen = u.building
-        sink = BatchSink(u.decl, ck, lambda: self.app.writer(u.name, generation=gen), self._applied)
+        sink = BatchSink(u.decl, ck, lambda: self._writers.get(u.name, gen), self._applied)
         ck.mkdir(parents=True, exist_ok=True)
         writer = (u.decl.df.writeStream.queryName(f"{self.app.application_id}-{u.name}-{os.getpid()}")
                   .outputMode(u.decl.output_mode).foreachBatch(sink)

@@ -69,10 +69,12 @@ class Topology:
 
     ``trigger`` is the micro-batch interval of every store's query
     (``processingTime``); shorter means fresher stores and more batch overhead.
+    ``changelogs``: write every store's changes to ``<application_id>-<store>-changelog``
+    on the same log, for standby replicas (``iqgate replica``); on by default.
     """
 
     def __init__(self, spark: SparkSession, log: EventLog | KafkaSource | str, *,
-                 trigger: str = "100 milliseconds") -> None:
+                 trigger: str = "100 milliseconds", changelogs: bool = True) -> None:
         if isinstance(log, str):
             log = EventLog(log)
         if not isinstance(log, (EventLog, KafkaSource)):
@@ -84,6 +86,7 @@ class Topology:
         self.spark = spark
         self.log: SourceLog = log
         self.trigger = trigger
+        self.changelogs = changelogs  # every store's changes also go to its changelog topic (issue 17)
         self._streams: dict[str, tuple[str, ...]] = {}  # stream id -> topics
         self._decls: dict[str, StoreDecl] = {}
 
