@@ -162,7 +162,8 @@ class RoutedSource:
         if request.active_required:
             for p in left:
                 prev = results.get(p)
-                if prev is not None and prev.is_failure and prev.failure_reason is FailureReason.NOT_ACTIVE:
+                if prev is not None and prev.is_failure and prev.failure_reason in (FailureReason.NOT_ACTIVE,
+                                                                                    FailureReason.NOT_PRESENT):
                     alive = [u for u, peer in self.membership.peers.items() if peer.alive]
                     results[p] = QueryResult.for_failure(
                         FailureReason.NOT_ACTIVE,
