@@ -11,6 +11,7 @@ reporting where each ends (for lag).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol
@@ -60,6 +61,10 @@ class Tail(Protocol):
         """``{partition: end offset}`` as last seen (exclusive ends: the lag is end - next offset)."""
         ...
 
+    def positions(self) -> dict[int, int]:
+        """``{partition: next offset to read}`` (past Kafka's transaction markers once they were read over)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -70,6 +75,11 @@ class ChangelogLog(Protocol):
 
     def ensure(self, topic: str, partitions: int) -> None:
         """Create the topic with ``partitions`` if missing (an existing one must have that many)."""
+        ...
+
+    def prepare(self, topic: str) -> None:
+        """Before a writer reads the tail: on Kafka, fence any earlier writer of ``topic`` and end its open
+        transaction, so the tail read next is final."""
         ...
 
     def append(self, topic: str, records: Mapping[int, ChangelogRecord]) -> dict[int, int]:
@@ -107,6 +117,9 @@ class EventLogChangelog:
 
     def ensure(self, topic: str, partitions: int) -> None:
         self.log.create_topic(topic, partitions=partitions, exist_ok=True)
+
+    def prepare(self, topic: str) -> None:
+        """Nothing to fence: an EventLog append is all-or-nothing across partitions."""
 
     def append(self, topic: str, records: Mapping[int, ChangelogRecord]) -> dict[int, int]:
         return self.log.append_to_partitions(
@@ -151,23 +164,35 @@ class _EventLogTail:
     def ends(self) -> dict[int, int]:
         return dict(self._ends)
 
+    def positions(self) -> dict[int, int]:
+        return dict(self.next)
+
     def close(self) -> None:
         pass
 
 
 # -- Kafka ------------------------------------------------------------------------------------------------
 class KafkaChangelog:
-    """Changelog topics in Kafka: a producer awaiting every delivery (acks=all), ``assign()``-based readers."""
+    """Changelog topics in Kafka: one transaction per batch, so a batch's records are visible in every partition or
+    in none (a pipeline killed mid-batch never leaves replicas with half a batch); ``assign()``-based readers.
+
+    Each topic has its own transactional producer (``transactional.id`` = ``iqgate-<topic>``): a restarted
+    pipeline fences the one it replaces and ends its open transaction before reading the changelog's tail.
+    Readers are ``read_committed``; offsets count Kafka's transaction markers, so positions, not record offsets,
+    say how far a reader has got.
+    """
 
     def __init__(self, bootstrap_servers: str, options: Mapping[str, Any] | None = None,
-                 timeout_s: float = 10.0) -> None:
+                 timeout_s: float = 10.0, *, transaction_timeout_ms: int = 10_000) -> None:
         self.servers = bootstrap_servers
         self.options = dict(options or {})
         self.conf = client_config(bootstrap_servers, options)
         self.timeout_s = timeout_s
+        self.transaction_timeout_ms = transaction_timeout_ms
         self._client: KafkaClient | None = None
-        self._producer: Any = None
+        self._producers: dict[str, Any] = {}
         self._ensured: set[str] = set()
+        self._lock = threading.Lock()
 
     @property
     def client(self) -> KafkaClient:
@@ -186,13 +211,32 @@ class KafkaChangelog:
             self.client.create_topic(topic, partitions, exist_ok=True)
             self._ensured.add(topic)
 
-    def append(self, topic: str, records: Mapping[int, ChangelogRecord]) -> dict[int, int]:
+    def prepare(self, topic: str) -> None:
+        self._producer(topic)
+
+    def _producer(self, topic: str) -> Any:
         from confluent_kafka import KafkaException, Producer
 
-        if self._producer is None:
-            self._producer = Producer({**self.conf, "logger": _LOG, "acks": "all", "linger.ms": 0,
-                                       "allow.auto.create.topics": False, "message.max.bytes": 64 << 20,
-                                       "message.timeout.ms": int(self.timeout_s * 1000)})
+        with self._lock:
+            p = self._producers.get(topic)
+            if p is None:
+                p = Producer({**self.conf, "logger": _LOG, "acks": "all", "linger.ms": 0,
+                              "allow.auto.create.topics": False, "message.max.bytes": 64 << 20,
+                              "transactional.id": f"iqgate-{topic}",
+                              "transaction.timeout.ms": self.transaction_timeout_ms,
+                              "message.timeout.ms": min(int(self.timeout_s * 1000), self.transaction_timeout_ms)})
+                try:
+                    p.init_transactions(self.timeout_s)
+                except KafkaException as exc:
+                    raise KafkaError(f"cannot start writing changelog {topic!r} to Kafka at {self.servers} "
+                                     f"(transactions): {exc}") from None
+                self._producers[topic] = p
+            return p
+
+    def append(self, topic: str, records: Mapping[int, ChangelogRecord]) -> dict[int, int]:
+        from confluent_kafka import KafkaException
+
+        producer = self._producer(topic)
         out: dict[int, int] = {}
         errors: list[str] = []
 
@@ -203,49 +247,77 @@ class KafkaChangelog:
                 out[msg.partition()] = msg.offset()
 
         try:
-            for p, rec in sorted(records.items()):
-                value, headers = rec.to_kafka()
-                for _ in range(1000):  # bounded: a full local queue drains in milliseconds
-                    try:
-                        self._producer.produce(topic, value=value, key=str(rec.batch_id).encode(), partition=p,
-                                               headers=headers, on_delivery=report)
-                        break
-                    except BufferError:
-                        self._producer.poll(0.05)
-            left = self._producer.flush(self.timeout_s)
-        except KafkaException as exc:
-            raise KafkaError(f"cannot write changelog {topic!r} to Kafka at {self.servers}: {exc}") from None
-        if left or errors or len(out) != len(records):
-            why = "; ".join(errors[:3]) or f"{left} record(s) unacknowledged after {self.timeout_s:.0f} s"
-            raise KafkaError(f"changelog {topic!r} in Kafka at {self.servers}: {len(out)} of {len(records)} "
-                             f"records written: {why}")
+            producer.begin_transaction()
+            try:
+                for p, rec in sorted(records.items()):
+                    value, headers = rec.to_kafka()
+                    for _ in range(1000):  # bounded: a full local queue drains in milliseconds
+                        try:
+                            producer.produce(topic, value=value, key=str(rec.batch_id).encode(), partition=p,
+                                             headers=headers, on_delivery=report)
+                            break
+                        except BufferError:
+                            producer.poll(0.05)
+                left = producer.flush(self.timeout_s)
+                if left or errors or len(out) != len(records):
+                    raise KafkaError("; ".join(errors[:3]) or f"{left} record(s) unacknowledged after "
+                                     f"{self.timeout_s:.0f} s")
+                producer.commit_transaction(self.timeout_s)
+            except BaseException:
+                try:
+                    producer.abort_transaction(self.timeout_s)
+                except KafkaException:
+                    self._drop(topic)  # fenced or broken: the next batch starts a new producer
+                raise
+        except (KafkaException, KafkaError) as exc:
+            raise KafkaError(f"changelog {topic!r} in Kafka at {self.servers}: the batch's {len(records)} "
+                             f"record(s) were not written: {exc}") from None
         return out
 
+    def _drop(self, topic: str) -> None:
+        with self._lock:
+            self._producers.pop(topic, None)
+
     def last(self, topic: str, partition: int) -> Item | None:
+        """The last committed record: read back from the end, further each time (transaction markers take offsets)."""
         end = self.client.end_offsets(topic).get(partition, 0)
         if end <= 0:
             return None
-        t = _KafkaTail(self.conf, topic, {partition: end - 1}, self.timeout_s)
+        span = 4
+        for _ in range(64):  # bounded: the span doubles up to the whole partition
+            start = max(0, end - span)
+            items = self._read_to_end(topic, partition, start)
+            if items:
+                return items[-1]
+            if start == 0:
+                return None
+            span *= 4
+        return None
+
+    def _read_to_end(self, topic: str, partition: int, start: int) -> list[Item]:
+        t = _KafkaTail(self.conf, topic, {partition: start}, self.timeout_s)
         try:
             deadline = time.monotonic() + self.timeout_s
-            for _ in range(10_000):  # bounded; the clock ends it
-                items = t.poll(0.2)
-                if items:
-                    return items[-1]
+            items: list[Item] = []
+            for _ in range(100_000):  # bounded; the clock ends it
+                items += t.poll(0.2)
+                if partition in t.eof:
+                    return items
                 if time.monotonic() > deadline:
-                    raise KafkaError(f"cannot read the last record of {topic}/{partition} from Kafka at "
-                                     f"{self.servers} within {self.timeout_s:.0f} s")
+                    raise KafkaError(f"cannot read {topic}/{partition} to its end from Kafka at {self.servers} "
+                                     f"within {self.timeout_s:.0f} s")
+            return items
         finally:
             t.close()
-        return None
 
     def tail(self, topic: str, starts: Mapping[int, int]) -> Tail:
         return _KafkaTail(self.conf, topic, starts, self.timeout_s)
 
     def close(self) -> None:
-        if self._producer is not None:
-            self._producer.flush(1.0)
-            self._producer = None
+        with self._lock:
+            producers, self._producers = list(self._producers.values()), {}
+        for p in producers:
+            p.flush(1.0)
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -258,11 +330,12 @@ class _KafkaTail:
         self.topic = topic
         self._c = Consumer({**conf, "logger": _LOG, "group.id": "iqgate-replica", "enable.auto.commit": False,
                             "allow.auto.create.topics": False, "enable.partition.eof": True,
-                            "auto.offset.reset": "earliest", "fetch.wait.max.ms": 50,
-                            "socket.timeout.ms": int(timeout_s * 1000)})
+                            "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                            "fetch.wait.max.ms": 50, "socket.timeout.ms": int(timeout_s * 1000)})
         self._c.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
         self._ends = {p: o for p, o in starts.items()}
         self._next = dict(starts)
+        self.eof: set[int] = set()
 
     def poll(self, max_wait_s: float) -> list[Item]:
         from confluent_kafka import KafkaError as RdKafkaError
@@ -273,14 +346,17 @@ class _KafkaTail:
             p = m.partition()
             if err is not None:
                 if err.code() == RdKafkaError._PARTITION_EOF:
+                    self._next[p] = max(self._next.get(p, 0), m.offset())
                     self._ends[p] = max(self._ends.get(p, 0), m.offset())
+                    self.eof.add(p)
                     continue
                 raise KafkaError(f"reading changelog {self.topic}/{p}: {err}")
             off = m.offset()
             where = f"{self.topic}/{p}@{off}"
             out.append(Item(p, off, m.timestamp()[1], ChangelogRecord.from_kafka(m.value(), m.headers(), where)))
-            self._next[p] = off + 1
+            self._next[p] = max(self._next.get(p, 0), off + 1)
             self._ends[p] = max(self._ends.get(p, 0), off + 1)
+            self.eof.discard(p)
         for p in self._next:
             try:
                 hw = self._c.get_watermark_offsets(_tp(self.topic, p), cached=True)
@@ -292,6 +368,9 @@ class _KafkaTail:
 
     def ends(self) -> dict[int, int]:
         return dict(self._ends)
+
+    def positions(self) -> dict[int, int]:
+        return dict(self._next)
 
     def close(self) -> None:
         self._c.close()

@@ -110,6 +110,7 @@ class ChangelogWriter:
         """Per partition the last batch id the changelog holds, read once from the topic's tail."""
         if self._logged is None:
             self.changelog.ensure(self.topic, self.spec.partitions)
+            self.changelog.prepare(self.topic)  # fence an earlier writer first: its open batch ends before we read
             logged = {}
             for p in range(self.spec.partitions):
                 item = self.changelog.last(self.topic, p)

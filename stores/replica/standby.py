@@ -57,13 +57,15 @@ class PartitionLag:
     partition: int
     current_offset: int          # the changelog offset of the last record applied (-1: none)
     end_offset: int              # the changelog's end offset (exclusive)
-    time_lag_ms: int             # 0 when caught up; else now - time of the oldest record not yet applied
+    time_lag_ms: int             # 0 when caught up; else how long the partition has been behind
     position: Position
     role: str = "standby"
+    read_to: int | None = None   # the next changelog offset to read (Kafka's transaction markers take offsets)
 
     @property
     def offset_lag(self) -> int:
-        return max(0, self.end_offset - (self.current_offset + 1))
+        nxt = self.current_offset + 1 if self.read_to is None else max(self.read_to, self.current_offset + 1)
+        return max(0, self.end_offset - nxt)
 
     def to_json(self) -> dict[str, Any]:
         return {"store": self.store, "partition": self.partition, "role": self.role,
@@ -82,6 +84,7 @@ class _StoreTail:
         self.applied_offset = {p: starts.get(p, 0) - 1 for p in parts}
         self.applied_ts: dict[int, int | None] = {p: None for p in parts}
         self.ends: dict[int, int] = dict(starts)
+        self.read_to: dict[int, int] = dict(starts)
         self.behind_since: dict[int, int | None] = {p: None for p in parts}
         self.error: str | None = None
         self.polled = False  # lags mean something only once the log was asked where each partition ends
@@ -246,12 +249,13 @@ class Replica:
             store.apply_rows(rec.batch_id, rec.rows, rec.position, rec.observed)
             st.applied_offset[p] = item.offset
             st.applied_ts[p] = item.timestamp
-        ends = st.tail.ends()
+        ends, positions = st.tail.ends(), st.tail.positions()
         st.polled = True
         now = now_ms()
         for p in st.parts:
-            st.ends[p] = max(ends.get(p, 0), st.applied_offset[p] + 1)
-            if st.ends[p] > st.applied_offset[p] + 1:
+            st.read_to[p] = max(positions.get(p, 0), st.applied_offset[p] + 1)
+            st.ends[p] = max(ends.get(p, 0), st.read_to[p])
+            if st.ends[p] > st.read_to[p]:
                 if st.behind_since[p] is None:
                     st.behind_since[p] = now
             else:
@@ -272,7 +276,8 @@ class Replica:
                     pos = Position.empty()
                 since = st.behind_since[p]
                 out.append(PartitionLag(st.spec.name, p, st.applied_offset[p], st.ends.get(p, 0),
-                                        0 if since is None else max(0, now - since), pos))
+                                        0 if since is None else max(0, now - since), pos,
+                                        read_to=st.read_to.get(p)))
         return out
 
     def caught_up(self) -> bool:
@@ -299,7 +304,7 @@ class Replica:
 
     def _save(self, st: _StoreTail) -> None:
         data = {"changelog": changelog_topic(self.application_id, st.spec.name),
-                "next_offsets": {str(p): o + 1 for p, o in st.applied_offset.items()}}
+                "next_offsets": {str(p): max(o + 1, st.read_to.get(p, 0)) for p, o in st.applied_offset.items()}}
         try:
             layout.write_json_atomic(self._offsets_path(st.spec.name), data)
         except OSError as exc:
