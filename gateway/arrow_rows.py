@@ -336,6 +336,10 @@ def collect(spec: StoreSpec, answers: Sequence[tuple[StateQueryRequest, StateQue
             if isinstance(result, ArrowRows):
                 scan.streams.append((partition, tail[1], result))
                 continue
+            shaped = getattr(result, "shaped_rows", None)
+            if shaped is not None:  # a peer's answer (gateway/routing): already the store relation's rows
+                rows.extend([r + tail for r in shaped])
+                continue
             build = _raw_builder(spec, result.row_columns) if hasattr(result, "remaining_rows") else None
             if build is not None:
                 raw = result.remaining_rows()

@@ -58,6 +58,11 @@ class PartitionedWriter:
         self.threads = max(1, threads if threads is not None else (os.cpu_count() or 1))
         self.parallel_min_rows = parallel_min_rows
 
+    @property
+    def partition_stores(self) -> Mapping[int, PartitionStore]:
+        """The store's partitions this writer writes (for wrappers such as the changelog writer)."""
+        return self._stores
+
     def write_batch(self, batch_id: int, changes: Iterable[Any], position: Position) -> None:
         """Apply ``changes`` and ``position`` to every partition, one transaction per partition, idempotently."""
         position = self._arguments(batch_id, position)

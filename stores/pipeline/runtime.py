@@ -43,6 +43,7 @@ from typing import Any
 from ..app import layout
 from ..iqv2.errors import MissingSourceTopicException, StreamsException
 from ..iqv2.position import Position
+from .changelogs import ChangelogWriters
 from .faults import SourceTruncatedException, classify_failure, fault_reason, is_corruption
 from .materializer import BatchSink, last_committed_batch, position_from_offsets, read_batch_offsets
 from .runtime_shared import SharedQueries
@@ -101,6 +102,7 @@ class SparkRuntime(SharedQueries):
         self._failed: set[str] = set()
         self._member_failures: dict[str, BaseException] = {}  # members a shared query's sink gave up on
         self.groups: list[QueryGroup] = []
+        self._writers = ChangelogWriters(topology, app)  # store changelogs (issue 17)
 
     # -- Runtime protocol ----------------------------------------------------------
     def start(self) -> None:
@@ -422,7 +424,7 @@ class SparkRuntime(SharedQueries):
             return
         ck = self.checkpoint(u)
         gen = u.building
-        sink = BatchSink(u.decl, ck, lambda: self.app.writer(u.name, generation=gen), self._applied)
+        sink = BatchSink(u.decl, ck, lambda: self._writers.get(u.name, gen), self._applied)
         ck.mkdir(parents=True, exist_ok=True)
         writer = (u.decl.df.writeStream.queryName(f"{self.app.application_id}-{u.name}-{os.getpid()}")
                   .outputMode(u.decl.output_mode).foreachBatch(sink)

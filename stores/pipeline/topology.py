@@ -86,10 +86,14 @@ class Topology:
     ``stores_per_query``: stores reading the same stream share one streaming
     query, at most this many per query (``shared_query.py``); 1 gives each
     store its own query.
+
+    ``changelogs``: write every store's changes to ``<application_id>-<store>-changelog``
+    on the same log, for standby replicas (``iqgate replica``); on by default.
     """
 
     def __init__(self, spark: SparkSession, log: EventLog | KafkaSource | str, *,
-                 trigger: str = "100 milliseconds", stores_per_query: int = DEFAULT_STORES_PER_QUERY) -> None:
+                 trigger: str = "100 milliseconds", stores_per_query: int = DEFAULT_STORES_PER_QUERY,
+                 changelogs: bool = True) -> None:
         if isinstance(log, str):
             log = EventLog(log)
         if not isinstance(log, (EventLog, KafkaSource)):
@@ -105,6 +109,7 @@ class Topology:
         self.log: SourceLog = log
         self.trigger = trigger
         self.stores_per_query = stores_per_query
+        self.changelogs = changelogs  # every store's changes also go to its changelog topic (issue 17)
         self._streams: dict[str, tuple[str, ...]] = {}  # stream id -> topics
         self._frames: dict[tuple[Any, ...], DataFrame] = {}  # stream() arguments -> the one DataFrame for them
         self._decls: dict[str, StoreDecl] = {}
