@@ -25,6 +25,7 @@ from .auth import OPEN_PATHS, check_bearer
 from .metrics import Metrics
 from .page import PAGE_PATHS, register_page
 from .renderers import error_response
+from .routing_views import register_routing_views
 from .views import register_views
 
 __all__ = ["create_app"]
@@ -80,4 +81,5 @@ def create_app(gateway: Any, config: GatewayConfig | None = None) -> Flask:
 
     register_views(app, gateway, cfg, metrics)
     register_page(app, gateway, cfg)
+    register_routing_views(app, gateway)
     return app

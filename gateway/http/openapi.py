@@ -111,6 +111,12 @@ def openapi_document() -> dict[str, Any]:
                           "responses": {"200": {"description": "HTML"}}}},
             "/page/<name>": {"get": {"summary": "The query page's CSS and JS (served here: no CDN)",
                                      "responses": {"200": {"description": "OK"}, "404": {"description": "no such asset"}}}},
+            "/v1/partitions": {"get": {"summary": "Between servers: every store partition this server has, its role "
+                                                  "(active, standby, copy), Position and lag (the heartbeat)",
+                                       "responses": {"200": {"description": "OK"}}}},
+            "/v1/iq": {"post": {"summary": "Between servers: run one IQv2 request on this server's own copies "
+                                           "(never forwarded again); per-partition answers with their rows",
+                                "responses": {"200": {"description": "OK"}, "400": _err("Malformed request")}}},
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
