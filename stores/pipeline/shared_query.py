@@ -5,10 +5,12 @@ a query thread, its own read of the source and its own batch overhead per
 store — ~130 MB and a few threads each, so 100 stores did not fit on a
 small machine. Stores that read the same stream with the same output mode
 are unioned into one query instead: each store's projected rows become a
-struct column ``__s<i>`` tagged by ``__m = i``, the query reads the source
-once per micro-batch, runs every store's aggregation (Spark allows several
-stateful operators in one update-mode query when they are unioned, not
-chained), and one foreachBatch splits the Arrow batch by member and writes
+struct column ``__s<i>`` tagged by ``__m = i``, one source runner plans
+each micro-batch (members with identical partial aggregations, or built on
+one ``repartition`` of the stream, also share its scan through Spark's
+exchange reuse; others scan it each), the query runs every store's
+aggregation (Spark allows several stateful operators in one update-mode
+query when they are unioned, not chained), and one foreachBatch splits the Arrow batch by member and writes
 each store. At most ``stores_per_query`` stores share a query (default 32:
 a wider union makes each micro-batch a long chain of stages).
 
