@@ -115,8 +115,13 @@ def _bucket(decl: Any) -> tuple[Any, ...] | None:
     return (mode, tuple(sorted(streams)), tuple(sorted(decl.spec.source_topics))) if streams else None
 
 
-def _gid(names: Sequence[str]) -> str:
-    return hashlib.sha1("\0".join(names).encode()).hexdigest()[:12]
+def _gid(names: Sequence[str], root: Path) -> str:
+    """A new group's id: from its members, but never the directory of another (or an abandoned) group's checkpoint."""
+    for salt in range(1000):
+        gid = hashlib.sha1("\0".join([*names, str(salt)] if salt else names).encode()).hexdigest()[:12]
+        if not (root / gid).exists():
+            return gid
+    raise RuntimeError(f"no free shared-query directory under {root} for {list(names)}")
 
 
 def plan_groups(state_dir: str | Path, decls: Iterable[Any], per_query: int,
@@ -125,13 +130,14 @@ def plan_groups(state_dir: str | Path, decls: Iterable[Any], per_query: int,
 
     Groups recorded under ``checkpoints/@shared`` are kept when every member
     is still declared, shareable and in one bucket (the same plan, so the
-    checkpoint's state is valid); the other shareable stores are chunked in
-    declaration order. ``solo(name)`` says a store must keep its own query.
+    checkpoint's state is valid); a member that has a query of its own by
+    now (``solo(name)``: it was rebuilt) stays in the union, detached, so the
+    others keep their state. The other shareable stores that are not solo are
+    chunked in declaration order.
     """
     if per_query < 2:
         return []
-    by_name = {d.spec.name: d for d in decls}
-    free = {n: d for n, d in by_name.items() if _bucket(d) is not None and not solo(n)}
+    shareable = {d.spec.name: d for d in decls if _bucket(d) is not None}
     root = shared_root(state_dir)
     groups: list[QueryGroup] = []
     for members_file in sorted(root.glob("*/members.json")) if root.is_dir() else ():
@@ -140,17 +146,21 @@ def plan_groups(state_dir: str | Path, decls: Iterable[Any], per_query: int,
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("ignoring shared query %s: %s", members_file.parent, exc)
             continue
-        if len(names) >= 2 and all(n in free for n in names) and len({_bucket(free[n]) for n in names}) == 1:
-            groups.append(QueryGroup(members_file.parent.name, [free.pop(n) for n in names], members_file.parent))
+        if len(names) >= 2 and len(set(names)) == len(names) and all(n in shareable for n in names) \
+                and len({_bucket(shareable[n]) for n in names}) == 1:
+            g = QueryGroup(members_file.parent.name, [shareable.pop(n) for n in names], members_file.parent)
+            g.detached = {n for n in names if solo(n)}
+            groups.append(g)
     buckets: dict[tuple[Any, ...], list[Any]] = {}
-    for d in free.values():
-        buckets.setdefault(_bucket(d), []).append(d)  # type: ignore[arg-type]
+    for d in shareable.values():
+        if not solo(d.spec.name):
+            buckets.setdefault(_bucket(d), []).append(d)  # type: ignore[arg-type]
     for members in buckets.values():
         for i in range(0, len(members), per_query):
             chunk = members[i:i + per_query]
             if len(chunk) < 2:
                 continue
-            gid = _gid([d.spec.name for d in chunk])
+            gid = _gid([d.spec.name for d in chunk], root)
             groups.append(QueryGroup(gid, chunk, root / gid))
     return groups
 
