@@ -27,6 +27,7 @@ MODULES = (
     "benchmarks.bench_stores",
     "benchmarks.bench_planner",
     "benchmarks.bench_gateway",
+    "benchmarks.bench_scans",
     "benchmarks.bench_dbapi",
     "benchmarks.bench_pipeline",
     "benchmarks.bench_kafka",

@@ -43,11 +43,13 @@ from typing import Any
 from ..app import layout
 from ..iqv2.errors import MissingSourceTopicException, StreamsException
 from ..iqv2.position import Position
+from .changelogs import ChangelogWriters
 from .faults import SourceTruncatedException, classify_failure, fault_reason, is_corruption
 from .materializer import BatchSink, last_committed_batch, position_from_offsets, read_batch_offsets
 from .runtime_shared import SharedQueries
 from .shared_query import QueryGroup
 from .stream_rows import MISSING_SOURCE_TOPIC
+from .upgrades import begin_upgrade
 
 __all__ = ["SparkRuntime", "classify_failure", "SourceTruncatedException"]
 
@@ -100,6 +102,7 @@ class SparkRuntime(SharedQueries):
         self._failed: set[str] = set()
         self._member_failures: dict[str, BaseException] = {}  # members a shared query's sink gave up on
         self.groups: list[QueryGroup] = []
+        self._writers = ChangelogWriters(topology, app)  # store changelogs (issue 17)
 
     # -- Runtime protocol ----------------------------------------------------------
     def start(self) -> None:
@@ -219,6 +222,9 @@ class SparkRuntime(SharedQueries):
         u.retry_at = None
         try:
             self._check_topics(u)
+            if not begin_upgrade(self, u):  # refused (issue 20 item 4): the old version answers, nothing runs
+                self._failed.add(u.name)
+                return
             self._recover(u)
             self._start_unit(u)
         except BaseException as exc:  # noqa: BLE001 - goes to the fault path or the handler
@@ -418,7 +424,7 @@ class SparkRuntime(SharedQueries):
             return
         ck = self.checkpoint(u)
         gen = u.building
-        sink = BatchSink(u.decl, ck, lambda: self.app.writer(u.name, generation=gen), self._applied)
+        sink = BatchSink(u.decl, ck, lambda: self._writers.get(u.name, gen), self._applied)
         ck.mkdir(parents=True, exist_ok=True)
         writer = (u.decl.df.writeStream.queryName(f"{self.app.application_id}-{u.name}-{os.getpid()}")
                   .outputMode(u.decl.output_mode).foreachBatch(sink)
@@ -456,7 +462,9 @@ class SparkRuntime(SharedQueries):
         """RUNNING once every query ran its first trigger and every store caught up (failed stores aside)."""
         if self._stopping.is_set():
             return
-        if all(u.caught_up or u.name in self._failed for u in self.units.values()) and \
+        # a store being upgraded answers with its old version meanwhile: its rebuild does not hold RUNNING back
+        upgrading = self.app.upgrades.pending
+        if all(u.caught_up or u.name in self._failed or u.name in upgrading for u in self.units.values()) and \
                 any(u.name not in self._failed for u in self.units.values()):
             self.app.mark_running()
 

@@ -84,7 +84,7 @@ class SharedQueries:
         """The group's running query, started now if it is not running."""
         if g.query is not None and g.query.isActive:
             return g.query
-        sink = SharedBatchSink(g, lambda store: self.app.writer(store), self._applied, self._member_failed)
+        sink = SharedBatchSink(g, lambda store: self._writers.get(store, None), self._applied, self._member_failed)
         g.checkpoint.mkdir(parents=True, exist_ok=True)
         g.save()
         writer = (g.frame().writeStream.queryName(f"{self.app.application_id}-shared-{g.gid}-{os.getpid()}")
