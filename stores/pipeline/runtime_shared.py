@@ -44,8 +44,10 @@ class SharedQueries:
         self.groups = plan_groups(self.state_dir, [u.decl for u in self.units.values()], per, solo)
         for g in self.groups:
             for name in g.names:
-                self.units[name].group = g
-            log.info("stores %s share one streaming query (%s)", ", ".join(g.names), g.checkpoint)
+                if name not in g.detached:  # a detached member runs alone; the union keeps its operator
+                    self.units[name].group = g
+            log.info("stores %s share one streaming query (%s)%s", ", ".join(g.names), g.checkpoint,
+                     f"; {', '.join(sorted(g.detached))} left it" if g.detached else "")
 
     def _members(self, u: Any) -> list[Any]:
         """The units a query failure or a pause of ``u``'s query concerns: its group's live members, or itself."""
