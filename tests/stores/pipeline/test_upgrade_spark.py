@@ -25,7 +25,7 @@ import pyspark  # noqa: E402,F401 - Spark tests run or fail, never skip quietly
 
 from gateway.engine import Gateway  # noqa: E402
 from gateway.errors import ColumnNotYetAvailableError, SqlError  # noqa: E402
-from stores import State, StreamsApp  # noqa: E402
+from stores import Position, State, StreamsApp  # noqa: E402
 from stores.app import layout  # noqa: E402
 from stores.app.reader import StateDirReader  # noqa: E402
 from stores.app.upgrade import drop_removed, plan_upgrade  # noqa: E402
@@ -123,7 +123,7 @@ def _inodes(state: Path, store: str, partitions: int) -> list[int]:
     return [layout.partition_path(state, store, p).stat().st_ino for p in range(partitions)]
 
 
-def _check_revenue_v2(gw: Gateway, log: EventLog) -> int:
+def _check_revenue_v2(gw: Gateway, log: Any) -> int:
     """``revenue`` with its new column against DuckDB over the log up to the answer's Position."""
     res = gw.sql("SELECT key, revenue, orders, avg_amount FROM revenue")
     con = duckdb.connect()
@@ -218,3 +218,44 @@ def test_a_changed_store_is_rebuilt_beside_the_old_one_and_swapped_without_faile
     assert drop_removed(state, plan) == ["orders_per_item"]
     assert not layout.store_dir(state, "orders_per_item").exists()
     assert not layout.checkpoint_dir(state, "orders_per_item").exists()
+
+
+def test_an_upgrade_over_kafka_swaps_at_the_broker_offsets(spark, tmp_path):
+    """The same upgrade with a real Kafka-protocol broker (Tansu) as the source: positions are broker offsets."""
+    from stores.log.broker import LocalBroker
+    from stores.log.kafka import KafkaSource
+
+    with LocalBroker(log_path=tmp_path / "broker.log") as broker:
+        src = KafkaSource(broker.bootstrap_servers)
+        try:
+            src.create_topic("orders", 4)
+            src.append_batch("orders", shop.generate_orders(600, customers=30, seed=24))
+            state = tmp_path / "state"
+            app = StreamsApp(shop.build(spark, src), application_id="shop-kafka", state_dir=state)
+            app.start()
+            wait_for_state(app, State.RUNNING)
+            wait_until(lambda: caught_up(app, src, STORES), "the first load", 90)
+            assert app.close(60)
+            src.append_batch("orders", shop.generate_orders(100, customers=30, seed=25, start_ts=1_700_050_000_000))
+
+            app = StreamsApp(v2.build(spark, src, new_store=False), application_id="shop-kafka", state_dir=state)
+            gw = Gateway(app)
+            try:
+                app.start()
+                assert [(c.store, c.action) for c in app.upgrades.plan.changes] == [
+                    ("revenue", "changed"), ("revenue_per_min", "unchanged"), ("last_order", "unchanged")]
+                with SqlClient(gw, {"revenue": QUERIES["revenue"]}) as client:
+                    wait_until(lambda: app.current_generation("revenue") == 1, "the swap", 120)
+                    src.append_batch("orders", shop.generate_orders(50, customers=30, seed=26,
+                                                                    start_ts=1_700_060_000_000))
+                    wait_until(lambda: caught_up(app, src, STORES), "catching up after the swap", 90)
+                assert client.failures == [] and client.went_back == [], (client.failures + client.went_back)[:5]
+                assert client.answers > 0
+                assert _check_revenue_v2(gw, src) == 30
+                assert check_all(app, src, profiles=False)["orders"] == 750
+                assert app.positions()["revenue"] == Position.from_map({"orders": src.last_offsets("orders")})
+            finally:
+                gw.close()
+                assert app.close(60)
+        finally:
+            src.close()
