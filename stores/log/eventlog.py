@@ -281,6 +281,23 @@ class EventLog:
                 out[i] = (p, first + j)
         return out
 
+    def append_to_partitions(self, topic: str, records: Mapping[int, Iterable[tuple[Any, Any, Any]]]
+                             ) -> dict[int, int]:
+        """Append ``{partition: [(key, value, timestamp)]}`` all-or-nothing; the first offset written per partition.
+
+        For writers that choose partitions themselves (store changelogs: one log partition per store
+        partition), with the same checks and the same atomic publish as ``append_batch``.
+        """
+        n = self.partitions(topic)
+        lines: dict[int, list[bytes]] = {}
+        for p, recs in records.items():
+            if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < n:
+                raise InvalidRecordError(f"topic {topic!r}: partition {p!r} is outside 0..{n - 1}")
+            for i, rec in enumerate(recs):
+                key, value, ts = unpack_record(rec, i)
+                lines.setdefault(p, []).append(_encode(key, value, ts, f"record {i} for partition {p} of {topic!r}"))
+        return self._append_atomically(topic, lines) if lines else {}
+
     def _append_atomically(self, topic: str, lines: dict[int, list[bytes]]) -> dict[int, int]:
         """Write every partition's records, then publish them all; on any failure none is published.
 
