@@ -63,6 +63,7 @@ def begin_upgrade(runtime: Any, unit: Any) -> bool:
               "has caught up with it")
     if unit.name in app.upgrades.partial:
         reason += " (rebuilt from the records the source still holds: partial history)"
+    runtime._detach(unit)  # never a member of a shared query: its new plan is not the group's checkpointed one
     g = app.begin_rebuild(unit.name, reason, spec=change.new_spec)
     shutil.rmtree(layout.checkpoint_dir(runtime.state_dir, unit.name, g), ignore_errors=True)
     unit.generation = old_gen

@@ -105,8 +105,8 @@ def test_serve_on_a_changed_pipeline_rebuilds_beside_and_swaps_without_failed_qu
     log.append_batch("orders", shop.generate_orders(2000, customers=120, seed=50))
     app = StreamsApp(shop.build(spark, log), application_id=shop.APPLICATION_ID, state_dir=tmp_path / "state")
     app.start()
-    wait_for_state(app, State.RUNNING)
-    wait_until(lambda: caught_up(app, log, tuple(QUERIES)), "the first load", 90)
+    wait_for_state(app, State.RUNNING, 240)  # a loaded machine: Python workers can take long
+    wait_until(lambda: caught_up(app, log, tuple(QUERIES)), "the first load", 240)
     assert app.close(60)
     capsys.readouterr()
 
@@ -129,7 +129,7 @@ def test_serve_on_a_changed_pipeline_rebuilds_beside_and_swaps_without_failed_qu
                 nonlocal printed
                 printed += capsys.readouterr().err
                 return "iqgate: upgrade plan" in printed
-            wait_until(plan_printed, "the upgrade plan on the console", 120)
+            wait_until(plan_printed, "the upgrade plan on the console", 240)
             for _ in range(3000):  # until the swap; bounded
                 if "avg_amount" in _columns(http):
                     break

@@ -237,3 +237,21 @@ def test_over_http_the_new_column_is_503_and_the_rebuild_progress_is_in_stores_a
             assert 'iqgate_store_progress_eta_seconds{store="revenue",phase="rebuilding"} 3.0' in text
     finally:
         assert app.close(10)
+
+
+def test_a_store_file_that_does_not_match_its_spec_is_not_retryable(tmp_path: Any) -> None:
+    """The failure issue 20 found (``no such column`` as a retryable STORE_EXCEPTION): no retry can fix it."""
+    from gateway.errors import PartitionFailureError
+
+    app = _start(Pipeline([kv("s", "a")]), tmp_path)
+    _fill(app, "s", {"x": (1,)}, 2)
+    assert app.close(10)
+    layout.write_store(tmp_path, "s", kv("s", "a", "b"))  # a spec the files were not built for
+    gw = Gateway.open(tmp_path)
+    try:
+        with pytest.raises(PartitionFailureError, match="STORE_EXCEPTION \\(not retryable\\).*no such column") as err:
+            gw.sql("SELECT k, b FROM s")
+        assert err.value.retryable is False and err.value.http_status != 503
+        assert all(p["retryable"] is False for p in err.value.partitions)
+    finally:
+        gw.close()
