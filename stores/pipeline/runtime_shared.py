@@ -38,6 +38,8 @@ class SharedQueries:
     def _plan_groups(self) -> None:
         """Stores over the same stream share a query, unless one has a checkpoint of its own."""
         def solo(name: str) -> bool:
+            if name in self.app.upgrades.pending:  # issue 20: a changed store is rebuilt by a query of its own
+                return True
             return has_own_checkpoint(layout.checkpoint_dir(self.state_dir, name, self.app.current_generation(name)))
 
         per = int(getattr(self.topology, "stores_per_query", 1))
