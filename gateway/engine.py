@@ -39,7 +39,7 @@ from .bounds import check_bound_topics
 from .cancel import Cancellation
 from .config import GatewayConfig, Session, as_position
 from .describe import shape_columns
-from .duck import DuckPool, duck_error, fetch_chunks, row_limit_error
+from .duck import DuckPool, ThreadCursors, duck_error, fetch_chunks, row_limit_error
 from .errors import BadRequest, GatewayInternalError, translate
 from .guards import Guards, StatementWatch
 from .outcomes import partition_error, record_outcomes
@@ -59,6 +59,7 @@ class Gateway:
         self.source = source
         self.config = config or GatewayConfig()
         self._pool = DuckPool(memory_limit_bytes=self.config.max_memory_bytes)
+        self._cursors = ThreadCursors(self._pool)
         self._guards = Guards(self.config.max_memory_bytes)
         self._waiters = threading.BoundedSemaphore(self.config.max_waiters)
         self._owns_source = False
@@ -313,11 +314,17 @@ class Gateway:
         partitions' Arrow streams (read once, as DuckDB runs), or as a table
         read from them when the SQL names the relation more than once.
         """
-        cur = self._pool.cursor()
         relations = {scan.relation: scan.store for scan, _ in scans}
+        sql = plan.residual_sql or ""
+        if not stream and not arrow and system is None and not streamed:  # small, answered at once: reuse
+            tables = {scan.relation: rows.to_arrow(scan.include_failures) for scan, rows in scans}
+            columns, out = self._cursors.run(tables, sql, limit_rows, watch, relations)
+            return Result(columns=columns, rows=out, position=position, partitions=partitions,
+                          statement=StatementKind.SELECT, residual_sql=sql, rerunnable=False,
+                          cursor_factory=self._pool.cursor)
+        cur = self._pool.cursor()
         watch.attach(cur.interrupt)
         handed_over = False
-        sql = plan.residual_sql or ""
         try:
             for scan, rows in scans:
                 if streamed and scan.relation in streamed:
