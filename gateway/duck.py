@@ -24,7 +24,7 @@ from .errors import (
     SqlError,
 )
 
-__all__ = ["DuckPool", "ThreadCursors", "SECURITY_SETTINGS", "duck_error", "fetch_chunks", "row_limit_error"]
+__all__ = ["DuckPool", "ThreadCursors", "arrow_batches", "SECURITY_SETTINGS", "duck_error", "fetch_chunks", "row_limit_error"]
 
 # Order matters: lock_configuration last, or the others could not be set.
 SECURITY_SETTINGS: tuple[tuple[str, str], ...] = (
@@ -156,6 +156,26 @@ def fetch_chunks(cur: duckdb.DuckDBPyConnection, size: int, limit_rows: int, wat
                 cur.abort()
                 raise row_limit_error(limit_rows)
             yield chunk
+    finally:
+        watch.close()
+
+
+def arrow_batches(reader: Any, limit_rows: int, watch: Any, relations: dict[str, str]) -> Iterator[Any]:
+    """Record batches as DuckDB produces them; past the row limit it is an error, never a silent truncation."""
+    seen = 0
+    try:
+        while True:
+            try:
+                batch = reader.read_next_batch()
+            except StopIteration:
+                watch.check()
+                return
+            except duckdb.Error as exc:
+                raise duck_error(exc, watch, relations) from exc
+            seen += batch.num_rows
+            if seen > limit_rows:
+                raise row_limit_error(limit_rows)
+            yield batch
     finally:
         watch.close()
 

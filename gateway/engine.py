@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import pyarrow as pa
 
 import planner
 from planner.plan import Plan, StatementKind, StoreScan
@@ -39,7 +38,7 @@ from .bounds import check_bound_topics
 from .cancel import Cancellation
 from .config import GatewayConfig, Session, as_position
 from .describe import shape_columns
-from .duck import DuckPool, ThreadCursors, duck_error, fetch_chunks, row_limit_error
+from .duck import DuckPool, ThreadCursors, arrow_batches, duck_error, fetch_chunks, row_limit_error
 from .errors import BadRequest, GatewayInternalError, translate
 from .guards import Guards, StatementWatch
 from .outcomes import partition_error, record_outcomes
@@ -339,20 +338,13 @@ class Gateway:
             common = dict(position=position, partitions=partitions, statement=StatementKind.SELECT, cursor=cur,
                           residual_sql=sql, rerunnable=not streamed,
                           on_close=(lambda: close_streams(streams)) if streams else None)
-            if arrow:
+            if arrow:  # record batches as DuckDB produces them (issue 14: every output streams)
                 rel = cur.sql(sql)
                 columns = [(str(n), str(t)) for n, t in zip(rel.columns, rel.types)]
-                reader = rel.to_arrow_reader(131_072)
-                batches = []
-                seen = 0
-                for batch in reader:
-                    seen += batch.num_rows
-                    if seen > limit_rows:
-                        raise row_limit_error(limit_rows)
-                    batches.append(batch)
-                watch.check()
-                table = pa.Table.from_batches(batches, schema=reader.schema)
-                return Result(columns=columns, table=table, **common)
+                reader = rel.to_arrow_reader(self.config.scan_batch_rows)
+                handed_over = True
+                return Result(columns=columns, arrow_stream=(reader.schema, arrow_batches(
+                    reader, limit_rows, watch, relations)), **common)
             cur.execute(sql)
             columns = [(str(d[0]), str(d[1])) for d in cur.description or ()]
             if stream:
