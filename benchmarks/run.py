@@ -33,6 +33,7 @@ MODULES = (
     "benchmarks.bench_kafka",
     "benchmarks.bench_statestore",
     "benchmarks.bench_memory",
+    "benchmarks.bench_many_stores",
 )
 
 

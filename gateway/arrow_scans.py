@@ -31,9 +31,15 @@ from stores.iqv2.request import StateQueryRequest
 __all__ = ["streamable", "as_arrow_requests", "relation_reader", "reads_once", "close_streams"]
 
 
-def streamable(scan: StoreScan) -> bool:
-    """Every request of the scan reads a range the Arrow path answers (not key lookups: those are small)."""
-    return bool(scan.requests) and all(ArrowQuery.supports(r.query) for r in scan.requests)
+def streamable(scan: StoreScan, spec: StoreSpec) -> bool:
+    """Every request of the scan reads a range the Arrow path answers (not key lookups: those are small).
+
+    The Arrow path reads SQLite's columns as they are stored, so it takes stores whose every column is a plain
+    type stored as itself; composite keys (tuple-encoded bytes) and nested or binary values go through the
+    store's codec on the row path.
+    """
+    return (bool(scan.requests) and ArrowQuery.reads_spec(spec)
+            and all(ArrowQuery.supports(r.query) for r in scan.requests))
 
 
 def as_arrow_requests(scan: StoreScan, batch_rows: int) -> StoreScan:

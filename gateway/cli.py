@@ -1,4 +1,4 @@
-"""``iqgate``: serve | sql | explain | produce | demo.
+"""``iqgate``: serve | replica | sql | explain | produce | upgrade | demo.
 
 Every command reports bad input as one line on stderr naming what was wrong
 and exits non-zero (2 for usage and SQL errors, 1 for failures at run time),
@@ -22,6 +22,8 @@ from .console import die, print_result, request_stop, reset_stop, wait_for_stop
 from .errors import GatewayError
 from .json_values import dumps
 from .options import config_from_args, config_kwargs, non_negative_int, pg_args, positive_int, server_args
+from .replica_cmd import add_replica_parser, routing_args
+from .upgrade_cli import add_upgrade_parser
 
 __all__ = ["main", "console", "request_stop"]
 
@@ -166,11 +168,13 @@ def _serve_until_stopped(gw: Any, args: argparse.Namespace, what: str) -> None:
     pg = _pg_server(gw, args) if args.listen_fd is None else None
     server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die, sock=sock).start()
     if args.listen_fd is None:
+        _start_membership(gw, args, server)
         print(f"iqgate: serving {what} on {server.url}{_workers_note(workers)}", file=sys.stderr, flush=True)
     _start_pg(pg)
     try:
         wait_for_stop()
     finally:
+        _stop_membership(gw)
         server.close()
         if workers is not None:
             workers.stop()
@@ -252,6 +256,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     if args.workers is None:
         args.workers = default_workers()
+    if getattr(args, "peers", "") and args.workers > 1:
+        # routing keeps its membership (peers' lags and health) in the serving process: one process routes
+        print("iqgate: --peers: serving with one process (--workers is not combined with routing yet)",
+              file=sys.stderr, flush=True)
+        args.workers = 1
 
     if args.pipeline is None:
         if not args.state_dir:
@@ -262,18 +271,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
             from .hosting import raise_open_files_limit
 
             raise_open_files_limit()
+        from stores.app.reader import StateDirReader
+
+        from .replica_cmd import routed
         from .server import keep_pandas_out
 
         keep_pandas_out()  # read-only: nothing here needs pandas (~50 MB a process)
-        gw = Gateway.open(args.state_dir, **config_kwargs(args))
+        kwargs = config_kwargs(args)
+        reader = StateDirReader(args.state_dir)
+        gw = Gateway(routed(reader, args, kwargs.get("auth_token")), config=config_from_args(args))
         try:
             _serve_until_stopped(gw, args, f"{args.state_dir} read-only")
         finally:
             gw.close()
+            reader.close()
         return 0
     from .hosting import HostedSource, load_pipeline, pipeline_source, start_pipeline
     from .http import create_app
+    from .replica_cmd import routed
     from .server import ServerThread, tune_process_for_serving
+    from .upgrade_cli import print_plan
 
     _say_open_files_limit()
     module = load_pipeline(args.pipeline)
@@ -283,29 +300,49 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Serve the stores already on disk from the first second; the app takes over once Spark has started.
     hosted = HostedSource(state_dir)
     tune_process_for_serving()
-    gw = Gateway(hosted, config=config_from_args(args))
+    cfg = config_from_args(args)
+    gw = Gateway(routed(hosted, args, cfg.auth_token), config=cfg)
     sock, workers = _listen(args)
     pg = _pg_server(gw, args)
     server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die, sock=sock).start()
+    _start_membership(gw, args, server)
     print(f"iqgate: serving pipeline {module.APPLICATION_ID} on {server.url}{_workers_note(workers)} (the stores "
           "on disk, read-only, while Spark starts)", file=sys.stderr, flush=True)
     _start_pg(pg)
     app = None
     try:
-        app = start_pipeline(module, log, state_dir, master=args.master)
+        app = start_pipeline(module, log, state_dir, master=args.master,
+                             rebuild_from_available=args.rebuild_from_available)
         hosted.attach(app)
+        print_plan(app.upgrades.plan)
         _report_catch_up(app)
         wait_for_stop()
     finally:
         if pg is not None:
             pg.close()
         server.close()
+        _stop_membership(gw)
         if workers is not None:
             workers.stop()
         if app is not None:
             app.close()
         hosted.close()
     return 0
+
+
+def _start_membership(gw: Any, args: argparse.Namespace, server: Any) -> None:
+    """With --peers: learn this server's URL from the bound socket (unless advertised) and start the heartbeats."""
+    src = gw.source
+    if hasattr(src, "membership"):
+        if not getattr(args, "advertised_url", None):
+            src.self_url = server.url.rstrip("/")
+        src.membership.start()
+
+
+def _stop_membership(gw: Any) -> None:
+    membership = getattr(gw.source, "membership", None)
+    if membership is not None:
+        membership.close()
 
 
 def _say_open_files_limit() -> None:
@@ -341,6 +378,12 @@ def _report_catch_up(app: Any, every_s: float = 2.0) -> None:
             if line:
                 print(line, file=sys.stderr, flush=True)
         time.sleep(0.2)
+
+
+def cmd_replica(args: argparse.Namespace) -> int:
+    from .replica_cmd import cmd_replica as run
+
+    return run(args, _kafka_options(args), _pg_server, _start_pg)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -381,13 +424,19 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--state-dir", help="state directory (default DATA_DIR/state); alone: serve it read-only")
     _kafka_args(serve, "read the pipeline's topics from Kafka instead of the event log")
     serve.add_argument("--master", help="Spark master for the pipeline, e.g. spark://host:7077 (default: local[2])")
+    serve.add_argument("--rebuild-from-available", action="store_true",
+                       help="rebuild a changed store from what its source still holds when early records are gone "
+                            "(its answers are partial history) instead of refusing the upgrade")
     server_args(serve)
     pg_args(serve)
     serve.add_argument("--workers", type=positive_int, default=None,
                        help="serving processes on the one port, reading the same state directory (default: the "
                             "number of cores); only the first hosts the pipeline")
     serve.add_argument("--listen-fd", type=non_negative_int, help=argparse.SUPPRESS)  # a worker's inherited socket
+    routing_args(serve)
     serve.set_defaults(fn=cmd_serve)
+
+    add_replica_parser(sub, _kafka_args, cmd_replica)
 
     sql = sub.add_parser("sql", help="run a statement and print the result")
     _sql_args(sql)
@@ -404,6 +453,8 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--partitions", type=positive_int, help="create the topic with this many partitions if missing")
     _kafka_args(produce, "produce to Kafka instead of the event log")
     produce.set_defaults(fn=cmd_produce)
+
+    add_upgrade_parser(sub, _kafka_args, _kafka_options)
 
     demo = sub.add_parser("demo", help="the shop pipeline end to end: events, Spark, stores, HTTP, example queries")
     demo.add_argument("--dir", default="demo-data", help="working directory (default ./demo-data)")

@@ -45,6 +45,7 @@ from .outcomes import partition_error, record_outcomes
 from .result import PartitionOutcome, Result
 from .scans import Waiting, probe_query, run_scan
 from .system_tables import register_system_tables
+from .upgrading import not_yet_available
 
 __all__ = ["Gateway", "Session"]
 
@@ -202,7 +203,7 @@ class Gateway:
         try:
             shape = planner.plan_shape(text, catalog)
         except Exception as exc:  # noqa: BLE001 - planner errors become gateway errors
-            mapped = translate(exc)
+            mapped = not_yet_available(self.source, exc) or translate(exc)
             if mapped is None:
                 raise GatewayInternalError(f"planning failed: {type(exc).__name__}: {exc}") from exc
             raise mapped from exc
@@ -228,7 +229,7 @@ class Gateway:
             return planner.plan(text, self.catalog() if catalog is None else catalog, params=params,
                                 session=settings)
         except Exception as exc:  # noqa: BLE001 - planner and store errors become gateway errors
-            mapped = translate(exc)
+            mapped = not_yet_available(self.source, exc) or translate(exc)
             if mapped is None:
                 raise GatewayInternalError(f"planning failed: {type(exc).__name__}: {exc}") from exc
             raise mapped from exc
@@ -263,7 +264,7 @@ class Gateway:
         try:
             for scan in plan.scans:
                 run = scan
-                if plan.fast_path is None and cfg.arrow_scans and streamable(scan):
+                if plan.fast_path is None and cfg.arrow_scans and streamable(scan, catalog[scan.store]):
                     run = as_arrow_requests(scan, cfg.scan_batch_rows)
                     streamed.add(scan.relation)
                 answers = run_scan(self.source, run, bound, waiting)

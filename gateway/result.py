@@ -33,19 +33,26 @@ class PartitionOutcome:
     failure_reason: str | None
     failure_message: str | None
     position: Position | None
+    #: the server that answered (set when queries are routed between servers, issue 17) and whether it is active
+    host: str | None = None
+    active: bool | None = None
 
     @property
     def is_failure(self) -> bool:
         return self.failure_reason is not None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "store": self.store,
             "partition": self.partition,
             "failure_reason": self.failure_reason,
             "failure_message": self.failure_message,
             "position": None if self.position is None else self.position.to_json_map(),
         }
+        if self.host is not None:
+            out["host"] = self.host
+            out["active"] = self.active
+        return out
 
 
 class Result:

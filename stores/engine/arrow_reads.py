@@ -91,6 +91,12 @@ class ArrowQuery:
     batch_rows: int = BATCH_ROWS
 
     @staticmethod
+    def reads_spec(spec: StoreSpec) -> bool:
+        """Is every column of ``spec`` stored as itself (no composite key, no nested or binary value)?"""
+        return not spec.composite and all(isinstance(c.type, SqlType) and c.type in ARROW_TYPES
+                                          for c in (spec.key, *spec.values))
+
+    @staticmethod
     def supports(query: Any) -> bool:
         return type(query) in _LEADS and not (type(query) is WindowRangeQuery and query.key is not None)
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
-import pyarrow.compute as pc
+import pyarrow as pa
 
 from ..catalog.schema import StoreSpec
 from ..iqv2.position import Position, PositionBound
@@ -34,6 +34,7 @@ from .batch import changes_to_table, encode, final_deletes, stream_time
 from .change import Change
 from .codec import ValueCodec, affinity
 from .connections import ReadPool
+from .key_order import sort_order
 from .staging import ADBC_MIN_ROWS, Stager
 
 __all__ = ["PartitionStore", "Handler", "StoreClosedError", "is_permitted", "integrity_problem", "CORRUPTION_TEXTS",
@@ -527,12 +528,15 @@ class PartitionStore:
         rows = encode(self.spec, changes_to_table(self.spec, self.codec, changes, where), where)
         return self.apply_rows(batch_id, rows, position, stream_time(self.spec.kind, rows))
 
-    def apply_rows(self, batch_id: int, rows: Any, position: Position, observed: int | None) -> bool:
+    def apply_rows(self, batch_id: int, rows: Any, position: Position, observed: int | None,
+                   *, presorted: bool = False) -> bool:
         """Write canonical Arrow rows of this partition and merge ``position``, in ONE transaction, idempotently.
 
         ``rows`` is a change table from ``batch.encode`` (this partition's
-        share, in arrival order); ``observed`` its newest record time. A
-        batch id at or below the last applied one changes nothing (a replay).
+        share, in arrival order, or with ``presorted`` already stably sorted
+        by ``IDENTITY`` as ``split_by_partition`` leaves it); ``observed`` its
+        newest record time. A batch id at or below the last applied one
+        changes nothing (a replay).
         """
         with self._write_lock:
             c = self._writer_conn()
@@ -540,8 +544,8 @@ class PartitionStore:
             if last is not None and batch_id <= last:
                 return False  # only this thread writes the file, so no one can apply it between here and BEGIN
             rows = self.rows_to_stage(rows)
-            if len(rows) > 1:  # key order for B-tree locality; the sort is stable, so arrival order stays within a row
-                rows = rows.take(pc.sort_indices(rows, [(c, "ascending") for c in self.IDENTITY]))
+            if len(rows) > 1 and not presorted:  # key order for B-tree locality; stable: arrival order stays within a row
+                rows = rows.take(pa.array(sort_order(rows, self.IDENTITY)))
             with contextlib.ExitStack() as stack:
                 src = stack.enter_context(self._stager.staged(c, rows)) if len(rows) else None
                 c.execute("BEGIN IMMEDIATE")
