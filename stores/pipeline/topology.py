@@ -23,6 +23,7 @@ Shapes and the store kind each becomes:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections.abc import Sequence
@@ -31,7 +32,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType, TimestampNTZType, TimestampType
+from pyspark.sql.types import StructField, StructType, TimestampNTZType, TimestampType
 
 from ..catalog.schema import Column, SqlType, StoreKind, StoreSpec, parse_type
 from ..log.eventlog import EventLog
@@ -63,6 +64,8 @@ class StoreDecl:
     window_col: str | None
     timestamp_col: str | None
     key_cols: tuple[str, ...] = ()  # every key column, in key order (one for a simple key)
+    having: str | None = None  # a filter after the aggregation (Spark SQL): rows failing it delete their key
+    sum_types: tuple[str, ...] = ()  # table aggregates: "int" or "float" per summed column
 
 
 def _key_names(store: str, key: Any) -> tuple[str, ...]:
@@ -152,7 +155,8 @@ class Topology:
             reader = reader.option("maxOffsetsPerTrigger", str(int(max_records)))
         raw = reader.load()
         value = F.from_json(F.col("value").cast("string"), schema)
-        return raw.select(F.col("key").cast("string").cast(key_type).alias("key"),
+        key_col = F.col("key") if key_type.strip().lower() in ("binary", "bytes") else F.col("key").cast("string").cast(key_type)
+        return raw.select(key_col.alias("key"),
                           *[value[f.name].alias(f.name) for f in schema.fields],
                           "timestamp", "topic", "partition", "offset")
 
@@ -167,6 +171,10 @@ class Topology:
         self._check_new(name, df)
         plan = _plan_text(df)
         aggregated = _is_aggregate(plan)
+        having = None
+        if aggregated:
+            df, having = _split_having(name, df, plan)
+            plan = _plan_text(df) if having is not None else plan
         cols = dict(df.dtypes)
         keys = _key_names(name, key)
         for k in keys:
@@ -206,7 +214,7 @@ class Topology:
                           window_advance_ms=advance if shape == "window" else None,
                           gap_ms=gap if shape == "session" else None,
                           history_retention_ms=None, options={"retention_ms": retention_ms} if retention_ms else {})
-        return self._add(StoreDecl(spec, df, shape, mode, keys[0], value_cols, window, timestamp, keys))
+        return self._add(StoreDecl(spec, df, shape, mode, keys[0], value_cols, window, timestamp, keys, having))
 
     def versioned_table(self, name: str, df: DataFrame, *, key: str | Sequence[str], timestamp: str = "timestamp",
                         partitions: int | None = None, history_retention_ms: int | None = None) -> StoreSpec:
@@ -229,6 +237,64 @@ class Topology:
         spec = self._spec(name, df, plan, StoreKind.VERSIONED, keys, value_cols, partitions,
                           history_retention_ms=history_retention_ms)
         return self._add(StoreDecl(spec, df, "versioned", "append", keys[0], value_cols, None, timestamp, keys))
+
+    def table_aggregate(self, name: str, df: DataFrame, *, key: str = "key", group_by: str, count: str = "count",
+                        sums: dict[str, str] | None = None, partitions: int | None = None) -> StoreSpec:
+        """Counts (and sums) per ``group_by`` value over the TABLE ``df`` is the changelog of (issue 16 item 6).
+
+        ``df`` is a stream of records (``t.stream(...)``) read as a table: a key's latest record is its row,
+        a record with all-null values deletes it. When a key's row changes, its old group is retracted
+        (count -1, sums minus the old values) and its new group gains it; a group whose count reaches 0 is
+        deleted: the store always equals ``SELECT group_by, count(*), sum(…) FROM <table> GROUP BY group_by``.
+        """
+        self._check_new(name, df)
+        plan = _plan_text(df)
+        if _is_aggregate(plan):
+            raise TopologyError(f"store {name!r}: table_aggregate takes the table's records, not an aggregation")
+        cols = dict(df.dtypes)
+        sums = dict(sums or {})
+        for c, role in [(key, "key"), (group_by, "group_by"), *((s, "sums") for s in sums.values())]:
+            _require_col(name, cols, c, role)
+        kinds = []
+        for out, c in sums.items():
+            t = cols[c]
+            if t in ("bigint", "int", "smallint", "tinyint"):
+                kinds.append("int")
+            elif t in ("double", "float"):
+                kinds.append("float")
+            else:
+                raise TopologyError(f"store {name!r}: sums[{out!r}] column {c!r} is {t}, not a number")
+        value_cols = tuple(c for c in df.columns if c not in (key, *METADATA_COLUMNS))
+        from .table_aggregate import retract_rows, retraction_columns
+
+        fields = {f.name: f.dataType for f in df.schema.fields}
+        state_cols, _out = retraction_columns(group_by, list(sums.values()))
+        sum_fields = [fields[c] for c in sums.values()]
+        state_schema = StructType([StructField(state_cols[0], fields[group_by]),
+                                   *(StructField(n, t) for n, t in zip(state_cols[1:], sum_fields))])
+        out_schema = StructType([StructField("k", fields[key]),
+                                 StructField("old_g", fields[group_by]),
+                                 *(StructField(f"old_s{i}", t) for i, t in enumerate(sum_fields)),
+                                 StructField("new_g", fields[group_by]),
+                                 *(StructField(f"new_s{i}", t) for i, t in enumerate(sum_fields))])
+        group_kind = {"bigint": "int", "int": "int", "smallint": "int", "tinyint": "int", "double": "float",
+                      "float": "float"}.get(cols[group_by])
+        func = functools.partial(retract_rows, group=group_by, sums=list(sums.values()), value_cols=value_cols,
+                                 kinds=[group_kind, *kinds])
+        derived = df.groupBy(key).applyInPandasWithState(func, out_schema, state_schema, "Update", "NoTimeout")
+        topics = self._topics_of(df)
+        if partitions is None:
+            partitions = max((self._source_partitions(t) for t in topics), default=1)
+        try:
+            spec = StoreSpec(name=name, kind=StoreKind.KEY_VALUE, key=_column(name, group_by, fields[group_by]),
+                             values=(Column(count, SqlType.BIGINT),
+                                     *(Column(out, SqlType.BIGINT if k == "int" else SqlType.DOUBLE)
+                                       for out, k in zip(sums, kinds))),
+                             partitions=partitions, source_topics=topics)
+        except ValueError as exc:
+            raise TopologyError(str(exc)) from None
+        return self._add(StoreDecl(spec, derived, "table_aggregate", "update", group_by, spec.value_names(), None,
+                                   None, (group_by,), None, tuple(kinds)))
 
     # -- TopologyLike ---------------------------------------------------
     def store_specs(self) -> list[StoreSpec]:
@@ -313,6 +379,31 @@ def _native_kafka_available(spark: SparkSession) -> bool:
 
 def _is_aggregate(plan: str) -> bool:
     return re.search(r"^[\s:+\-!~]*Aggregate \[", plan, re.MULTILINE) is not None
+
+
+def _split_having(store: str, df: DataFrame, plan: str) -> tuple[DataFrame, str | None]:
+    """``agg.filter(cond)`` → (agg, cond as Spark SQL): the store gets every aggregate row, and a row failing
+    ``cond`` deletes its key (a tombstone), as a ksqlDB table with HAVING does (issue 16 item 5).
+
+    Left in the streaming query, the filter would only drop output rows, so a key whose aggregate stops
+    qualifying would keep its last qualifying row forever. Filters stacked at the top are joined with AND;
+    a filter after the aggregation that is not at the top (under a projection) is refused with the fix.
+    """
+    conds: list[str] = []
+    node = df._jdf.queryExecution().analyzed()
+    while node.nodeName() == "Filter":
+        conds.append(str(node.condition().sql()))
+        node = node.child()
+    lines = plan.splitlines()
+    agg_line = next(i for i, line in enumerate(lines) if re.search(r"^[\s:+\-!~]*Aggregate \[", line))
+    if any(re.search(r"^[\s:+\-!~]*Filter ", line) for line in lines[len(conds):agg_line]):
+        raise TopologyError(f"store {store!r}: a filter after the aggregation must be the last step "
+                            "(agg.withColumn(...).filter(...)), so rows that stop qualifying can be deleted")
+    if not conds:
+        return df, None
+    session = df.sparkSession
+    jds = session._jvm.org.apache.spark.sql.classic.Dataset.ofRows(df._jdf.sparkSession(), node)  # type: ignore[union-attr]
+    return DataFrame(jds, session), " AND ".join(f"({c})" for c in reversed(conds))
 
 
 def _require_col(store: str, cols: dict[str, str], col: Any, role: str) -> None:
