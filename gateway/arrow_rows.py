@@ -24,6 +24,8 @@ import pyarrow as pa
 
 from stores.catalog.nested import NestedType
 from stores.catalog.schema import SqlType, StoreKind, StoreSpec
+from stores.engine.arrow_reads import ARROW_TYPES as _STORE_ARROW_TYPES
+from stores.engine.arrow_reads import ArrowRows
 from stores.iqv2.position import Position
 from stores.iqv2.query import ResultOrder, WindowKeyQuery
 from stores.iqv2.request import StateQueryRequest
@@ -33,16 +35,7 @@ from stores.iqv2.values import KeyValue, ValueAndTimestamp, VersionedRecord, Win
 __all__ = ["ScanRows", "Failure", "collect", "ARROW_TYPES", "DUCK_TYPES", "PSEUDO_FIELDS", "python_value", "position_json",
            "arrow_type", "duck_type"]
 
-ARROW_TYPES: dict[SqlType, pa.DataType] = {
-    SqlType.BIGINT: pa.int64(),
-    SqlType.INTEGER: pa.int32(),
-    SqlType.DOUBLE: pa.float64(),
-    SqlType.VARCHAR: pa.string(),
-    SqlType.BOOLEAN: pa.bool_(),
-    SqlType.TIMESTAMP: pa.timestamp("ms", tz="UTC"),
-    SqlType.DATE: pa.date32(),
-    SqlType.BLOB: pa.binary(),
-}
+ARROW_TYPES: dict[SqlType, pa.DataType] = {**_STORE_ARROW_TYPES, SqlType.BLOB: pa.binary()}  # what scans produce
 
 # The DuckDB type names of the same columns, for results that skip DuckDB (the fast path).
 DUCK_TYPES: dict[SqlType, str] = {
@@ -124,17 +117,19 @@ class ScanRows:
     spec: StoreSpec
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
+    # Arrow scans (arrow_scans.py): (partition, position json, the partition's stream), read by the residual SQL
+    streams: list[tuple[int, str | None, Any]] = field(default_factory=list)
 
     def schema(self) -> pa.Schema:
         cols = [pa.field(c.name, arrow_type(c.type)) for c in self.spec.columns()]
         return pa.schema(cols + list(PSEUDO_FIELDS))
 
-    def to_arrow(self, include_failures: bool) -> pa.Table:
+    def to_arrow(self, include_failures: bool, *, with_rows: bool = True) -> pa.Table:
         """The store relation; failure rows (data columns NULL) only when the statement asked for them."""
         schema = self.schema()
         width = len(self.spec.columns())
         cols: list[list[Any]] = [[] for _ in range(width + 4)]
-        for row in self.rows:
+        for row in self.rows if with_rows else ():
             for i, v in enumerate(row):
                 cols[i].append(v)
             cols[width + 2].append(None)
@@ -338,6 +333,13 @@ def collect(spec: StoreSpec, answers: Sequence[tuple[StateQueryRequest, StateQue
                 continue
             tail = (partition, position_json(qr.position))
             result = qr.result
+            if isinstance(result, ArrowRows):
+                scan.streams.append((partition, tail[1], result))
+                continue
+            shaped = getattr(result, "shaped_rows", None)
+            if shaped is not None:  # a peer's answer (gateway/routing): already the store relation's rows
+                rows.extend([r + tail for r in shaped])
+                continue
             build = _raw_builder(spec, result.row_columns) if hasattr(result, "remaining_rows") else None
             if build is not None:
                 raw = result.remaining_rows()

@@ -49,9 +49,12 @@ def record_outcomes(outcomes: dict[tuple[str, int], PartitionOutcome], store: st
     for p, qr in answer.partition_results.items():
         prev = outcomes.get((store, p))
         pos = qr.position if prev is None or prev.position is None else prev.position.merge(qr.position)
+        host, active = qr.host, qr.active
         if qr.is_failure:
-            outcomes[(store, p)] = PartitionOutcome(store, p, qr.failure_reason.label, qr.failure_message, pos)
+            outcomes[(store, p)] = PartitionOutcome(store, p, qr.failure_reason.label, qr.failure_message, pos,
+                                                    host, active)
         elif prev is not None and prev.is_failure:
-            outcomes[(store, p)] = PartitionOutcome(store, p, prev.failure_reason, prev.failure_message, pos)
+            outcomes[(store, p)] = PartitionOutcome(store, p, prev.failure_reason, prev.failure_message, pos,
+                                                    prev.host, prev.active)
         else:
-            outcomes[(store, p)] = PartitionOutcome(store, p, None, None, pos)
+            outcomes[(store, p)] = PartitionOutcome(store, p, None, None, pos, host, active)

@@ -249,11 +249,13 @@ def _pass_through(node: exp.Expression, scope: Any, root: exp.Expression,
 def _unknown_column(sql: str, column: exp.Column, scan: ScanTemplate) -> None:
     line, col = node_position(sql, column)
     names = ", ".join(c.name for c in scan.spec.columns())
-    raise UnknownColumnError(
+    err = UnknownColumnError(
         f"unknown column {column.name!r} in store {scan.store} (as {scan.alias}); its columns are {names} "
         f"and the pseudo-columns {', '.join(PSEUDO_COLUMNS)}",
         line=line, col=col,
     )
+    err.store, err.column = scan.store, column.name  # the gateway tells a column arriving with an upgrade apart
+    raise err
 
 
 def _simple(select: exp.Select) -> bool:

@@ -24,6 +24,7 @@ from ..errors import (
 from .auth import OPEN_PATHS, check_bearer
 from .metrics import Metrics
 from .renderers import error_response
+from .routing_views import register_routing_views
 from .views import register_views
 
 __all__ = ["create_app"]
@@ -78,4 +79,5 @@ def create_app(gateway: Any, config: GatewayConfig | None = None) -> Flask:
         return error_response(GatewayInternalError(f"{type(exc).__name__}: {exc}"), cfg.retry_after_s)
 
     register_views(app, gateway, cfg, metrics)
+    register_routing_views(app, gateway)
     return app

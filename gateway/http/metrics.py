@@ -88,6 +88,7 @@ class Metrics:
                 "# TYPE iqgate_app_state gauge", f'iqgate_app_state{{state="{_label(state)}"}} 1']
         if status is not None:
             out += _health_lines(status)
+            out += _lag_lines(status)
         out += _file_lines()
         return "\n".join(out) + "\n"
 
@@ -110,6 +111,29 @@ def _file_lines() -> list[str]:
             "# TYPE iqgate_store_partitions_open gauge", f"iqgate_store_partitions_open {st['partitions']}",
             "# HELP iqgate_store_read_connections Read connections to store files (shared by all threads).",
             "# TYPE iqgate_store_read_connections gauge", f"iqgate_store_read_connections {st['read_connections']}"]
+    return out
+
+
+def _lag_lines(status: Mapping[str, Any]) -> list[str]:
+    """Per store partition this server hosts: role, changelog offset lag and time lag (KIP-535; issue 17)."""
+    parts = status.get("partitions")
+    if not parts:
+        return []
+    out = ["# HELP iqgate_partition_offset_lag Changelog records a store partition has not applied yet.",
+           "# TYPE iqgate_partition_offset_lag gauge"]
+    for p in parts:
+        out.append(f'iqgate_partition_offset_lag{{store="{_label(p["store"])}",store_partition="{p["partition"]}",'
+                   f'role="{_label(p["role"])}"}} {p["offset_lag"]}')
+    out += ["# HELP iqgate_partition_time_lag_seconds How long a store partition has been behind its changelog.",
+            "# TYPE iqgate_partition_time_lag_seconds gauge"]
+    for p in parts:
+        out.append(f'iqgate_partition_time_lag_seconds{{store="{_label(p["store"])}",'
+                   f'store_partition="{p["partition"]}",role="{_label(p["role"])}"}} {p["time_lag_ms"] / 1000:.3f}')
+    peers = status.get("peers") or []
+    if peers:
+        out += ["# HELP iqgate_peer_up 1 while a peer answers its heartbeat.", "# TYPE iqgate_peer_up gauge"]
+        for peer in peers:
+            out.append(f'iqgate_peer_up{{peer="{_label(peer["url"])}"}} {int(bool(peer["alive"]))}')
     return out
 
 

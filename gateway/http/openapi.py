@@ -95,6 +95,12 @@ def openapi_document() -> dict[str, Any]:
             "/v1/openapi.json": {"get": {"summary": "This document", "responses": {"200": {"description": "OK"}}}},
             "/v1/ping": {"get": {"summary": "No-op (load balancer and benchmark baseline)",
                                  "responses": {"200": {"description": "OK"}}}},
+            "/v1/partitions": {"get": {"summary": "Between servers: every store partition this server has, its role "
+                                                  "(active, standby, copy), Position and lag (the heartbeat)",
+                                       "responses": {"200": {"description": "OK"}}}},
+            "/v1/iq": {"post": {"summary": "Between servers: run one IQv2 request on this server's own copies "
+                                           "(never forwarded again); per-partition answers with their rows",
+                                "responses": {"200": {"description": "OK"}, "400": _err("Malformed request")}}},
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},

@@ -51,9 +51,10 @@ def _partitions_json(result: Result) -> str:
     """The partitions array, assembled from cached position JSON (it repeats on every read of a store)."""
     out = []
     for p in result.partitions:
-        out.append('{"store":%s,"partition":%d,"failure_reason":%s,"failure_message":%s,"position":%s}' % (
+        served = "" if p.host is None else ',"host":%s,"active":%s' % (json.dumps(p.host), json.dumps(p.active))
+        out.append('{"store":%s,"partition":%d,"failure_reason":%s,"failure_message":%s,"position":%s%s}' % (
             json.dumps(p.store), p.partition, json.dumps(p.failure_reason), json.dumps(p.failure_message),
-            position_json(p.position) or "null"))
+            position_json(p.position) or "null", served))
     return "[" + ",".join(out) + "]"
 
 

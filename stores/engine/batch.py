@@ -16,7 +16,7 @@ turns ``Change`` objects into the same table (their Python values go through
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -28,6 +28,7 @@ from ..catalog.schema import SqlType, StoreKind, StoreSpec
 from .change import Change
 from .codec import BatchError, ValueCodec
 from .columns import COLUMN_TYPES, ColumnError, column_type, first_true, key_column_type, serialized_keys
+from .key_order import sort_order
 
 __all__ = ["KEY", "TS", "WS", "WE", "DELETED", "value_name", "encode", "changes_to_table", "PartitionRows",
            "split_by_partition", "final_deletes", "stream_time"]
@@ -243,16 +244,24 @@ def stream_time(kind: StoreKind, rows: pa.Table) -> int | None:
     return pc.max(ts).as_py()
 
 
-def split_by_partition(spec: StoreSpec, rows: pa.Table) -> list[PartitionRows]:
-    """The canonical rows of each store partition (murmur2 of the serialized key), order kept within each."""
+def split_by_partition(spec: StoreSpec, rows: pa.Table, identity: Sequence[str] | None = None) -> list[PartitionRows]:
+    """The canonical rows of each store partition (murmur2 of the serialized key), order kept within each.
+
+    With ``identity`` each partition's rows come sorted by it (stable: of two
+    changes to one row the later stays later), the order the merge wants,
+    with one ``take`` for the split and the sort together.
+    """
     n = spec.partitions
-    if n == 1:
-        return [PartitionRows(rows, stream_time(spec.kind, rows))]
     if len(rows) == 0:
         return [PartitionRows(rows, None) for _ in range(n)]
+    if n == 1:
+        if identity is not None and len(rows) > 1:
+            rows = rows.take(pa.array(sort_order(rows, identity)))
+        return [PartitionRows(rows, stream_time(spec.kind, rows))]
     data, offsets = serialized_keys(rows.column(KEY), spec.key.type)
     part = partitions_for_serialized(data, offsets, n)
-    order = np.argsort(part, kind="stable")
+    part = part.astype(np.uint8 if n <= 256 else np.uint16 if n <= 65536 else np.int64)
+    order = (np.argsort(part, kind="stable") if identity is None else sort_order(rows, identity, first=part))
     bounds = np.searchsorted(part[order], np.arange(n + 1), side="left")
     grouped = rows.take(pa.array(order))
     out = []

@@ -53,7 +53,10 @@ def first_true(mask: pa.Array | pa.ChunkedArray | np.ndarray) -> int | None:
 
 
 def _chunks(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    """One contiguous array (a single chunk as it is: ``combine_chunks`` would copy it)."""
+    if isinstance(arr, pa.ChunkedArray):
+        return arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
+    return arr
 
 
 def _refuse(arr: pa.Array, sql: str) -> ColumnError:

@@ -58,6 +58,11 @@ class PartitionedWriter:
         self.threads = max(1, threads if threads is not None else (os.cpu_count() or 1))
         self.parallel_min_rows = parallel_min_rows
 
+    @property
+    def partition_stores(self) -> Mapping[int, PartitionStore]:
+        """The store's partitions this writer writes (for wrappers such as the changelog writer)."""
+        return self._stores
+
     def write_batch(self, batch_id: int, changes: Iterable[Any], position: Position) -> None:
         """Apply ``changes`` and ``position`` to every partition, one transaction per partition, idempotently."""
         position = self._arguments(batch_id, position)
@@ -89,12 +94,13 @@ class PartitionedWriter:
         return position
 
     def _write(self, batch_id: int, table: pa.Table, position: Position, where: str) -> None:
-        shares = split_by_partition(self.spec, encode(self.spec, table, where))
+        identity = next(iter(self._stores.values())).IDENTITY
+        shares = split_by_partition(self.spec, encode(self.spec, table, where), identity)
         jobs = [(self._stores[p], share) for p, share in enumerate(shares)]
         workers = min(self.threads, len(jobs))
         if workers < 2 or len(table) < self.parallel_min_rows:
             for store, share in jobs:
-                store.apply_rows(batch_id, share.rows, position, share.observed)
+                store.apply_rows(batch_id, share.rows, position, share.observed, presorted=True)
             return
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"iqgate-write-{self.spec.name}") as pool:
             futures = [pool.submit(_apply, store, batch_id, share, position) for store, share in jobs]
@@ -115,4 +121,4 @@ class PartitionedWriter:
 
 
 def _apply(store: PartitionStore, batch_id: int, share: PartitionRows, position: Position) -> bool:
-    return store.apply_rows(batch_id, share.rows, position, share.observed)
+    return store.apply_rows(batch_id, share.rows, position, share.observed, presorted=True)

@@ -40,6 +40,9 @@ class QueryResult:
     _failure_message: str | None = None
     position: Position | None = None
     execution_info: tuple[str, ...] = field(default=())
+    #: which server answered (routing between replicas, issue 17; None: this process) and whether its copy is active
+    host: str | None = None
+    active: bool | None = None
 
     # -- constructors ---------------------------------------------------
     @classmethod
@@ -78,6 +81,10 @@ class QueryResult:
 
     def with_execution_info(self, *lines: str) -> QueryResult:
         return replace(self, execution_info=self.execution_info + lines)
+
+    def served_by(self, host: str | None, active: bool | None) -> QueryResult:
+        """The same answer, saying which server answered and whether its copy of the partition is active."""
+        return replace(self, host=host, active=active)
 
     def swap_result(self, new_result: Any) -> QueryResult:
         if self.is_failure:

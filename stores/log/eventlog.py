@@ -39,7 +39,7 @@ from .segment import CorruptLogError, EventLogError, FileOps, LogWriteError, Par
 
 __all__ = [
     "EventLog", "Record", "EventLogError", "UnknownTopicError", "TopicExistsError", "CorruptLogError",
-    "LogWriteError", "InvalidRecordError", "TOPIC_NAME_RE", "FileOps", "Repair",
+    "LogWriteError", "InvalidRecordError", "TOPIC_NAME_RE", "FileOps", "Repair", "RecordsDeletedError",
 ]
 
 log = logging.getLogger("stores.log")
@@ -58,6 +58,10 @@ class UnknownTopicError(EventLogError, KeyError):
 
 class TopicExistsError(EventLogError):
     """create_topic on a name that is taken."""
+
+
+class RecordsDeletedError(EventLogError):
+    """A read below a partition's first held offset: ``delete_records`` (retention) removed those records."""
 
 
 class Record(NamedTuple):
@@ -185,6 +189,45 @@ class EventLog:
                 raise UnknownTopicError(f"topic {topic!r} was deleted while reading its offsets") from None
         return out
 
+    def low_offsets(self, topic: str) -> dict[int, int]:
+        """``{partition: first offset still held}`` (Kafka's log start offset; 0 unless records were deleted)."""
+        n = self.partitions(topic)
+        held = self._starts(topic)
+        return {p: held.get(p, 0) for p in range(n)}
+
+    def delete_records(self, topic: str, before: dict[int, int]) -> dict[int, int]:
+        """Delete the records below ``before[p]`` of each partition ``p`` (Kafka's DeleteRecords; retention).
+
+        Offsets never move: the partition's first held offset becomes ``before[p]`` and reads below it raise
+        RecordsDeletedError, as a Kafka consumer gets OFFSET_OUT_OF_RANGE. An offset past the partition's end
+        is refused (nothing changes); a lower one than already deleted keeps the higher. Returns the new
+        low offsets. The bytes stay in the partition file (offsets are positions in its index).
+        """
+        ends = self.end_offsets(topic)
+        for p, o in before.items():
+            if p not in ends:
+                raise EventLogError(f"topic {topic!r} has no partition {p} (it has {len(ends)})")
+            if isinstance(o, bool) or not isinstance(o, int) or not 0 <= o <= ends[p]:
+                raise EventLogError(f"topic {topic!r} partition {p}: cannot delete records before offset {o!r}: "
+                                    f"the partition ends at {ends[p]}")
+        d = self._topics_dir / topic
+        with _locked(d / "topic.json", topic):
+            held = self._starts(topic)
+            for p, o in before.items():
+                held[p] = max(held.get(p, 0), o)
+            tmp = d / f".start-{uuid.uuid4().hex}.json"
+            _write_fsynced(tmp, json.dumps({str(p): o for p, o in sorted(held.items())}).encode())
+            os.replace(tmp, d / "start.json")
+            _fsync_dir(d)
+        return self.low_offsets(topic)
+
+    def _starts(self, topic: str) -> dict[int, int]:
+        try:
+            raw = json.loads((self._topics_dir / topic / "start.json").read_bytes())
+        except FileNotFoundError:
+            return {}
+        return {int(p): int(o) for p, o in raw.items()}
+
     def last_offsets(self, topic: str) -> dict[int, int]:
         """``{partition: offset of the last record}`` for non-empty partitions: a read-your-writes bound."""
         return {p: e - 1 for p, e in self.end_offsets(topic).items() if e > 0}
@@ -237,6 +280,23 @@ class EventLog:
             for j, (i, _) in enumerate(by_part[p]):
                 out[i] = (p, first + j)
         return out
+
+    def append_to_partitions(self, topic: str, records: Mapping[int, Iterable[tuple[Any, Any, Any]]]
+                             ) -> dict[int, int]:
+        """Append ``{partition: [(key, value, timestamp)]}`` all-or-nothing; the first offset written per partition.
+
+        For writers that choose partitions themselves (store changelogs: one log partition per store
+        partition), with the same checks and the same atomic publish as ``append_batch``.
+        """
+        n = self.partitions(topic)
+        lines: dict[int, list[bytes]] = {}
+        for p, recs in records.items():
+            if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < n:
+                raise InvalidRecordError(f"topic {topic!r}: partition {p!r} is outside 0..{n - 1}")
+            for i, rec in enumerate(recs):
+                key, value, ts = unpack_record(rec, i)
+                lines.setdefault(p, []).append(_encode(key, value, ts, f"record {i} for partition {p} of {topic!r}"))
+        return self._append_atomically(topic, lines) if lines else {}
 
     def _append_atomically(self, topic: str, lines: dict[int, list[bytes]]) -> dict[int, int]:
         """Write every partition's records, then publish them all; on any failure none is published.
@@ -305,6 +365,10 @@ class EventLog:
             raise EventLogError(f"topic {topic!r} has no partition {partition} (it has {n})")
         if start < 0:
             raise EventLogError(f"topic {topic!r} partition {partition}: start offset {start} is negative")
+        low = self._starts(topic).get(partition, 0)
+        if start < low:
+            raise RecordsDeletedError(f"topic {topic!r} partition {partition}: the records before offset {low} "
+                                      f"were deleted; cannot read from offset {start}")
         files = PartitionFiles(self._topics_dir / topic, topic, partition)
         try:
             yield from files.read(start, end)

@@ -23,6 +23,7 @@ Shapes and the store kind each becomes:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import re
@@ -39,6 +40,7 @@ from ..log.eventlog import EventLog
 from ..log.kafka import KafkaSource
 from ..log.source import SourceLog
 from .kafka_source import source_options
+from .shared_query import DEFAULT_STORES_PER_QUERY
 from .stream_rows import METADATA_COLUMNS, parse_value_schema
 
 __all__ = ["Topology", "StoreDecl", "TopologyError"]
@@ -63,6 +65,7 @@ class StoreDecl:
     value_cols: tuple[str, ...]
     window_col: str | None
     timestamp_col: str | None
+    streams: frozenset[str] = frozenset()  # the Topology.stream ids it reads (stores reading the same share a query)
     key_cols: tuple[str, ...] = ()  # every key column, in key order (one for a simple key)
     having: str | None = None  # a filter after the aggregation (Spark SQL): rows failing it delete their key
     sum_types: tuple[str, ...] = ()  # table aggregates: "int" or "float" per summed column
@@ -83,10 +86,17 @@ class Topology:
 
     ``trigger`` is the micro-batch interval of every store's query
     (``processingTime``); shorter means fresher stores and more batch overhead.
+    ``stores_per_query``: stores reading the same stream share one streaming
+    query, at most this many per query (``shared_query.py``); 1 gives each
+    store its own query.
+
+    ``changelogs``: write every store's changes to ``<application_id>-<store>-changelog``
+    on the same log, for standby replicas (``iqgate replica``); on by default.
     """
 
     def __init__(self, spark: SparkSession, log: EventLog | KafkaSource | str, *,
-                 trigger: str = "100 milliseconds") -> None:
+                 trigger: str = "100 milliseconds", stores_per_query: int = DEFAULT_STORES_PER_QUERY,
+                 changelogs: bool = True) -> None:
         if isinstance(log, str):
             log = EventLog(log)
         if not isinstance(log, (EventLog, KafkaSource)):
@@ -95,10 +105,16 @@ class Topology:
 
         register_sources(spark)
         check_workers_import_project(spark)
+        start_callback_server(spark)
+        if not isinstance(stores_per_query, int) or stores_per_query < 1:
+            raise TopologyError(f"stores_per_query must be a positive integer, got {stores_per_query!r}")
         self.spark = spark
         self.log: SourceLog = log
         self.trigger = trigger
+        self.stores_per_query = stores_per_query
+        self.changelogs = changelogs  # every store's changes also go to its changelog topic (issue 17)
         self._streams: dict[str, tuple[str, ...]] = {}  # stream id -> topics
+        self._frames: dict[tuple[Any, ...], DataFrame] = {}  # stream() arguments -> the one DataFrame for them
         self._decls: dict[str, StoreDecl] = {}
 
     # -- sources ------------------------------------------------------
@@ -110,12 +126,22 @@ class Topology:
         ``value_schema`` is the DDL of the JSON value's fields (``"amount
         DOUBLE, item STRING"``); missing or mistyped fields read as null, a
         tombstone as all-null. ``max_records_per_batch`` caps a micro-batch.
+        The same arguments give the same DataFrame: stores built on it read
+        the source once, in one shared query.
         """
         topics = (topic,) if isinstance(topic, str) else tuple(topic)
         if not topics or not all(isinstance(t, str) and t for t in topics):
             raise TopologyError(f"stream: topic must be a name or a list of names, got {topic!r}")
         schema = parse_value_schema(value_schema)
         ddl = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields)
+        key = (topics, ddl, key_type, max_records_per_batch, starting_offsets)
+        if key not in self._frames:
+            self._frames[key] = self._new_stream(topics, schema, ddl, key_type, max_records_per_batch,
+                                                 starting_offsets)
+        return self._frames[key]
+
+    def _new_stream(self, topics: tuple[str, ...], schema: StructType, ddl: str, key_type: str,
+                    max_records_per_batch: int | None, starting_offsets: str) -> DataFrame:
         sid = str(next(_STREAM_IDS))
         self._streams[sid] = topics
         if isinstance(self.log, KafkaSource):
@@ -214,7 +240,8 @@ class Topology:
                           window_advance_ms=advance if shape == "window" else None,
                           gap_ms=gap if shape == "session" else None,
                           history_retention_ms=None, options={"retention_ms": retention_ms} if retention_ms else {})
-        return self._add(StoreDecl(spec, df, shape, mode, keys[0], value_cols, window, timestamp, keys, having))
+        return self._add(StoreDecl(spec, df, shape, mode, keys[0], value_cols, window, timestamp, key_cols=keys,
+                                   having=having))
 
     def versioned_table(self, name: str, df: DataFrame, *, key: str | Sequence[str], timestamp: str = "timestamp",
                         partitions: int | None = None, history_retention_ms: int | None = None) -> StoreSpec:
@@ -236,7 +263,8 @@ class Topology:
         value_cols = tuple(c for c in df.columns if c not in skip)
         spec = self._spec(name, df, plan, StoreKind.VERSIONED, keys, value_cols, partitions,
                           history_retention_ms=history_retention_ms)
-        return self._add(StoreDecl(spec, df, "versioned", "append", keys[0], value_cols, None, timestamp, keys))
+        return self._add(StoreDecl(spec, df, "versioned", "append", keys[0], value_cols, None, timestamp,
+                                   key_cols=keys))
 
     def table_aggregate(self, name: str, df: DataFrame, *, key: str = "key", group_by: str, count: str = "count",
                         sums: dict[str, str] | None = None, partitions: int | None = None) -> StoreSpec:
@@ -294,7 +322,7 @@ class Topology:
         except ValueError as exc:
             raise TopologyError(str(exc)) from None
         return self._add(StoreDecl(spec, derived, "table_aggregate", "update", group_by, spec.value_names(), None,
-                                   None, (group_by,), None, tuple(kinds)))
+                                   None, key_cols=(group_by,), sum_types=tuple(kinds)))
 
     # -- TopologyLike ---------------------------------------------------
     def store_specs(self) -> list[StoreSpec]:
@@ -302,6 +330,12 @@ class Topology:
 
     def declarations(self) -> list[StoreDecl]:
         return list(self._decls.values())
+
+    def store_definitions(self) -> dict[str, dict[str, Any]]:
+        """Each store's definition with its fingerprint (issue 20): the app compares them with those on disk."""
+        from .definitions import definition_of
+
+        return {n: definition_of(d, _plan_text(d.df)) for n, d in self._decls.items()}
 
     def create_runtime(self, app: Any) -> Any:
         from .runtime import SparkRuntime
@@ -320,6 +354,7 @@ class Topology:
             raise TopologyError(f"store {name!r}: the DataFrame is not streaming; build it from Topology.stream()")
 
     def _add(self, decl: StoreDecl) -> StoreSpec:
+        decl = dataclasses.replace(decl, streams=frozenset(_stream_ids(decl.df)))
         self._decls[decl.spec.name] = decl
         return decl.spec
 
@@ -365,6 +400,20 @@ def _stream_ids(df: DataFrame) -> set[str]:
         if sid is not None:
             ids.add(str(sid))
     return ids
+
+
+def start_callback_server(spark: SparkSession) -> None:
+    """Start py4j's callback server (foreachBatch calls back through it) now, while file descriptors are few.
+
+    Why: py4j's callback server accepts with ``select()``, which cannot watch a
+    descriptor above 1023; started lazily by the first foreachBatch after many
+    store files are open, its socket lands above that and the first batch hangs.
+    """
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    gw = getattr(spark.sparkContext, "_gateway", None)
+    if gw is not None:
+        ensure_callback_server_started(gw)
 
 
 def _native_kafka_available(spark: SparkSession) -> bool:

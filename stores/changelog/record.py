@@ -1,0 +1,102 @@
+"""One changelog record: one batch's share of one store partition, self-describing.
+
+Why one record per (batch, partition) rather than one per key (Kafka
+Streams' layout): a replica must apply a batch whole, with its Position, or
+its answers would carry a Position whose effect is only half in the store.
+The rows are the writer's canonical change table (engine/batch.py), so a
+replica merges them with the very code the active used.
+
+Two carriers, one content: on Kafka the rows are the record value (Arrow IPC
+stream bytes) and the rest are headers; on the embedded EventLog, whose
+values are JSON objects, the rows travel base64-encoded in the value.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from ..catalog.schema import StoreSpec
+from ..iqv2.position import Position
+
+__all__ = ["ChangelogRecord", "ChangelogFormatError", "FORMAT"]
+
+FORMAT = 1
+
+
+class ChangelogFormatError(ValueError):
+    """A changelog record that this version cannot read (names the topic, partition and offset when known)."""
+
+
+@dataclass(frozen=True)
+class ChangelogRecord:
+    """``rows`` of store ``spec`` applied by batch ``batch_id``, leaving the partition at ``position``."""
+
+    spec: StoreSpec
+    batch_id: int
+    position: Position
+    observed: int | None
+    rows: pa.Table
+
+    # -- bytes -----------------------------------------------------------------------------------
+    def rows_ipc(self) -> bytes:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, self.rows.schema) as w:
+            w.write_table(self.rows)
+        return sink.getvalue().to_pybytes()
+
+    def header(self) -> dict[str, Any]:
+        return {"f": FORMAT, "b": self.batch_id, "p": self.position.to_json_map(), "o": self.observed,
+                "s": json.loads(self.spec.to_json()), "n": len(self.rows)}
+
+    # -- the embedded log: a JSON value ----------------------------------------------------------
+    def to_value(self) -> dict[str, Any]:
+        return {**self.header(), "rows": base64.b64encode(self.rows_ipc()).decode("ascii")}
+
+    @classmethod
+    def from_value(cls, value: Any, where: str) -> ChangelogRecord:
+        if not isinstance(value, Mapping) or "rows" not in value:
+            raise ChangelogFormatError(f"{where}: not a changelog record (expected a JSON object with rows)")
+        try:
+            raw = base64.b64decode(value["rows"], validate=True)
+        except (binascii.Error, TypeError, ValueError) as exc:
+            raise ChangelogFormatError(f"{where}: the rows are not base64: {exc}") from None
+        return cls._build(value, raw, where)
+
+    # -- Kafka: value = Arrow IPC, headers = the rest --------------------------------------------
+    def to_kafka(self) -> tuple[bytes, list[tuple[str, bytes]]]:
+        return self.rows_ipc(), [("iqgate.changelog", json.dumps(self.header(), separators=(",", ":")).encode())]
+
+    @classmethod
+    def from_kafka(cls, value: bytes | None, headers: Sequence[tuple[str, bytes]] | None, where: str
+                   ) -> ChangelogRecord:
+        head = dict(headers or ()).get("iqgate.changelog")
+        if head is None or value is None:
+            raise ChangelogFormatError(f"{where}: not a changelog record (no iqgate.changelog header or no value)")
+        try:
+            meta = json.loads(head)
+        except ValueError as exc:
+            raise ChangelogFormatError(f"{where}: the changelog header is not JSON: {exc}") from None
+        return cls._build(meta, value, where)
+
+    @classmethod
+    def _build(cls, meta: Mapping[str, Any], raw: bytes, where: str) -> ChangelogRecord:
+        if meta.get("f") != FORMAT:
+            raise ChangelogFormatError(f"{where}: changelog format {meta.get('f')!r}; this iqgate reads {FORMAT}")
+        try:
+            spec = StoreSpec.from_json(json.dumps(meta["s"]))
+            position = Position.from_map(meta["p"])
+            batch_id = int(meta["b"])
+            observed = None if meta.get("o") is None else int(meta["o"])
+            rows = pa.ipc.open_stream(pa.py_buffer(raw)).read_all()
+        except (KeyError, TypeError, ValueError, pa.ArrowInvalid) as exc:
+            raise ChangelogFormatError(f"{where}: a damaged changelog record: {type(exc).__name__}: {exc}") from None
+        if len(rows) != meta.get("n", len(rows)):
+            raise ChangelogFormatError(f"{where}: the record says {meta.get('n')} rows but holds {len(rows)}")
+        return cls(spec, batch_id, position, observed, rows)

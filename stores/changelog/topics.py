@@ -1,0 +1,384 @@
+"""Where changelogs live: a topic per store on the pipeline's own log (EventLog or Kafka), and how to tail it.
+
+``ChangelogLog`` is the small surface the writer and the replicas need:
+make a topic with one partition per store partition, append records to
+chosen partitions (all-or-nothing on the EventLog; on Kafka each delivery is
+awaited and a failure fails the batch before the store commits), read the
+last record of a partition, and tail partitions from given offsets while
+reporting where each ends (for lag).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, NamedTuple, Protocol
+
+from ..log.eventlog import EventLog
+from ..log.kafka import KafkaClient, KafkaError, KafkaSource, client_config
+from .record import ChangelogRecord
+
+__all__ = ["ChangelogLog", "EventLogChangelog", "KafkaChangelog", "Item", "Tail", "changelog_topic",
+           "store_of_topic", "changelog_log_for", "SUFFIX"]
+
+log = logging.getLogger(__name__)
+_LOG = logging.getLogger("iqgate.kafka")
+SUFFIX = "-changelog"
+READ_MAX = 500  # records per partition per poll: bounds a poll's memory and time
+POLL_PAUSE_S = 0.02
+
+
+def changelog_topic(application_id: str, store: str) -> str:
+    """Kafka Streams' name: ``<application_id>-<store>-changelog``."""
+    return f"{application_id}-{store}{SUFFIX}"
+
+
+def store_of_topic(application_id: str, topic: str) -> str | None:
+    """The store a changelog topic belongs to (None if ``topic`` is not one of this application's changelogs)."""
+    prefix = f"{application_id}-"
+    if topic.startswith(prefix) and topic.endswith(SUFFIX) and len(topic) > len(prefix) + len(SUFFIX):
+        return topic[len(prefix):-len(SUFFIX)]
+    return None
+
+
+class Item(NamedTuple):
+    """One changelog record read back: where it is, when it was written, what it says."""
+
+    partition: int
+    offset: int
+    timestamp: int | None
+    record: ChangelogRecord
+
+
+class Tail(Protocol):
+    def poll(self, max_wait_s: float) -> list[Item]:
+        """The next records (in offset order per partition), waiting up to ``max_wait_s`` for any."""
+        ...
+
+    def ends(self) -> dict[int, int]:
+        """``{partition: end offset}`` as last seen (exclusive ends: the lag is end - next offset)."""
+        ...
+
+    def positions(self) -> dict[int, int]:
+        """``{partition: next offset to read}`` (past Kafka's transaction markers once they were read over)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class ChangelogLog(Protocol):
+    def describe(self) -> str: ...
+
+    def list_topics(self) -> dict[str, int]: ...
+
+    def ensure(self, topic: str, partitions: int) -> None:
+        """Create the topic with ``partitions`` if missing (an existing one must have that many)."""
+        ...
+
+    def prepare(self, topic: str) -> None:
+        """Before a writer reads the tail: on Kafka, fence any earlier writer of ``topic`` and end its open
+        transaction, so the tail read next is final."""
+        ...
+
+    def append(self, topic: str, records: Mapping[int, ChangelogRecord]) -> dict[int, int]:
+        """Write one record per named partition, durably; the offset of each. Raises if any was not written."""
+        ...
+
+    def last(self, topic: str, partition: int) -> Item | None:
+        """The last record of a partition (None if it is empty)."""
+        ...
+
+    def tail(self, topic: str, starts: Mapping[int, int]) -> Tail:
+        """Read partitions onwards from ``{partition: offset}``."""
+        ...
+
+
+def changelog_log_for(source: Any) -> ChangelogLog | None:
+    """The changelog log that goes with a pipeline's source log: the same EventLog, or the same Kafka cluster."""
+    if isinstance(source, EventLog):
+        return EventLogChangelog(source)
+    if isinstance(source, KafkaSource):
+        return KafkaChangelog(source.bootstrap_servers, source.options)
+    return None
+
+
+# -- the embedded EventLog ------------------------------------------------------------------------------
+class EventLogChangelog:
+    def __init__(self, log_: EventLog) -> None:
+        self.log = log_
+
+    def describe(self) -> str:
+        return self.log.describe()
+
+    def list_topics(self) -> dict[str, int]:
+        return self.log.list_topics()
+
+    def ensure(self, topic: str, partitions: int) -> None:
+        self.log.create_topic(topic, partitions=partitions, exist_ok=True)
+
+    def prepare(self, topic: str) -> None:
+        """Nothing to fence: an EventLog append is all-or-nothing across partitions."""
+
+    def append(self, topic: str, records: Mapping[int, ChangelogRecord]) -> dict[int, int]:
+        return self.log.append_to_partitions(
+            topic, {p: [(str(r.batch_id), r.to_value(), None)] for p, r in records.items()})
+
+    def last(self, topic: str, partition: int) -> Item | None:
+        end = self.log.end_offsets(topic).get(partition, 0)
+        if end <= 0:
+            return None
+        for off, _key, value, ts in self.log.read_raw(topic, partition, end - 1, end):
+            return Item(partition, off, ts, ChangelogRecord.from_value(value, f"{topic}/{partition}@{off}"))
+        return None
+
+    def tail(self, topic: str, starts: Mapping[int, int]) -> Tail:
+        return _EventLogTail(self.log, topic, starts)
+
+
+class _EventLogTail:
+    def __init__(self, log_: EventLog, topic: str, starts: Mapping[int, int]) -> None:
+        self.log, self.topic = log_, topic
+        self.next = dict(starts)
+        self._ends: dict[int, int] = {}
+
+    def poll(self, max_wait_s: float) -> list[Item]:
+        deadline = time.monotonic() + max_wait_s
+        for _ in range(100_000):  # bounded; the clock ends it
+            ends = self.log.end_offsets(self.topic)
+            self._ends = {p: ends.get(p, 0) for p in self.next}
+            out: list[Item] = []
+            for p, start in sorted(self.next.items()):
+                stop = min(ends.get(p, 0), start + READ_MAX)
+                if stop <= start:
+                    continue
+                for off, _key, value, ts in self.log.read_raw(self.topic, p, start, stop):
+                    out.append(Item(p, off, ts, ChangelogRecord.from_value(value, f"{self.topic}/{p}@{off}")))
+                    self.next[p] = off + 1
+            if out or time.monotonic() >= deadline:
+                return out
+            time.sleep(min(POLL_PAUSE_S, max(0.0, deadline - time.monotonic())))
+        return []
+
+    def ends(self) -> dict[int, int]:
+        return dict(self._ends)
+
+    def positions(self) -> dict[int, int]:
+        return dict(self.next)
+
+    def close(self) -> None:
+        pass
+
+
+# -- Kafka ------------------------------------------------------------------------------------------------
+class KafkaChangelog:
+    """Changelog topics in Kafka: one transaction per batch, so a batch's records are visible in every partition or
+    in none (a pipeline killed mid-batch never leaves replicas with half a batch); ``assign()``-based readers.
+
+    Each topic has its own transactional producer (``transactional.id`` = ``iqgate-<topic>``): a restarted
+    pipeline fences the one it replaces and ends its open transaction before reading the changelog's tail.
+    Readers are ``read_committed``; offsets count Kafka's transaction markers, so positions, not record offsets,
+    say how far a reader has got.
+    """
+
+    def __init__(self, bootstrap_servers: str, options: Mapping[str, Any] | None = None,
+                 timeout_s: float = 10.0, *, transaction_timeout_ms: int = 10_000) -> None:
+        self.servers = bootstrap_servers
+        self.options = dict(options or {})
+        self.conf = client_config(bootstrap_servers, options)
+        self.timeout_s = timeout_s
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self._client: KafkaClient | None = None
+        self._producers: dict[str, Any] = {}
+        self._ensured: set[str] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def client(self) -> KafkaClient:
+        if self._client is None:
+            self._client = KafkaClient(self.servers, self.options, timeout_s=self.timeout_s)
+        return self._client
+
+    def describe(self) -> str:
+        return f"Kafka at {self.servers}"
+
+    def list_topics(self) -> dict[str, int]:
+        return self.client.list_topics()
+
+    def ensure(self, topic: str, partitions: int) -> None:
+        if topic not in self._ensured:
+            self.client.create_topic(topic, partitions, exist_ok=True)
+            self._ensured.add(topic)
+
+    def prepare(self, topic: str) -> None:
+        self._producer(topic)
+
+    def _producer(self, topic: str) -> Any:
+        from confluent_kafka import KafkaException, Producer
+
+        with self._lock:
+            p = self._producers.get(topic)
+            if p is None:
+                p = Producer({**self.conf, "logger": _LOG, "acks": "all", "linger.ms": 0,
+                              "allow.auto.create.topics": False, "message.max.bytes": 64 << 20,
+                              "transactional.id": f"iqgate-{topic}",
+                              "transaction.timeout.ms": self.transaction_timeout_ms,
+                              "message.timeout.ms": min(int(self.timeout_s * 1000), self.transaction_timeout_ms)})
+                try:
+                    p.init_transactions(self.timeout_s)
+                except KafkaException as exc:
+                    raise KafkaError(f"cannot start writing changelog {topic!r} to Kafka at {self.servers} "
+                                     f"(transactions): {exc}") from None
+                self._producers[topic] = p
+            return p
+
+    def append(self, topic: str, records: Mapping[int, ChangelogRecord]) -> dict[int, int]:
+        from confluent_kafka import KafkaException
+
+        producer = self._producer(topic)
+        out: dict[int, int] = {}
+        errors: list[str] = []
+
+        def report(err: Any, msg: Any) -> None:
+            if err is not None:
+                errors.append(f"partition {msg.partition()}: {err}")
+            else:
+                out[msg.partition()] = msg.offset()
+
+        try:
+            producer.begin_transaction()
+            try:
+                for p, rec in sorted(records.items()):
+                    value, headers = rec.to_kafka()
+                    for _ in range(1000):  # bounded: a full local queue drains in milliseconds
+                        try:
+                            producer.produce(topic, value=value, key=str(rec.batch_id).encode(), partition=p,
+                                             headers=headers, on_delivery=report)
+                            break
+                        except BufferError:
+                            producer.poll(0.05)
+                left = producer.flush(self.timeout_s)
+                if left or errors or len(out) != len(records):
+                    raise KafkaError("; ".join(errors[:3]) or f"{left} record(s) unacknowledged after "
+                                     f"{self.timeout_s:.0f} s")
+                producer.commit_transaction(self.timeout_s)
+            except BaseException:
+                try:
+                    producer.abort_transaction(self.timeout_s)
+                except KafkaException:
+                    self._drop(topic)  # fenced or broken: the next batch starts a new producer
+                raise
+        except (KafkaException, KafkaError) as exc:
+            raise KafkaError(f"changelog {topic!r} in Kafka at {self.servers}: the batch's {len(records)} "
+                             f"record(s) were not written: {exc}") from None
+        return out
+
+    def _drop(self, topic: str) -> None:
+        with self._lock:
+            self._producers.pop(topic, None)
+
+    def last(self, topic: str, partition: int) -> Item | None:
+        """The last committed record: read back from the end, further each time (transaction markers take offsets)."""
+        end = self.client.end_offsets(topic).get(partition, 0)
+        if end <= 0:
+            return None
+        span = 4
+        for _ in range(64):  # bounded: the span doubles up to the whole partition
+            start = max(0, end - span)
+            items = self._read_to_end(topic, partition, start)
+            if items:
+                return items[-1]
+            if start == 0:
+                return None
+            span *= 4
+        return None
+
+    def _read_to_end(self, topic: str, partition: int, start: int) -> list[Item]:
+        t = _KafkaTail(self.conf, topic, {partition: start}, self.timeout_s)
+        try:
+            deadline = time.monotonic() + self.timeout_s
+            items: list[Item] = []
+            for _ in range(100_000):  # bounded; the clock ends it
+                items += t.poll(0.2)
+                if partition in t.eof:
+                    return items
+                if time.monotonic() > deadline:
+                    raise KafkaError(f"cannot read {topic}/{partition} to its end from Kafka at {self.servers} "
+                                     f"within {self.timeout_s:.0f} s")
+            return items
+        finally:
+            t.close()
+
+    def tail(self, topic: str, starts: Mapping[int, int]) -> Tail:
+        return _KafkaTail(self.conf, topic, starts, self.timeout_s)
+
+    def close(self) -> None:
+        with self._lock:
+            producers, self._producers = list(self._producers.values()), {}
+        for p in producers:
+            p.flush(1.0)
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+class _KafkaTail:
+    def __init__(self, conf: Mapping[str, Any], topic: str, starts: Mapping[int, int], timeout_s: float) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        self.topic = topic
+        self._c = Consumer({**conf, "logger": _LOG, "group.id": "iqgate-replica", "enable.auto.commit": False,
+                            "allow.auto.create.topics": False, "enable.partition.eof": True,
+                            "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                            "fetch.wait.max.ms": 50, "socket.timeout.ms": int(timeout_s * 1000)})
+        self._c.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
+        self._ends = {p: o for p, o in starts.items()}
+        self._next = dict(starts)
+        self.eof: set[int] = set()
+
+    def poll(self, max_wait_s: float) -> list[Item]:
+        from confluent_kafka import KafkaError as RdKafkaError
+
+        out: list[Item] = []
+        for m in self._c.consume(READ_MAX, timeout=max_wait_s):
+            err = m.error()
+            p = m.partition()
+            if err is not None:
+                if err.code() == RdKafkaError._PARTITION_EOF:
+                    self._next[p] = max(self._next.get(p, 0), m.offset())
+                    self._ends[p] = max(self._ends.get(p, 0), m.offset())
+                    self.eof.add(p)
+                    continue
+                raise KafkaError(f"reading changelog {self.topic}/{p}: {err}")
+            off = m.offset()
+            where = f"{self.topic}/{p}@{off}"
+            out.append(Item(p, off, m.timestamp()[1], ChangelogRecord.from_kafka(m.value(), m.headers(), where)))
+            self._next[p] = max(self._next.get(p, 0), off + 1)
+            self._ends[p] = max(self._ends.get(p, 0), off + 1)
+            self.eof.discard(p)
+        for p in self._next:
+            try:
+                hw = self._c.get_watermark_offsets(_tp(self.topic, p), cached=True)
+            except Exception:  # noqa: BLE001 - no statistics yet: keep what the fetches said
+                hw = None
+            if hw is not None and hw[1] >= 0:
+                self._ends[p] = max(self._ends.get(p, 0), hw[1])
+        return out
+
+    def ends(self) -> dict[int, int]:
+        return dict(self._ends)
+
+    def positions(self) -> dict[int, int]:
+        return dict(self._next)
+
+    def close(self) -> None:
+        self._c.close()
+
+
+def _tp(topic: str, p: int) -> Any:
+    from confluent_kafka import TopicPartition
+
+    return TopicPartition(topic, p)
+
+

@@ -1,0 +1,57 @@
+"""ReplicaSource: what ``iqgate replica`` serves — the replica's state dir, read like any state dir, plus its lags."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..app.reader import StateDirReader
+from ..catalog.schema import StoreSpec
+from ..iqv2.position import Position
+from ..iqv2.request import StateQueryRequest
+from ..iqv2.result import StateQueryResult
+from ..iqv2.state import State
+from .standby import PartitionLag, Replica
+
+__all__ = ["ReplicaSource"]
+
+
+class ReplicaSource:
+    """A Queryable over a running ``Replica``: answers from its files at the Position each partition reached."""
+
+    def __init__(self, replica: Replica) -> None:
+        self.replica = replica
+        self.reader = StateDirReader(replica.state_dir)
+
+    @property
+    def state(self) -> State:
+        return self.reader.state
+
+    def catalog(self) -> Mapping[str, StoreSpec]:
+        return self.reader.catalog()
+
+    def query(self, request: StateQueryRequest) -> StateQueryResult:
+        return self.reader.query(request)
+
+    def app_info(self) -> Any:
+        return self.reader.app_info()
+
+    def partition_lags(self) -> list[PartitionLag]:
+        return self.replica.lags()
+
+    def positions(self) -> dict[str, Position]:
+        return self.reader.positions()
+
+    def source_end_offsets(self, topics: Iterable[str]) -> Position | None:
+        return self.reader.source_end_offsets(topics)
+
+    def status(self) -> dict[str, Any]:
+        out = self.reader.status()
+        if self.replica.errors:
+            out["health"] = {**out["health"], "status": "degraded",
+                             "reason": "; ".join(f"store {n}: {e}" for n, e in sorted(self.replica.errors.items()))}
+        return out
+
+    def close(self) -> None:
+        self.replica.close()
+        self.reader.close()

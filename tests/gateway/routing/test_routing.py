@@ -1,0 +1,145 @@
+"""Routing between servers over real HTTP on 127.0.0.1: an active (the pipeline's state dir, its writer alive and
+RUNNING) and a replica restored from the changelogs. Any server answers any query; outcomes name the host."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from gateway import Gateway
+from gateway.routing.membership import Membership, Peer
+from gateway.routing.source import RoutedSource
+from stores.app.reader import StateDirReader
+from stores.changelog import EventLogChangelog
+from stores.iqv2.position import Position
+from stores.log.eventlog import EventLog
+from stores.replica import Replica, ReplicaSource
+from tests.gateway.gwfixtures import Http, serve_gateway
+from tests.stores.changelog.helpers import APP, batch, logged_writer, open_app, position
+
+
+def wait_for(cond, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.02)
+
+
+class Node:
+    """One server: a Queryable wrapped for routing, served over HTTP; peers are added once every URL is known."""
+
+    def __init__(self, local) -> None:
+        self.local = local
+        self.membership = Membership([], interval_s=0.1, timeout_s=1.0)
+        self.routed = RoutedSource(local, self.membership, "http://unset")
+        self.gw = Gateway(self.routed)
+        self.server = serve_gateway(self.gw).start()
+        self.routed.self_url = self.server.url
+        self.http = Http(self.server.url)
+
+    def peer(self, *others: Node) -> None:
+        for o in others:
+            self.membership.peers[o.server.url] = Peer(o.server.url)
+        self.membership.start()
+
+    def close(self) -> None:
+        self.membership.close()
+        self.server.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    log = EventLog(tmp_path / "log")
+    app = open_app(tmp_path / "active")
+    w = logged_writer(app, EventLogChangelog(log))
+    for i in range(3):
+        w.write_batch(i, batch(i), position(i))
+    rep = Replica(EventLogChangelog(log), APP, tmp_path / "replica", partitions={"revenue": [0, 1]}).start()
+    wait_for(rep.caught_up)
+    active = Node(StateDirReader(tmp_path / "active"))
+    standby = Node(ReplicaSource(rep))
+    active.peer(standby)
+    standby.peer(active)
+    wait_for(lambda: all(p.alive for n in (active, standby) for p in n.membership.peers.values()))
+    yield active, standby, w
+    for n in (active, standby):
+        n.close()
+    rep.close()
+    app.close()
+
+
+def _outcomes(body) -> dict[int, dict]:
+    return {p["partition"]: p for p in body["partitions"]}
+
+
+def test_any_server_answers_every_partition_and_names_who_did(cluster) -> None:
+    active, standby, _ = cluster
+    sql = "SELECT customer, total, n FROM revenue ORDER BY customer"
+    s1, _, a = active.http.sql(sql)
+    s2, _, b = standby.http.sql(sql)
+    assert s1 == s2 == 200 and a["rows"] == b["rows"] and a["rows"]
+    assert Position.from_map(a["position"]) == Position.from_map(b["position"]) == Position.from_map(position(2))
+    oa, ob = _outcomes(a), _outcomes(b)
+    assert {p: (o["host"], o["active"]) for p, o in oa.items()} == {p: (active.server.url, True) for p in range(3)}
+    # the replica hosts 0 and 1 (standby); partition 2 it lacks, so the active answered it
+    assert {p: (o["host"], o["active"]) for p, o in ob.items()} == {
+        0: (standby.server.url, False), 1: (standby.server.url, False), 2: (active.server.url, True)}
+
+
+def test_require_active_goes_to_the_active_and_fails_clearly_without_one(cluster) -> None:
+    active, standby, _ = cluster
+    sql = "SELECT count(*) FROM revenue"
+    status, _, body = standby.http.sql(sql, session={"require_active": True})
+    assert status == 200, body
+    assert {(o["host"], o["active"]) for o in body["partitions"]} == {(active.server.url, True)}
+    active.server.close()
+    standby.membership.refresh()
+    status, _, body = standby.http.sql(sql, session={"require_active": True})
+    assert status == 503 and body["error"]["code"] == "PARTITION_FAILURE", body
+    reasons = {p["partition"]: p["failure_reason"] for p in body["error"]["partitions"]}
+    assert reasons == {0: "NOT_ACTIVE", 1: "NOT_ACTIVE", 2: "NOT_ACTIVE"}, body
+    assert "No active host of store revenue partition 2 is reachable" in body["error"]["message"]
+    status, _, body = standby.http.sql("SELECT count(*) FROM revenue WHERE _partition IN (0, 1)")
+    assert status == 200 and {o["host"] for o in body["partitions"]} == {standby.server.url}
+
+
+def test_a_bound_the_local_copy_has_not_reached_is_answered_by_a_peer(cluster, tmp_path) -> None:
+    active, standby, w = cluster
+    standby.local.replica.close()  # the replica stops applying: its copy stays at batch 2
+    w.write_batch(3, batch(3), position(3))
+    wait_for(lambda: standby.membership.peers[active.server.url].partitions[("revenue", 0)].position
+             == Position.from_map(position(3)))
+    status, _, body = standby.http.sql("SELECT count(*) FROM revenue", position=position(3), wait_ms=0)
+    assert status == 200, body
+    assert {o["host"] for o in body["partitions"]} == {active.server.url}
+    assert Position.from_map(body["position"]) == Position.from_map(position(3))
+
+
+def test_peers_report_roles_positions_and_lags(cluster) -> None:
+    active, standby, _ = cluster
+    status, _, raw = standby.http.request("GET", "/v1/health")
+    import json
+
+    body = json.loads(raw)
+    assert status == 200 and body["host"] == standby.server.url
+    parts = {(p["store"], p["partition"]): p for p in body["partitions"]}
+    assert set(parts) == {("revenue", 0), ("revenue", 1)}
+    assert all(p["role"] == "standby" and p["offset_lag"] == 0 for p in parts.values())
+    assert body["peers"][0]["url"] == active.server.url and body["peers"][0]["alive"]
+    _, _, text = standby.http.request("GET", "/metrics")
+    assert b'iqgate_partition_offset_lag{store="revenue",store_partition="0",role="standby"} 0' in text
+    assert f'iqgate_peer_up{{peer="{active.server.url}"}} 1'.encode() in text
+    _, _, raw = active.http.request("GET", "/v1/partitions")
+    roles = {(p["store"], p["partition"]): p["role"] for p in json.loads(raw)["partitions"]}
+    assert roles == {("revenue", p): "active" for p in range(3)}
+
+
+def test_a_malformed_forwarded_request_is_refused_by_name(cluster) -> None:
+    active, _, _ = cluster
+    status, _, raw = active.http.request("POST", "/v1/iq", {"store": "revenue", "query": {"$query": "Nope"}})
+    assert status == 400 and b"Nope" in raw
+    status, _, raw = active.http.request("POST", "/v1/iq", raw=b"{not json")
+    assert status == 400

@@ -1,0 +1,126 @@
+"""ChangelogWriter on the embedded log: one record per store partition per batch, before the store commits it;
+replays leave changelog and store agreeing; bad input writes neither."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from stores.catalog.partitioner import partition_for_key
+from stores.changelog import ChangelogRecord, ChangelogWriter, EventLogChangelog, changelog_topic, store_of_topic
+from stores.changelog.record import ChangelogFormatError
+from stores.engine.change import Change
+from stores.engine.codec import BatchError
+from stores.iqv2.position import Position
+from stores.log.eventlog import EventLog
+
+from .helpers import APP, batch, contents, kv_spec, logged_writer, open_app, position
+
+
+@pytest.fixture
+def env(tmp_path):
+    log = EventLog(tmp_path / "log")
+    app = open_app(tmp_path / "state")
+    yield log, app, tmp_path / "state"
+    app.close()
+
+
+def _records(log: EventLog, p: int) -> list[ChangelogRecord]:
+    topic = changelog_topic(APP, "revenue")
+    return [ChangelogRecord.from_value(r.value, "test") for r in log.read(topic, p)]
+
+
+def test_every_partition_logs_every_batch_with_its_position(env) -> None:
+    log, app, state = env
+    w = logged_writer(app, EventLogChangelog(log))
+    for i in range(4):
+        w.write_batch(i, batch(i), position(i))
+    topic = changelog_topic(APP, "revenue")
+    assert log.list_topics()[topic] == 3
+    for p in range(3):
+        recs = _records(log, p)
+        assert [r.batch_id for r in recs] == [0, 1, 2, 3]
+        assert [r.position for r in recs] == [Position.from_map(position(i)) for i in range(4)]
+        assert recs[0].spec == kv_spec()
+        rows, pos, last = contents(state, kv_spec(), p)
+        assert last == 3 and Position.from_json(pos) == Position.from_map(position(3))
+    # the records hold exactly the rows that reached the stores (each key in one partition)
+    logged_keys = {k for p in range(3) for r in _records(log, p) for k in r.rows.column("k").to_pylist()}
+    assert logged_keys == {c.key for i in range(4) for c in batch(i)}
+
+
+def test_a_replayed_batch_is_neither_logged_nor_applied_twice(env) -> None:
+    log, app, _ = env
+    w = logged_writer(app, EventLogChangelog(log))
+    w.write_batch(0, batch(0), position(0))
+    w.write_batch(0, batch(0), position(0))
+    w2 = logged_writer(app, EventLogChangelog(log))  # a restarted pipeline reads the changelog's tail
+    w2.write_batch(0, batch(0), position(0))
+    assert [len(_records(log, p)) for p in range(3)] == [1, 1, 1]
+
+
+def test_a_crash_between_append_and_commit_applies_the_logged_record(env) -> None:
+    """The changelog got batch 1 but the store did not; the replay computes other rows: the logged ones win."""
+    log, app, state = env
+    cl = EventLogChangelog(log)
+    w = logged_writer(app, cl)
+    w.write_batch(0, batch(0), position(0))
+    spec = kv_spec()
+    p = partition_for_key("c1", 3)
+    rows = pa.table({"k": ["c1"], "ts": pa.nulls(1, pa.int64()), "ws": pa.nulls(1, pa.int64()),
+                     "we": pa.nulls(1, pa.int64()), "del": [False], "v0": [111.0], "v1": [1]})
+    cl.append(changelog_topic(APP, "revenue"), {p: ChangelogRecord(spec, 1, Position.from_map(position(1)), None,
+                                                                   rows)})
+    w2 = logged_writer(app, cl)  # the restarted pipeline
+    w2.write_batch(1, [Change("c1", (999.0, 9))], position(1))
+    got, pos, last = contents(state, spec, p)
+    assert last == 1 and any(r[0] == "c1" and 111.0 in r for r in got), got
+    assert not any(r[0] == "c1" and 999.0 in r for r in got)
+    assert [r.batch_id for r in _records(log, p)] == [0, 1]  # not logged again
+    for q in set(range(3)) - {p}:  # the other partitions had not logged batch 1: they log the replay's share
+        assert [r.batch_id for r in _records(log, q)] == [0, 1]
+
+
+def test_bad_input_writes_neither_changelog_nor_store(env) -> None:
+    log, app, state = env
+    w = logged_writer(app, EventLogChangelog(log))
+    w.write_batch(0, batch(0), position(0))
+    with pytest.raises(BatchError, match="NaN|null|change #"):
+        w.write_batch(1, [Change("c1", (1.0, 1)), Change(None, (2.0, 2))], position(1))
+    with pytest.raises(BatchError, match="batch_id"):
+        w.write_batch(-1, [], position(1))
+    with pytest.raises(BatchError, match="position"):
+        w.write_batch(1, [], "not a position")  # type: ignore[arg-type]
+    assert [len(_records(log, p)) for p in range(3)] == [1, 1, 1]
+    assert {contents(state, kv_spec(), p)[2] for p in range(3)} == {0}
+
+
+def test_a_changelog_that_disagrees_with_the_store_is_refused_by_name(env) -> None:
+    """The changelog claims a later batch than the store for a partition, but its last record is another batch."""
+    log, app, _ = env
+    cl = EventLogChangelog(log)
+    w = logged_writer(app, cl)
+    w.write_batch(0, batch(0), position(0))
+    spec = kv_spec()
+    empty = pa.table({"k": pa.array([], pa.string())})
+    cl.append(changelog_topic(APP, "revenue"), {0: ChangelogRecord(spec, 5, Position.empty(), None, empty)})
+    w2 = ChangelogWriter(app.writer("revenue"), cl, APP)
+    with pytest.raises(BatchError, match="disagree"):
+        w2.write_batch(2, batch(2), position(2))
+
+
+def test_topic_names_and_damaged_records() -> None:
+    assert changelog_topic("shop", "revenue") == "shop-revenue-changelog"
+    assert store_of_topic("shop", "shop-revenue-changelog") == "revenue"
+    assert store_of_topic("shop", "orders") is None and store_of_topic("other", "shop-revenue-changelog") is None
+    with pytest.raises(ChangelogFormatError, match="not a changelog record"):
+        ChangelogRecord.from_value({"k": 1}, "t/0@0")
+    with pytest.raises(ChangelogFormatError, match="base64"):
+        ChangelogRecord.from_value({"rows": "!!", "f": 1}, "t/0@0")
+    with pytest.raises(ChangelogFormatError, match="format"):
+        ChangelogRecord.from_value({"rows": "", "f": 99}, "t/0@1")
+    with pytest.raises(ChangelogFormatError, match="no iqgate.changelog header"):
+        ChangelogRecord.from_kafka(b"x", [], "t/0@2")
+    with pytest.raises(ChangelogFormatError, match="damaged"):
+        ChangelogRecord.from_kafka(b"not arrow", [("iqgate.changelog", b'{"f": 1, "b": 0, "p": {}, "s": {}}')],
+                                   "t/0@3")
