@@ -108,10 +108,6 @@ class PartitionedWriter:
         if errors:
             raise errors[0]
 
-    def partition_store(self, partition: int) -> PartitionStore:
-        """One partition's store, for a sink that reads what it writes (table aggregates read current totals)."""
-        return self._stores[partition]
-
     def last_batch_id(self) -> int | None:
         """The smallest last-applied batch id over the partitions (None if some partition never applied one)."""
         ids = [s.last_batch_id() for s in self._stores.values()]

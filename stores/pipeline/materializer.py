@@ -88,7 +88,7 @@ def _projection(decl: Any) -> list[Any]:
         c = F.col(col) if isinstance(col, str) else col
         return F.when(c.isNull(), F.lit(None)).otherwise(F.unix_millis(c.cast("timestamp")))
 
-    if decl.shape == "table_aggregate":  # the retraction step's rows, turned into aggregates by the sink
+    if decl.shape in ("table_aggregate", "open_session"):  # a stateful step's own rows (see the sink)
         return [F.col(f"`{c}`") for c in decl.df.columns]
     types = dict(decl.df.dtypes)
     key_cols = getattr(decl, "key_cols", ()) or (decl.key_col,)
@@ -131,6 +131,8 @@ def rows_to_table(decl: Any, table: pa.Table, batch_ts: int | None) -> pa.Table:
     dropped, as Kafka Streams drops null-key records.
     """
     names = table.column_names
+    if decl.shape == "open_session":  # update-mode sessions: changed sessions and deletes of merged-away ones
+        return _open_session_table(decl, table)
     latest = decl.shape in ("latest", "versioned")
     if latest and "__offset" in names:
         order = [(c, "ascending") for c in ("__topic", "__partition", "__offset") if c in names]
@@ -162,6 +164,19 @@ def rows_to_table(decl: Any, table: pa.Table, batch_ts: int | None) -> pa.Table:
     return out if pc.all(keep).as_py() else out.filter(keep)
 
 
+def _open_session_table(decl: Any, table: pa.Table) -> pa.Table:
+    """The session step's rows (``k, ws, we, cnt, s0…, deleted``) → the session store's change table."""
+    n = len(decl.spec.values)
+    cols: dict[str, Any] = {KEY: table.column("k"), WS: table.column("ws"), WE: table.column("we"),
+                            TS: table.column("we"), value_name(0): table.column("cnt")}
+    for i in range(1, n):
+        cols[value_name(i)] = table.column(f"s{i - 1}")
+    cols[DELETED] = pc.fill_null(table.column("deleted"), False)
+    out = pa.table(cols)
+    keep = pc.is_valid(out.column(KEY))
+    return out if pc.all(keep).as_py() is not False else out.filter(keep)
+
+
 def _table_aggregate_rows(decl: Any, table: pa.Table, batch_ts: int | None, writer: Any, batch_id: int
                           ) -> pa.Table | None:
     """The retraction step's rows → the aggregates' change table (None: nothing to change, or a replay)."""
@@ -169,10 +184,11 @@ def _table_aggregate_rows(decl: Any, table: pa.Table, batch_ts: int | None, writ
     sum_types = decl.sum_types
     if len(table) == 0:
         return None
-    last = [writer.partition_store(p).last_batch_id() for p in range(spec.partitions)]
+    stores = writer.partition_stores
+    last = [stores[p].last_batch_id() for p in range(spec.partitions)]
     if all(b is not None and b >= batch_id for b in last):
         return None  # a replay every partition applied: the current totals already include it
-    return aggregate_rows(spec, writer.partition_store, group_deltas(table, sum_types), batch_ts, sum_types)
+    return aggregate_rows(spec, stores.__getitem__, group_deltas(table, sum_types), batch_ts, sum_types)
 
 
 def rows_to_empty(decl: Any) -> pa.Table:

@@ -24,61 +24,39 @@ Shapes and the store kind each becomes:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructField, StructType, TimestampNTZType, TimestampType
+from pyspark.sql.types import StructType
 
-from ..catalog.schema import Column, SqlType, StoreKind, StoreSpec, parse_type
+from ..catalog.schema import StoreKind, StoreSpec
 from ..log.eventlog import EventLog
 from ..log.kafka import KafkaSource
 from ..log.source import SourceLog
+from .declarations import (
+    _UNITS_MS,
+    StoreDecl,
+    TopologyError,
+    _column,
+    _is_aggregate,
+    _plan_text,
+    _require_col,
+    _split_having,
+    key_names,
+)
 from .kafka_source import source_options
 from .shared_query import DEFAULT_STORES_PER_QUERY
+from .stateful_tables import session_table_decl, table_aggregate_decl
 from .stream_rows import METADATA_COLUMNS, parse_value_schema
 
 __all__ = ["Topology", "StoreDecl", "TopologyError"]
 
 _STREAM_IDS = itertools.count(1)
 _STREAM_OPT = "iqgate.stream"
-
-
-class TopologyError(ValueError):
-    """A store declaration that cannot work; the message names the store and the problem."""
-
-
-@dataclass(frozen=True)
-class StoreDecl:
-    """One declared store: its spec plus what the materializer needs to turn rows into Changes."""
-
-    spec: StoreSpec
-    df: DataFrame
-    shape: str  # "aggregate" | "window" | "session" | "latest" | "versioned"
-    output_mode: str
-    key_col: str  # the key column, or the first of a composite key's (``key_cols``)
-    value_cols: tuple[str, ...]
-    window_col: str | None
-    timestamp_col: str | None
-    streams: frozenset[str] = frozenset()  # the Topology.stream ids it reads (stores reading the same share a query)
-    key_cols: tuple[str, ...] = ()  # every key column, in key order (one for a simple key)
-    having: str | None = None  # a filter after the aggregation (Spark SQL): rows failing it delete their key
-    sum_types: tuple[str, ...] = ()  # table aggregates: "int" or "float" per summed column
-
-
-def _key_names(store: str, key: Any) -> tuple[str, ...]:
-    """``key=`` as given (a column name, or a list/tuple of them for a composite key) → the key column names."""
-    names = (key,) if isinstance(key, str) else tuple(key) if isinstance(key, (list, tuple)) else None
-    if not names or not all(isinstance(n, str) and n for n in names):
-        raise TopologyError(f"store {store!r}: key must be a column name or a list of column names, got {key!r}")
-    if len(set(names)) != len(names):
-        raise TopologyError(f"store {store!r}: key columns {list(names)} name a column twice")
-    return names
 
 
 class Topology:
@@ -202,7 +180,7 @@ class Topology:
             df, having = _split_having(name, df, plan)
             plan = _plan_text(df) if having is not None else plan
         cols = dict(df.dtypes)
-        keys = _key_names(name, key)
+        keys = key_names(name, key)
         for k in keys:
             _require_col(name, cols, k, "key")
         if window is not None:
@@ -252,7 +230,7 @@ class Topology:
             raise TopologyError(f"store {name!r}: a versioned table takes the records themselves, "
                                 "not an aggregation; use table() for aggregates")
         cols = dict(df.dtypes)
-        keys = _key_names(name, key)
+        keys = key_names(name, key)
         for k in keys:
             _require_col(name, cols, k, "key")
         _require_col(name, cols, timestamp, "timestamp")
@@ -270,59 +248,25 @@ class Topology:
                         sums: dict[str, str] | None = None, partitions: int | None = None) -> StoreSpec:
         """Counts (and sums) per ``group_by`` value over the TABLE ``df`` is the changelog of (issue 16 item 6).
 
-        ``df`` is a stream of records (``t.stream(...)``) read as a table: a key's latest record is its row,
-        a record with all-null values deletes it. When a key's row changes, its old group is retracted
-        (count -1, sums minus the old values) and its new group gains it; a group whose count reaches 0 is
-        deleted: the store always equals ``SELECT group_by, count(*), sum(…) FROM <table> GROUP BY group_by``.
+        See ``stateful_tables.table_aggregate_decl``.
         """
         self._check_new(name, df)
-        plan = _plan_text(df)
-        if _is_aggregate(plan):
-            raise TopologyError(f"store {name!r}: table_aggregate takes the table's records, not an aggregation")
-        cols = dict(df.dtypes)
-        sums = dict(sums or {})
-        for c, role in [(key, "key"), (group_by, "group_by"), *((s, "sums") for s in sums.values())]:
-            _require_col(name, cols, c, role)
-        kinds = []
-        for out, c in sums.items():
-            t = cols[c]
-            if t in ("bigint", "int", "smallint", "tinyint"):
-                kinds.append("int")
-            elif t in ("double", "float"):
-                kinds.append("float")
-            else:
-                raise TopologyError(f"store {name!r}: sums[{out!r}] column {c!r} is {t}, not a number")
-        value_cols = tuple(c for c in df.columns if c not in (key, *METADATA_COLUMNS))
-        from .table_aggregate import retract_rows, retraction_columns
+        return self._add(table_aggregate_decl(name, df, key=key, group_by=group_by, count=count, sums=sums,
+                                              topics=self._topics_of(df), partitions=self._partitions(df, partitions)))
 
-        fields = {f.name: f.dataType for f in df.schema.fields}
-        state_cols, _out = retraction_columns(group_by, list(sums.values()))
-        sum_fields = [fields[c] for c in sums.values()]
-        state_schema = StructType([StructField(state_cols[0], fields[group_by]),
-                                   *(StructField(n, t) for n, t in zip(state_cols[1:], sum_fields))])
-        out_schema = StructType([StructField("k", fields[key]),
-                                 StructField("old_g", fields[group_by]),
-                                 *(StructField(f"old_s{i}", t) for i, t in enumerate(sum_fields)),
-                                 StructField("new_g", fields[group_by]),
-                                 *(StructField(f"new_s{i}", t) for i, t in enumerate(sum_fields))])
-        group_kind = {"bigint": "int", "int": "int", "smallint": "int", "tinyint": "int", "double": "float",
-                      "float": "float"}.get(cols[group_by])
-        func = functools.partial(retract_rows, group=group_by, sums=list(sums.values()), value_cols=value_cols,
-                                 kinds=[group_kind, *kinds])
-        derived = df.groupBy(key).applyInPandasWithState(func, out_schema, state_schema, "Update", "NoTimeout")
-        topics = self._topics_of(df)
-        if partitions is None:
-            partitions = max((self._source_partitions(t) for t in topics), default=1)
-        try:
-            spec = StoreSpec(name=name, kind=StoreKind.KEY_VALUE, key=_column(name, group_by, fields[group_by]),
-                             values=(Column(count, SqlType.BIGINT),
-                                     *(Column(out, SqlType.BIGINT if k == "int" else SqlType.DOUBLE)
-                                       for out, k in zip(sums, kinds))),
-                             partitions=partitions, source_topics=topics)
-        except ValueError as exc:
-            raise TopologyError(str(exc)) from None
-        return self._add(StoreDecl(spec, derived, "table_aggregate", "update", group_by, spec.value_names(), None,
-                                   None, key_cols=(group_by,), sum_types=tuple(kinds)))
+    def session_table(self, name: str, df: DataFrame, *, key: str = "key", gap: str | int,
+                      timestamp: str = "timestamp", count: str = "count", sums: dict[str, str] | None = None,
+                      retention_ms: int | None = None, partitions: int | None = None) -> StoreSpec:
+        """Session windows visible while open (issue 16 item 4); see ``stateful_tables.session_table_decl``."""
+        self._check_new(name, df)
+        return self._add(session_table_decl(name, df, key=key, gap=gap, timestamp=timestamp, count=count, sums=sums,
+                                            retention_ms=retention_ms, topics=self._topics_of(df),
+                                            partitions=self._partitions(df, partitions)))
+
+    def _partitions(self, df: DataFrame, partitions: int | None) -> int:
+        if partitions is not None:
+            return partitions
+        return max((self._source_partitions(t) for t in self._topics_of(df)), default=1)
 
     # -- TopologyLike ---------------------------------------------------
     def store_specs(self) -> list[StoreSpec]:
@@ -383,10 +327,6 @@ class Topology:
         return self.log.partitions(topic) if self.log.has_topic(topic) else 1
 
 
-def _plan_text(df: DataFrame) -> str:
-    return str(df._jdf.queryExecution().analyzed().toString())
-
-
 def _stream_ids(df: DataFrame) -> set[str]:
     """The ``iqgate.stream`` option of every streaming source leaf in the plan (which topics feed a store)."""
     ids = set()
@@ -426,41 +366,6 @@ def _native_kafka_available(spark: SparkSession) -> bool:
         return False
 
 
-def _is_aggregate(plan: str) -> bool:
-    return re.search(r"^[\s:+\-!~]*Aggregate \[", plan, re.MULTILINE) is not None
-
-
-def _split_having(store: str, df: DataFrame, plan: str) -> tuple[DataFrame, str | None]:
-    """``agg.filter(cond)`` → (agg, cond as Spark SQL): the store gets every aggregate row, and a row failing
-    ``cond`` deletes its key (a tombstone), as a ksqlDB table with HAVING does (issue 16 item 5).
-
-    Left in the streaming query, the filter would only drop output rows, so a key whose aggregate stops
-    qualifying would keep its last qualifying row forever. Filters stacked at the top are joined with AND;
-    a filter after the aggregation that is not at the top (under a projection) is refused with the fix.
-    """
-    conds: list[str] = []
-    node = df._jdf.queryExecution().analyzed()
-    while node.nodeName() == "Filter":
-        conds.append(str(node.condition().sql()))
-        node = node.child()
-    lines = plan.splitlines()
-    agg_line = next(i for i, line in enumerate(lines) if re.search(r"^[\s:+\-!~]*Aggregate \[", line))
-    if any(re.search(r"^[\s:+\-!~]*Filter ", line) for line in lines[len(conds):agg_line]):
-        raise TopologyError(f"store {store!r}: a filter after the aggregation must be the last step "
-                            "(agg.withColumn(...).filter(...)), so rows that stop qualifying can be deleted")
-    if not conds:
-        return df, None
-    session = df.sparkSession
-    jds = session._jvm.org.apache.spark.sql.classic.Dataset.ofRows(df._jdf.sparkSession(), node)  # type: ignore[union-attr]
-    return DataFrame(jds, session), " AND ".join(f"({c})" for c in reversed(conds))
-
-
-def _require_col(store: str, cols: dict[str, str], col: Any, role: str) -> None:
-    if not isinstance(col, str) or col not in cols:
-        raise TopologyError(f"store {store!r}: no {role} column {col!r}; the DataFrame's columns are "
-                            f"{list(cols)}")
-
-
 def _check_mode(store: str, shape: str, mode: str, allowed: tuple[str, ...]) -> str:
     if mode not in allowed:
         what = {"aggregate": "an aggregation by key", "window": "a window aggregation",
@@ -468,19 +373,6 @@ def _check_mode(store: str, shape: str, mode: str, allowed: tuple[str, ...]) -> 
         raise TopologyError(f"store {store!r}: output mode {mode!r} is not supported for {what}; "
                             f"use {' or '.join(allowed)}")
     return mode
-
-
-def _column(store: str, name: str, dt: Any) -> Column:
-    if isinstance(dt, (TimestampType, TimestampNTZType)):
-        return Column(name, SqlType.TIMESTAMP)
-    try:
-        return Column(name, parse_type(dt.simpleString()))
-    except ValueError:
-        raise TopologyError(f"store {store!r}: column {name!r} has type {dt.simpleString()}, which a store "
-                            "cannot hold; cast it or drop it") from None
-
-
-_UNITS_MS = {"millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
 
 
 def _window_params(plan: str) -> tuple[int | None, int | None, int | None]:

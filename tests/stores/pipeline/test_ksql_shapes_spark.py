@@ -4,7 +4,9 @@
 - ``big_sales``: the same aggregate ``.filter(units > 30)`` with returns (negative units): a key whose sum
   drops back to 30 or below disappears (item 5, HAVING);
 - ``per_category``: counts and sums per category of each user's CURRENT row (item 6, a table aggregated,
-  with retraction when a user moves category or is deleted).
+  with retraction when a user moves category or is deleted);
+- ``sessions``: update-mode session windows (item 4): open sessions are in the store as soon as the batch
+  holding their records is, so a read bounded at a record's offset sees the session that contains it.
 
 Each store's content is checked at its own Position against DuckDB over the
 raw records of the event log, and through SQL against the same oracle.
@@ -23,7 +25,16 @@ import pyspark  # noqa: E402,F401 - Spark tests run or fail, never skip quietly
 from pyspark.sql import functions as F  # noqa: E402
 
 from gateway.engine import Gateway  # noqa: E402
-from stores import RangeQuery, State, StateQueryRequest, StreamsApp, Topology  # noqa: E402
+from stores import (  # noqa: E402
+    Position,
+    PositionBound,
+    RangeQuery,
+    State,
+    StateQueryRequest,
+    StreamsApp,
+    Topology,
+    WindowRangeQuery,
+)
 from stores.log.eventlog import EventLog  # noqa: E402
 from stores.pipeline.topology import TopologyError  # noqa: E402
 from tests.stores.pipeline.oracle import caught_up, wait_for_state, wait_until  # noqa: E402
@@ -55,7 +66,52 @@ def build(spark, log: EventLog) -> Topology:  # noqa: ANN001
             .filter(F.col("units") > 30), key=["region", "product"])
     users = t.stream("users", value_schema="category STRING, amount BIGINT")
     t.table_aggregate("per_category", users, group_by="category", count="users", sums={"total": "amount"})
+    clicks = t.stream("clicks", value_schema="n BIGINT")
+    t.session_table("sessions", clicks, gap="30 seconds", count="clicks", sums={"total": "n"})
     return t
+
+
+GAP = 30_000
+
+
+def click_events(n: int, seed: int, start_ts: int) -> list[tuple]:
+    rnd = random.Random(seed)
+    return [(f"v{rnd.randrange(5)}", {"n": rnd.randrange(10)}, start_ts + rnd.randrange(0, 600_000)) for _ in range(n)]
+
+
+def _sessions_oracle(log: EventLog, position) -> dict:  # noqa: ANN001
+    con = duckdb.connect()
+    con.execute("CREATE TABLE ev (k VARCHAR, n BIGINT, ts BIGINT)")
+    rows = []
+    for p in range(log.partitions("clicks")):
+        last = position.offset("clicks", p)
+        if last is not None:
+            rows += [(r.key, r.value["n"], r.timestamp) for r in log.read("clicks", p, 0, last + 1)]
+    if rows:
+        con.executemany("INSERT INTO ev VALUES (?, ?, ?)", rows)
+    got = con.execute(f"""
+        SELECT k, min(ts), max(ts), count(*), sum(n) FROM (
+          SELECT *, sum(new) OVER (PARTITION BY k ORDER BY ts ROWS UNBOUNDED PRECEDING) AS sid FROM (
+            SELECT *, CASE WHEN ts - lag(ts) OVER (PARTITION BY k ORDER BY ts) <= {GAP} THEN 0 ELSE 1 END AS new
+            FROM ev))
+        GROUP BY k, sid""").fetchall()
+    return {(k, ws, we): (c, t) for k, ws, we, c, t in got}
+
+
+def _sessions(app: StreamsApp, bound=None):  # noqa: ANN001, ANN202
+    out, position = {}, None
+    for k in (f"v{i}" for i in range(5)):
+        req = StateQueryRequest.in_store("sessions").with_query(WindowRangeQuery.with_key(k))
+        if bound is not None:
+            req = req.with_position_bound(bound)
+        res = app.query(req)
+        for qr in res.partition_results.values():
+            if not qr.is_success:
+                return None, None
+            for kv in qr.result:
+                out[(kv.key.key, kv.key.window.start, kv.key.window.end)] = tuple(kv.value)
+        position = res.position if position is None else position.merge(res.position)
+    return position, out
 
 
 def user_events(n: int, seed: int, start_ts: int) -> list[tuple]:
@@ -148,6 +204,8 @@ def test_composite_keys_and_nested_values_match_the_oracle(spark, tmp_path: Path
     log = EventLog(tmp_path / "log")
     log.create_topic("sales", partitions=3)
     log.create_topic("users", partitions=2)
+    log.create_topic("clicks", partitions=2)
+    log.append_batch("clicks", click_events(150, seed=5, start_ts=1_700_000_000_000))
     log.append_batch("sales", sale_events(300, seed=1, start_ts=1_700_000_000_000))
     log.append_batch("users", user_events(120, seed=3, start_ts=1_700_000_000_000))
     app = StreamsApp(build(spark, log), application_id="ksql-shapes", state_dir=tmp_path / "state")
@@ -163,7 +221,13 @@ def test_composite_keys_and_nested_values_match_the_oracle(spark, tmp_path: Path
             if round_:  # more records: the updated aggregates replace the old ones, nested values included
                 log.append_batch("sales", sale_events(150, seed=2, start_ts=1_700_001_000_000))
                 log.append_batch("users", user_events(80, seed=4, start_ts=1_700_001_000_000))
-                wait_until(lambda: caught_up(app, log, ("sales", "big_sales", "per_category")), "stores to catch up", 180)
+                log.append_batch("clicks", click_events(100, seed=6, start_ts=1_700_000_000_000))  # late ones merge
+                wait_until(lambda: caught_up(app, log, ("sales", "big_sales", "per_category", "sessions")),
+                           "stores to catch up", 180)
+
+            # item 4: sessions (open ones too) equal gaps-and-islands over the records up to the store's Position
+            spos, sess = _sessions(app)
+            assert sess == _sessions_oracle(log, spos)
 
             # item 6: the table aggregate equals GROUP BY over each user's latest row, at the store's Position
             upos, per_cat = _all_rows(app, "per_category")
@@ -197,5 +261,13 @@ def test_composite_keys_and_nested_values_match_the_oracle(spark, tmp_path: Path
             assert nested == ([(want[k][0], want[k][1], want[k][1])] if k in want else [])
             plan = "\n".join(r[0] for r in gw.sql("EXPLAIN SELECT * FROM sales WHERE region = 'eu' AND product = 3").rows())
             assert "KeyQuery{key=('eu', 3)" in plan
+
+        # item 4: a read bounded at a new record's offset sees the (open) session that holds it, never less
+        ts = 1_700_000_000_000 + 10_000_000
+        p, off = log.append("clicks", key="v1", value={"n": 7}, timestamp=ts)
+        bound = PositionBound.at(Position.from_map({"clicks": {p: off}}))
+        seen: list = []
+        wait_until(lambda: seen.append(_sessions(app, bound)[1]) or seen[-1] is not None, "the bound", 120)
+        assert seen[-1][("v1", ts, ts)] == (1, 7)
     finally:
         app.close()

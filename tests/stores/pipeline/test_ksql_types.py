@@ -15,6 +15,7 @@ from stores.engine import open_partition
 from stores.engine.writer import PartitionedWriter
 from stores.iqv2.position import Position, PositionBound
 from stores.iqv2.query import RangeQuery
+from stores.pipeline.open_sessions import merge_sessions
 from stores.pipeline.stream_rows import parse_value_schema, row_converter, stream_schema
 from stores.pipeline.table_aggregate import aggregate_rows, group_deltas
 
@@ -85,7 +86,7 @@ def test_deltas_applied_to_the_stores_totals_equal_a_recount(tmp_path: Path) -> 
             table = pa.Table.from_pylist(rows, pa.schema([("k", pa.string()), ("old_g", pa.string()),
                                                           ("old_s0", pa.int64()), ("new_g", pa.string()),
                                                           ("new_s0", pa.int64())]))
-            change = aggregate_rows(PER_CAT, writer.partition_store, group_deltas(table, ["int"]), 1, ["int"])
+            change = aggregate_rows(PER_CAT, writer.partition_stores.__getitem__, group_deltas(table, ["int"]), 1, ["int"])
             writer.write_table(batch, change, Position.from_map({"users": {0: batch}}))
             got = {}
             for s in stores.values():
@@ -99,3 +100,36 @@ def test_deltas_applied_to_the_stores_totals_equal_a_recount(tmp_path: Path) -> 
     finally:
         for s in stores.values():
             s.close()
+
+
+def test_sessions_merge_as_kafka_merges_them() -> None:
+    """A record within the gap of a session joins it; one bridging two sessions merges them (item 4)."""
+    gap = 10
+    s = merge_sessions([], [(100, [1]), (105, [2]), (122, [4])], gap)
+    assert s == [[100, 105, 2, 3], [122, 122, 1, 4]]
+    s = merge_sessions(s, [(113, [8])], gap)  # within 10 of 105 and of 122: one session
+    assert s == [[100, 122, 4, 15]]
+    s = merge_sessions(s, [(133, [None]), (90, [1])], gap)  # 133 is 11 after 122: a new one; 90 joins the first
+    assert s == [[90, 122, 5, 16], [133, 133, 1, 0]]
+
+
+def test_sessions_equal_a_recomputation_whatever_the_batching() -> None:
+    rnd = random.Random(5)
+    events = [(rnd.randrange(0, 500), [rnd.randrange(5)]) for _ in range(200)]
+
+    def oracle(evts):  # noqa: ANN001, ANN202 - sorted by time, gaps larger than 10 split sessions
+        out = []
+        for t, (v,) in sorted(evts):
+            if out and t - out[-1][1] <= 10:
+                out[-1][1] = t
+                out[-1][2] += 1
+                out[-1][3] += v
+            else:
+                out.append([t, t, 1, v])
+        return out
+
+    for size in (1, 7, 200):
+        state: list = []
+        for i in range(0, len(events), size):
+            state = merge_sessions(state, events[i:i + size], 10)
+        assert state == oracle(events)
