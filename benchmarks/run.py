@@ -28,6 +28,7 @@ MODULES = (
     "benchmarks.bench_planner",
     "benchmarks.bench_gateway",
     "benchmarks.bench_dbapi",
+    "benchmarks.bench_replicas",
     "benchmarks.bench_pipeline",
     "benchmarks.bench_kafka",
     "benchmarks.bench_statestore",
