@@ -96,7 +96,7 @@ def worker_figures(quick: bool) -> list[Figure]:
     root = Path(tempfile.mkdtemp(prefix="iqgate-bench-mem-"))
     app = _fill_state_dir(root / "state", keys)
     port = _free_port()
-    proc = subprocess.Popen(IQGATE + ["serve", "--state-dir", str(root / "state"), "--port", str(port)],
+    proc = subprocess.Popen(IQGATE + ["serve", "--state-dir", str(root / "state"), "--port", str(port), "--workers", "1"],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_healthy(port, proc, 60)

@@ -27,12 +27,14 @@ MODULES = (
     "benchmarks.bench_stores",
     "benchmarks.bench_planner",
     "benchmarks.bench_gateway",
+    "benchmarks.bench_scans",
     "benchmarks.bench_dbapi",
     "benchmarks.bench_replicas",
     "benchmarks.bench_pipeline",
     "benchmarks.bench_kafka",
     "benchmarks.bench_statestore",
     "benchmarks.bench_memory",
+    "benchmarks.bench_many_stores",
 )
 
 

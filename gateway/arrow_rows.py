@@ -22,24 +22,20 @@ from typing import Any
 
 import pyarrow as pa
 
+from stores.catalog.nested import NestedType
 from stores.catalog.schema import SqlType, StoreKind, StoreSpec
+from stores.engine.arrow_reads import ARROW_TYPES as _STORE_ARROW_TYPES
+from stores.engine.arrow_reads import ArrowRows
 from stores.iqv2.position import Position
 from stores.iqv2.query import ResultOrder, WindowKeyQuery
 from stores.iqv2.request import StateQueryRequest
 from stores.iqv2.result import FailureReason, StateQueryResult
 from stores.iqv2.values import KeyValue, ValueAndTimestamp, VersionedRecord, Windowed
 
-__all__ = ["ScanRows", "Failure", "collect", "ARROW_TYPES", "DUCK_TYPES", "PSEUDO_FIELDS", "python_value", "position_json"]
+__all__ = ["ScanRows", "Failure", "collect", "ARROW_TYPES", "DUCK_TYPES", "PSEUDO_FIELDS", "python_value", "position_json",
+           "arrow_type", "duck_type"]
 
-ARROW_TYPES: dict[SqlType, pa.DataType] = {
-    SqlType.BIGINT: pa.int64(),
-    SqlType.INTEGER: pa.int32(),
-    SqlType.DOUBLE: pa.float64(),
-    SqlType.VARCHAR: pa.string(),
-    SqlType.BOOLEAN: pa.bool_(),
-    SqlType.TIMESTAMP: pa.timestamp("ms", tz="UTC"),
-    SqlType.DATE: pa.date32(),
-}
+ARROW_TYPES: dict[SqlType, pa.DataType] = {**_STORE_ARROW_TYPES, SqlType.BLOB: pa.binary()}  # what scans produce
 
 # The DuckDB type names of the same columns, for results that skip DuckDB (the fast path).
 DUCK_TYPES: dict[SqlType, str] = {
@@ -50,7 +46,25 @@ DUCK_TYPES: dict[SqlType, str] = {
     SqlType.BOOLEAN: "BOOLEAN",
     SqlType.TIMESTAMP: "TIMESTAMP WITH TIME ZONE",
     SqlType.DATE: "DATE",
+    SqlType.BLOB: "BLOB",
 }
+
+
+def arrow_type(t: SqlType | NestedType) -> pa.DataType:
+    """The Arrow type of a column: nested columns become Arrow LIST / STRUCT / MAP (DuckDB's LIST, STRUCT, MAP)."""
+    if not isinstance(t, NestedType):
+        return ARROW_TYPES[t]
+    if t.kind == "ARRAY":
+        return pa.list_(arrow_type(t.element))
+    if t.kind == "MAP":
+        return pa.map_(arrow_type(t.key), arrow_type(t.element))
+    return pa.struct([pa.field(n, arrow_type(ft)) for n, ft in t.fields])
+
+
+def duck_type(t: SqlType | NestedType) -> str:
+    """The DuckDB type name of a column (what DESCRIBE, /v1/stores and result metadata say)."""
+    return t.render(DUCK_TYPES.__getitem__) if isinstance(t, NestedType) else DUCK_TYPES[t]
+
 
 PSEUDO_FIELDS: tuple[pa.Field, ...] = (
     pa.field("_partition", pa.int32()),
@@ -63,7 +77,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _EPOCH_DATE = date(1970, 1, 1)
 
 
-def python_value(sql_type: SqlType, v: Any) -> Any:
+def python_value(sql_type: SqlType | NestedType, v: Any) -> Any:
     """The Python value a client sees for a stored value (DuckDB's own conversion, without DuckDB)."""
     if v is None:
         return None
@@ -71,7 +85,20 @@ def python_value(sql_type: SqlType, v: Any) -> Any:
         return _EPOCH + timedelta(milliseconds=v)
     if sql_type is SqlType.DATE:
         return _EPOCH_DATE + timedelta(days=v)
+    if isinstance(sql_type, NestedType):
+        return _nested_python(sql_type, v)
     return v
+
+
+def _nested_python(t: Any, v: Any) -> Any:
+    """Times inside nested values as DuckDB returns them (datetime, date); MAP as a dict."""
+    if v is None or not isinstance(t, NestedType):
+        return python_value(t, v) if v is not None and t in (SqlType.TIMESTAMP, SqlType.DATE) else v
+    if t.kind == "ARRAY":
+        return [_nested_python(t.element, e) for e in v]
+    if t.kind == "MAP":
+        return {_nested_python(t.key, k): _nested_python(t.element, e) for k, e in v.items()}
+    return {n: _nested_python(ft, v.get(n)) for n, ft in t.fields}
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,17 +117,19 @@ class ScanRows:
     spec: StoreSpec
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
+    # Arrow scans (arrow_scans.py): (partition, position json, the partition's stream), read by the residual SQL
+    streams: list[tuple[int, str | None, Any]] = field(default_factory=list)
 
     def schema(self) -> pa.Schema:
-        cols = [pa.field(c.name, ARROW_TYPES[c.type]) for c in self.spec.columns()]
+        cols = [pa.field(c.name, arrow_type(c.type)) for c in self.spec.columns()]
         return pa.schema(cols + list(PSEUDO_FIELDS))
 
-    def to_arrow(self, include_failures: bool) -> pa.Table:
+    def to_arrow(self, include_failures: bool, *, with_rows: bool = True) -> pa.Table:
         """The store relation; failure rows (data columns NULL) only when the statement asked for them."""
         schema = self.schema()
         width = len(self.spec.columns())
         cols: list[list[Any]] = [[] for _ in range(width + 4)]
-        for row in self.rows:
+        for row in self.rows if with_rows else ():
             for i, v in enumerate(row):
                 cols[i].append(v)
             cols[width + 2].append(None)
@@ -113,7 +142,7 @@ class ScanRows:
                 cols[width + 1].append(position_json(f.position))
                 cols[width + 2].append(f.reason.label)
                 cols[width + 3].append(f.message)
-        arrays = [pa.array(c, type=schema.field(i).type) for i, c in enumerate(cols)]
+        arrays = [pa.array(_arrow_ready(c, schema.field(i).type), type=schema.field(i).type) for i, c in enumerate(cols)]
         return pa.Table.from_arrays(arrays, schema=schema)
 
     def project(self, names: Sequence[str]) -> tuple[list[tuple[str, str]], list[tuple[Any, ...]]]:
@@ -124,6 +153,35 @@ class ScanRows:
         else:
             out = [tuple(python_value(t, row[i]) if t else row[i] for i, t in picks) for row in self.rows]
         return list(columns), out
+
+
+def _arrow_ready(values: list[Any], t: pa.DataType) -> list[Any]:
+    """Python values pyarrow builds ``t`` from: a MAP's dict as (key, value) pairs, at any depth."""
+    if not _has_map(t):
+        return values
+    return [_pairs(v, t) for v in values]
+
+
+def _has_map(t: pa.DataType) -> bool:
+    if pa.types.is_map(t):
+        return True
+    if pa.types.is_list(t):
+        return _has_map(t.value_type)
+    if pa.types.is_struct(t):
+        return any(_has_map(t.field(i).type) for i in range(t.num_fields))
+    return False
+
+
+def _pairs(v: Any, t: pa.DataType) -> Any:
+    if v is None:
+        return None
+    if pa.types.is_map(t):
+        return [(k, _pairs(e, t.item_type)) for k, e in v.items()]
+    if pa.types.is_list(t):
+        return [_pairs(e, t.value_type) for e in v]
+    if pa.types.is_struct(t):
+        return {t.field(i).name: _pairs(v.get(t.field(i).name), t.field(i).type) for i in range(t.num_fields)}
+    return v
 
 
 _POSITION_JSON: dict[Position, str] = {}
@@ -141,8 +199,8 @@ def _projection(spec: StoreSpec, names: tuple[str, ...]) -> tuple[tuple[tuple[st
         if n not in index:
             raise KeyError(f"fast path column {n!r} is not a column of store {spec.name!r}")
         i, t = index[n]
-        picks.append((i, t if t in (SqlType.TIMESTAMP, SqlType.DATE) else None))
-        columns.append((n, DUCK_TYPES[t]))
+        picks.append((i, t if t in (SqlType.TIMESTAMP, SqlType.DATE) or isinstance(t, NestedType) else None))
+        columns.append((n, duck_type(t)))
     return tuple(columns), tuple(picks)
 
 
@@ -161,16 +219,24 @@ def position_json(position: Position | None) -> str | None:
 class _Shaper:
     """Builds a row in the store's column order from the parts a result carries."""
 
-    __slots__ = ("kind", "nvals", "store", "size")
+    __slots__ = ("kind", "nvals", "store", "size", "composite")
 
     def __init__(self, spec: StoreSpec) -> None:
         self.kind = spec.kind
         self.nvals = len(spec.values)
         self.store = spec.name
         self.size = spec.window_size_ms
+        self.composite = spec.composite
 
     def row(self, key: Any, value: Any, ts: int | None = None, ws: int | None = None, we: int | None = None,
             vt: int | None = None) -> tuple[Any, ...]:
+        if self.composite:  # the key tuple becomes the key columns
+            row = self._row(None, value, ts, ws, we, vt)
+            return (*key, *row[1:])
+        return self._row(key, value, ts, ws, we, vt)
+
+    def _row(self, key: Any, value: Any, ts: int | None = None, ws: int | None = None, we: int | None = None,
+             vt: int | None = None) -> tuple[Any, ...]:
         if isinstance(value, ValueAndTimestamp):
             ts = value.timestamp
             value = value.value
@@ -230,7 +296,8 @@ def _raw_builder(spec: StoreSpec, row_columns: tuple[str, ...]) -> RawBuilder | 
     six objects per row at once; the raw rows need one reordering tuple.
     BOOLEAN columns are stored as 0/1 and need decoding: slow path.
     """
-    if spec.key.type is SqlType.BOOLEAN or any(c.type is SqlType.BOOLEAN for c in spec.values):
+    if spec.key.type is SqlType.BOOLEAN or spec.composite or any(c.type is SqlType.BOOLEAN or c.nested
+                                                                  for c in spec.values):
         return None
     lead = len(row_columns)
     vals = tuple(range(lead, lead + len(spec.values)))
@@ -266,6 +333,9 @@ def collect(spec: StoreSpec, answers: Sequence[tuple[StateQueryRequest, StateQue
                 continue
             tail = (partition, position_json(qr.position))
             result = qr.result
+            if isinstance(result, ArrowRows):
+                scan.streams.append((partition, tail[1], result))
+                continue
             shaped = getattr(result, "shaped_rows", None)
             if shaped is not None:  # a peer's answer (gateway/routing): already the store relation's rows
                 rows.extend([r + tail for r in shaped])
@@ -291,6 +361,14 @@ def collect(spec: StoreSpec, answers: Sequence[tuple[StateQueryRequest, StateQue
 
 def _order_key(spec: StoreSpec):  # noqa: ANN202 - a sort key function
     """Key first, then window start / valid_from: the order a single sorted store would produce."""
+    nk = len(spec.key_columns())
+    if nk > 1:  # a composite key sorts as its tuple (the stored bytes' order)
+        if spec.kind in (StoreKind.WINDOW, StoreKind.SESSION):
+            return lambda r: (r[:nk], r[nk])
+        if spec.kind is StoreKind.VERSIONED:
+            j = nk + len(spec.values)
+            return lambda r: (r[:nk], r[j])
+        return lambda r: r[:nk]
     if spec.kind in (StoreKind.WINDOW, StoreKind.SESSION):
         return lambda r: (r[0], r[1])
     if spec.kind is StoreKind.VERSIONED:

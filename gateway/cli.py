@@ -1,4 +1,4 @@
-"""``iqgate``: serve | replica | sql | explain | produce | demo.
+"""``iqgate``: serve | replica | sql | explain | produce | upgrade | demo.
 
 Every command reports bad input as one line on stderr naming what was wrong
 and exits non-zero (2 for usage and SQL errors, 1 for failures at run time),
@@ -23,6 +23,7 @@ from .errors import GatewayError
 from .json_values import dumps
 from .options import config_from_args, config_kwargs, non_negative_int, pg_args, positive_int, server_args
 from .replica_cmd import add_replica_parser, routing_args
+from .upgrade_cli import add_upgrade_parser
 
 __all__ = ["main", "console", "request_stop"]
 
@@ -163,18 +164,67 @@ def _serve_until_stopped(gw: Any, args: argparse.Namespace, what: str) -> None:
     from .server import ServerThread, tune_process_for_serving
 
     tune_process_for_serving()
-    pg = _pg_server(gw, args)
-    server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die).start()
-    _start_membership(gw, args, server)
-    print(f"iqgate: serving {what} on {server.url}", file=sys.stderr, flush=True)
+    sock, workers = _listen(args)
+    pg = _pg_server(gw, args) if args.listen_fd is None else None
+    server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die, sock=sock).start()
+    if args.listen_fd is None:
+        _start_membership(gw, args, server)
+        print(f"iqgate: serving {what} on {server.url}{_workers_note(workers)}", file=sys.stderr, flush=True)
     _start_pg(pg)
     try:
         wait_for_stop()
     finally:
         _stop_membership(gw)
         server.close()
+        if workers is not None:
+            workers.stop()
         if pg is not None:
             pg.close()
+
+
+def _listen(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(the socket to serve on or None, the extra worker processes or None) for ``--workers``/``--listen-fd``."""
+    import socket
+
+    from .workers import Workers, die_with_parent, listening_socket
+
+    if args.listen_fd is not None:  # a worker: accept on the first process's socket, die with it
+        from .console import request_stop
+
+        die_with_parent(request_stop)
+        return socket.socket(fileno=args.listen_fd), None
+    n = args.workers
+    if n <= 1:
+        return None, None
+    try:
+        sock = listening_socket(args.host, args.port)
+    except OSError as exc:
+        raise SystemExit(f"iqgate: cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
+    state_dir = args.state_dir or str(Path(args.data_dir) / "state")
+    token = _token_for_workers(args)
+    return sock, Workers(n - 1, sock, state_dir, _worker_options(args),
+                                                 {"IQGATE_TOKEN": token} if token else None).start()
+
+
+def _token_for_workers(args: argparse.Namespace) -> str | None:
+    from .options import config_kwargs
+
+    return config_kwargs(args).get("auth_token")
+
+
+def _worker_options(args: argparse.Namespace) -> list[str]:
+    """The limits a worker enforces, as flags (the token goes by environment, never on a command line)."""
+    out = ["--threads", str(args.threads), "--max-rows", str(args.max_rows),
+           "--statement-timeout-ms", str(args.statement_timeout_ms)]
+    if args.max_memory is not None:
+        out += ["--max-memory", str(args.max_memory)]
+    if args.no_table_scans:
+        out.append("--no-table-scans")
+    return out
+
+
+def _workers_note(workers: Any) -> str:
+    return "" if workers is None else f" ({workers.count + 1} processes: this one and workers {workers.pids})"
 
 
 def _pg_server(gw: Any, args: argparse.Namespace) -> Any:
@@ -202,15 +252,31 @@ def _start_pg(pg: Any) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from .engine import Gateway
+    from .workers import default_workers
+
+    if args.workers is None:
+        args.workers = default_workers()
+    if getattr(args, "peers", "") and args.workers > 1:
+        # routing keeps its membership (peers' lags and health) in the serving process: one process routes
+        print("iqgate: --peers: serving with one process (--workers is not combined with routing yet)",
+              file=sys.stderr, flush=True)
+        args.workers = 1
 
     if args.pipeline is None:
         if not args.state_dir:
             raise SystemExit("iqgate serve: give a pipeline file, or --state-dir DIR to serve its stores read-only")
-        _say_open_files_limit()
+        if args.listen_fd is None:
+            _say_open_files_limit()
+        else:
+            from .hosting import raise_open_files_limit
+
+            raise_open_files_limit()
         from stores.app.reader import StateDirReader
 
         from .replica_cmd import routed
+        from .server import keep_pandas_out
 
+        keep_pandas_out()  # read-only: nothing here needs pandas (~50 MB a process)
         kwargs = config_kwargs(args)
         reader = StateDirReader(args.state_dir)
         gw = Gateway(routed(reader, args, kwargs.get("auth_token")), config=config_from_args(args))
@@ -224,6 +290,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .http import create_app
     from .replica_cmd import routed
     from .server import ServerThread, tune_process_for_serving
+    from .upgrade_cli import print_plan
 
     _say_open_files_limit()
     module = load_pipeline(args.pipeline)
@@ -235,16 +302,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     tune_process_for_serving()
     cfg = config_from_args(args)
     gw = Gateway(routed(hosted, args, cfg.auth_token), config=cfg)
+    sock, workers = _listen(args)
     pg = _pg_server(gw, args)
-    server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die).start()
+    server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die, sock=sock).start()
     _start_membership(gw, args, server)
-    print(f"iqgate: serving pipeline {module.APPLICATION_ID} on {server.url} (the stores on disk, read-only, "
-          "while Spark starts)", file=sys.stderr, flush=True)
+    print(f"iqgate: serving pipeline {module.APPLICATION_ID} on {server.url}{_workers_note(workers)} (the stores "
+          "on disk, read-only, while Spark starts)", file=sys.stderr, flush=True)
     _start_pg(pg)
     app = None
     try:
-        app = start_pipeline(module, log, state_dir, master=args.master)
+        app = start_pipeline(module, log, state_dir, master=args.master,
+                             rebuild_from_available=args.rebuild_from_available)
         hosted.attach(app)
+        print_plan(app.upgrades.plan)
         _report_catch_up(app)
         wait_for_stop()
     finally:
@@ -252,6 +322,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             pg.close()
         server.close()
         _stop_membership(gw)
+        if workers is not None:
+            workers.stop()
         if app is not None:
             app.close()
         hosted.close()
@@ -352,8 +424,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--state-dir", help="state directory (default DATA_DIR/state); alone: serve it read-only")
     _kafka_args(serve, "read the pipeline's topics from Kafka instead of the event log")
     serve.add_argument("--master", help="Spark master for the pipeline, e.g. spark://host:7077 (default: local[2])")
+    serve.add_argument("--rebuild-from-available", action="store_true",
+                       help="rebuild a changed store from what its source still holds when early records are gone "
+                            "(its answers are partial history) instead of refusing the upgrade")
     server_args(serve)
     pg_args(serve)
+    serve.add_argument("--workers", type=positive_int, default=None,
+                       help="serving processes on the one port, reading the same state directory (default: the "
+                            "number of cores); only the first hosts the pipeline")
+    serve.add_argument("--listen-fd", type=non_negative_int, help=argparse.SUPPRESS)  # a worker's inherited socket
     routing_args(serve)
     serve.set_defaults(fn=cmd_serve)
 
@@ -374,6 +453,8 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--partitions", type=positive_int, help="create the topic with this many partitions if missing")
     _kafka_args(produce, "produce to Kafka instead of the event log")
     produce.set_defaults(fn=cmd_produce)
+
+    add_upgrade_parser(sub, _kafka_args, _kafka_options)
 
     demo = sub.add_parser("demo", help="the shop pipeline end to end: events, Spark, stores, HTTP, example queries")
     demo.add_argument("--dir", default="demo-data", help="working directory (default ./demo-data)")

@@ -38,7 +38,9 @@ class GatewayConfig:
     ``max_response_bytes`` caps an answer's size beside ``max_rows``;
     ``max_waiters`` is how many statements may wait for a position bound at
     once (the rest are answered NOT_UP_TO_BOUND at once, so waiting requests
-    cannot hold every worker thread).
+    cannot hold every worker thread). ``arrow_scans`` reads range scans as
+    Arrow streams of ``scan_batch_rows`` rows (``gateway/arrow_scans.py``);
+    off, they are read as Python rows (the path before issue 14).
     """
 
     max_rows: int = 1_000_000
@@ -53,10 +55,12 @@ class GatewayConfig:
     max_memory_bytes: int = field(default_factory=lambda: default_max_memory())
     max_response_bytes: int = 256 * 2**20
     max_waiters: int = 2
+    arrow_scans: bool = True
+    scan_batch_rows: int = 65_536
 
     def __post_init__(self) -> None:
         for name in ("max_rows", "statement_timeout_ms", "max_wait_ms", "max_request_bytes", "ndjson_batch_rows",
-                     "max_memory_bytes", "max_response_bytes", "max_waiters"):
+                     "max_memory_bytes", "max_response_bytes", "max_waiters", "scan_batch_rows"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise ValueError(f"GatewayConfig.{name} must be a positive integer, got {v!r}")

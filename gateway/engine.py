@@ -34,6 +34,7 @@ from stores.iqv2.state import State
 
 from . import statements
 from .arrow_rows import ScanRows, collect
+from .arrow_scans import as_arrow_requests, close_streams, reads_once, relation_reader, streamable
 from .bounds import check_bound_topics
 from .cancel import Cancellation
 from .config import GatewayConfig, Session, as_position
@@ -45,6 +46,7 @@ from .outcomes import partition_error, record_outcomes
 from .result import PartitionOutcome, Result
 from .scans import Waiting, probe_query, run_scan
 from .system_tables import register_system_tables
+from .upgrading import not_yet_available
 
 __all__ = ["Gateway", "Session"]
 
@@ -201,7 +203,7 @@ class Gateway:
         try:
             shape = planner.plan_shape(text, catalog)
         except Exception as exc:  # noqa: BLE001 - planner errors become gateway errors
-            mapped = translate(exc)
+            mapped = not_yet_available(self.source, exc) or translate(exc)
             if mapped is None:
                 raise GatewayInternalError(f"planning failed: {type(exc).__name__}: {exc}") from exc
             raise mapped from exc
@@ -227,7 +229,7 @@ class Gateway:
             return planner.plan(text, self.catalog() if catalog is None else catalog, params=params,
                                 session=settings)
         except Exception as exc:  # noqa: BLE001 - planner and store errors become gateway errors
-            mapped = translate(exc)
+            mapped = not_yet_available(self.source, exc) or translate(exc)
             if mapped is None:
                 raise GatewayInternalError(f"planning failed: {type(exc).__name__}: {exc}") from exc
             raise mapped from exc
@@ -258,38 +260,60 @@ class Gateway:
         merged = Position.empty()
         outcomes: dict[tuple[str, int], PartitionOutcome] = {}
         waiting = Waiting(self.source, wait, watch, self._waiters, cfg.max_waiters) if wait > 0 else None
-        for scan in plan.scans:
-            answers = run_scan(self.source, scan, bound, waiting)
-            spec = catalog[scan.store]
-            try:
-                rows = collect(spec, answers, scan.order, scan.limit)
-            except ValueError as exc:
-                raise GatewayInternalError(str(exc)) from exc
-            scans.append((scan, rows))
-            for _, answer in answers:
-                merged = merged.merge(answer.position)
-                record_outcomes(outcomes, scan.store, answer)
-        watch.check("reading the stores")
-        partitions = [outcomes[k] for k in sorted(outcomes)]
-        if not partial:
-            needed = [f for scan, rows in scans if not scan.include_failures for f in rows.failures]
-            if needed:
-                raise partition_error(needed, waiting.note if waiting is not None else "")
+        streamed: set[str] = set()  # relations read as Arrow streams (arrow_scans.py)
+        try:
+            for scan in plan.scans:
+                run = scan
+                if plan.fast_path is None and cfg.arrow_scans and streamable(scan, catalog[scan.store]):
+                    run = as_arrow_requests(scan, cfg.scan_batch_rows)
+                    streamed.add(scan.relation)
+                answers = run_scan(self.source, run, bound, waiting)
+                spec = catalog[scan.store]
+                try:
+                    rows = collect(spec, answers, None if run is not scan else scan.order,
+                                   None if run is not scan else scan.limit)
+                except ValueError as exc:
+                    raise GatewayInternalError(str(exc)) from exc
+                scans.append((scan, rows))
+                for _, answer in answers:
+                    merged = merged.merge(answer.position)
+                    record_outcomes(outcomes, scan.store, answer)
+            watch.check("reading the stores")
+            partitions = [outcomes[k] for k in sorted(outcomes)]
+            if not partial:
+                needed = [f for scan, rows in scans if not scan.include_failures for f in rows.failures]
+                if needed:
+                    raise partition_error(needed, waiting.note if waiting is not None else "")
 
-        if plan.fast_path is not None and len(scans) == 1:
-            columns, out = scans[0][1].project(plan.fast_path)
-            if len(out) > limit_rows:
-                raise row_limit_error(limit_rows)
-            return Result(columns=columns, position=merged, partitions=partitions, statement=StatementKind.SELECT,
-                          rows=out, cursor_factory=self._pool.cursor)
-        system = (lambda cur: register_system_tables(cur, plan.system_tables, catalog, context, settings)
-                  ) if plan.system_tables else None
-        return self._residual(plan, scans, merged, partitions, limit_rows, watch, stream, arrow, system=system)
+            if plan.fast_path is not None and len(scans) == 1:
+                columns, out = scans[0][1].project(plan.fast_path)
+                if len(out) > limit_rows:
+                    raise row_limit_error(limit_rows)
+                return Result(columns=columns, position=merged, partitions=partitions,
+                              statement=StatementKind.SELECT, rows=out, cursor_factory=self._pool.cursor)
+            system = (lambda cur: register_system_tables(cur, plan.system_tables, catalog, context, settings)
+                      ) if plan.system_tables else None
+            streams = [r for _, rows in scans for r in rows.streams]
+            result = self._residual(plan, scans, merged, partitions, limit_rows, watch, stream, arrow, system=system,
+                                    streamed=streamed, streams=streams)
+            if not result.streaming:
+                close_streams(streams)
+            return result
+        except BaseException:
+            for _, rows in scans:  # every snapshot ends with the statement (a LIMIT stops reading early)
+                close_streams(rows.streams)
+            raise
 
     def _residual(self, plan: Plan, scans: list[tuple[StoreScan, ScanRows]], position: Position,
                   partitions: list[PartitionOutcome], limit_rows: int, watch: StatementWatch,
-                  stream: bool, arrow: bool, *, system: Callable[[Any], None] | None = None) -> Result:
-        """Run the residual SQL on a fresh cursor holding this request's scans; rows are DuckDB's own values."""
+                  stream: bool, arrow: bool, *, system: Callable[[Any], None] | None = None,
+                  streamed: set[str] | None = None, streams: list[Any] | None = None) -> Result:
+        """Run the residual SQL on a fresh cursor holding this request's scans; rows are DuckDB's own values.
+
+        Scans in ``streamed`` are registered as record batch readers over the
+        partitions' Arrow streams (read once, as DuckDB runs), or as a table
+        read from them when the SQL names the relation more than once.
+        """
         cur = self._pool.cursor()
         relations = {scan.relation: scan.store for scan, _ in scans}
         watch.attach(cur.interrupt)
@@ -297,11 +321,18 @@ class Gateway:
         sql = plan.residual_sql or ""
         try:
             for scan, rows in scans:
-                cur.register(scan.relation, rows.to_arrow(scan.include_failures))
+                if streamed and scan.relation in streamed:
+                    failures = rows.to_arrow(True, with_rows=False) if scan.include_failures and rows.failures else None
+                    reader = relation_reader(rows.schema(), rows.spec, list(rows.streams), failures, scan.order,
+                                             scan.limit)
+                    cur.register(scan.relation, reader if reads_once(sql, scan.relation) else reader.read_all())
+                else:
+                    cur.register(scan.relation, rows.to_arrow(scan.include_failures))
             if system is not None:
                 system(cur)
             common = dict(position=position, partitions=partitions, statement=StatementKind.SELECT, cursor=cur,
-                          residual_sql=sql)
+                          residual_sql=sql, rerunnable=not streamed,
+                          on_close=(lambda: close_streams(streams)) if streams else None)
             if arrow:
                 rel = cur.sql(sql)
                 columns = [(str(n), str(t)) for n, t in zip(rel.columns, rel.types)]

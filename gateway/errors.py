@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from iqgate_client.errors import (
     BadRequest,
+    ColumnNotYetAvailableError,
     DatabaseError,
     DataError,
     Error,
@@ -61,7 +62,7 @@ __all__ = [
     "StateStoreNotAvailableError", "InvalidPartitionError", "RowLimitExceeded", "StatementTimeout", "StatementCancelled",
     "OutOfMemoryError", "ResponseTooLarge",
     "RequestTooLarge", "Unauthorized", "BadRequest", "NotAcceptable", "RouteNotFound",
-    "MethodNotAllowed", "GatewayInternalError", "error_class_for_code", "translate",
+    "MethodNotAllowed", "GatewayInternalError", "error_class_for_code", "translate", "ColumnNotYetAvailableError",
 ]
 
 

@@ -96,14 +96,19 @@ def spark_session(master: str | None = None) -> Any:
 
 
 def start_pipeline(module: ModuleType, log: SourceLog, state_dir: Path, spark: Any | None = None, *,
-                   master: str | None = None) -> Any:
-    """Create the topics, build the topology on Spark (local, or the cluster at ``master``), start a StreamsApp."""
+                   master: str | None = None, rebuild_from_available: bool = False) -> Any:
+    """Create the topics, build the topology on Spark (local, or the cluster at ``master``), start a StreamsApp.
+
+    The app compares the pipeline with the stores on disk (``app.upgrades.plan``, issue 20);
+    ``rebuild_from_available`` lets a changed store be rebuilt from a source that lost early records.
+    """
     from stores.app.streams import StreamsApp
 
     for topic, partitions in module.TOPICS.items():
         log.create_topic(topic, partitions=partitions, exist_ok=True)
     topology = module.build(spark if spark is not None else spark_session(master), log)
-    app = StreamsApp(topology, application_id=module.APPLICATION_ID, state_dir=str(state_dir))
+    app = StreamsApp(topology, application_id=module.APPLICATION_ID, state_dir=str(state_dir),
+                     rebuild_from_available=rebuild_from_available)
     app.start()
     return app
 
@@ -186,6 +191,11 @@ class HostedSource:
         if app is not None or reader is None:
             return self._app.query(request)
         return reader.query(request)
+
+    def upcoming_columns(self, store: str) -> Any:
+        """Columns arriving with a store's upgrade (the app's; none while Spark starts)."""
+        app = self._app
+        return app.upcoming_columns(store) if app is not None else None
 
     def source_end_offsets(self, topics: Iterable[str]) -> Any:
         """Where the source ends (for bounds that waiting cannot reach), from the app or from app.json."""

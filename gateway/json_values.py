@@ -2,7 +2,8 @@
 
 Numbers stay numbers (NaN/Infinity become null: JSON has none), times and
 dates ISO-8601 with their offset, DECIMAL as a string (no precision lost),
-BLOB as base64, INTERVAL and UUID as text, sets and tuples as arrays.
+BLOB as base64, INTERVAL and UUID as text, sets and tuples as arrays,
+LIST as arrays, STRUCT and MAP as objects (a MAP's date/time keys ISO-8601).
 """
 
 from __future__ import annotations
@@ -38,13 +39,20 @@ def _clean(v: Any) -> Any:
     if isinstance(v, list | tuple):
         return [_clean(x) for x in v]
     if isinstance(v, dict):
-        return {k: _clean(x) for k, x in v.items()}
+        return {_key(k): _clean(x) for k, x in v.items()}
     return v
+
+
+def _key(k: Any) -> Any:
+    """A MAP's key as a JSON object key: dates and times ISO-8601, BLOBs base64 (JSON keys are text)."""
+    if k is None or isinstance(k, str | int | float | bool):
+        return k
+    return json_default(k)
 
 
 def dumps(obj: Any) -> str:
     """Compact JSON; non-finite floats become null (checked only when the fast attempt finds one)."""
     try:
         return json.dumps(obj, default=json_default, separators=(",", ":"), allow_nan=False)
-    except ValueError:
+    except (ValueError, TypeError):  # a non-finite float, or a MAP key JSON cannot hold as is
         return json.dumps(_clean(obj), default=json_default, separators=(",", ":"), allow_nan=False)

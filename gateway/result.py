@@ -21,6 +21,8 @@ from stores.iqv2.position import Position
 
 __all__ = ["PartitionOutcome", "Result"]
 
+_STREAMED: list[tuple[Any, ...]] = []  # marks rows handed out chunk by chunk and not kept
+
 
 @dataclass(frozen=True, slots=True)
 class PartitionOutcome:
@@ -65,7 +67,7 @@ class Result:
     """
 
     __slots__ = ("columns", "position", "partitions", "statement", "settings", "_table", "_rows",
-                 "_cursor_factory", "_cursor", "_relation", "_chunks", "_sql")
+                 "_cursor_factory", "_cursor", "_relation", "_chunks", "_sql", "_rerunnable", "_on_close")
 
     def __init__(
         self,
@@ -81,6 +83,8 @@ class Result:
         residual_sql: str | None = None,
         cursor_factory: Any = None,
         settings: Mapping[str, Any] | None = None,
+        rerunnable: bool = True,
+        on_close: Any = None,
     ) -> None:
         self.columns = columns
         self.position = position
@@ -94,9 +98,14 @@ class Result:
         self._sql = residual_sql
         self._cursor_factory = cursor_factory
         self._relation: duckdb.DuckDBPyRelation | None = None
+        # False when the scans were Arrow streams DuckDB has read: other forms are derived from the rows
+        self._rerunnable = rerunnable
+        self._on_close = on_close
 
     # -- rows -----------------------------------------------------------------
     def rows(self) -> list[tuple[Any, ...]]:
+        if self._rows is _STREAMED:
+            raise RuntimeError("the rows of this result were streamed already (iter_batches reads them once)")
         if self._rows is None:
             if self._chunks is not None:
                 chunks, self._chunks = self._chunks, None
@@ -120,7 +129,7 @@ class Result:
 
     def to_arrow(self) -> pa.Table:
         if self._table is None:
-            if self._sql is not None and self._cursor is not None:
+            if self._sql is not None and self._cursor is not None and self._rerunnable:
                 self.rows()  # a stream still open on the cursor must end first
                 self._table = self._cursor.sql(self._sql).to_arrow_table()
             else:
@@ -134,14 +143,14 @@ class Result:
         raised from here, after earlier chunks were handed out: the HTTP layer
         sends them in-band.
         """
-        if self._chunks is not None:
+        if self._chunks is not None:  # streamed: nothing is kept, so memory is one chunk's (issue 14 item 2)
             chunks, self._chunks = self._chunks, None
-            done: list[tuple[Any, ...]] = []
+            self._rows = _STREAMED
             for chunk in chunks:
-                done.extend(chunk)
                 yield from _chunks(chunk, max_rows)
-            self._rows = done
             return
+        if self._rows is _STREAMED:
+            raise RuntimeError("the rows of this result were streamed already (iter_batches reads them once)")
         yield from _chunks(self.rows(), max_rows)
 
     # -- DuckDB -----------------------------------------------------------------
@@ -149,7 +158,7 @@ class Result:
     def relation(self) -> duckdb.DuckDBPyRelation:
         """The statement as a DuckDB relation on this result's own cursor (joinable with its other relations)."""
         if self._relation is None:
-            if self._sql is not None and self._cursor is not None:
+            if self._sql is not None and self._cursor is not None and self._rerunnable:
                 self.rows()
                 self._relation = self._cursor.sql(self._sql)
             else:
@@ -178,6 +187,9 @@ class Result:
                 pass
             self._cursor = None
             self._relation = None
+        on_close, self._on_close = self._on_close, None
+        if on_close is not None:
+            on_close()
 
     @property
     def failures(self) -> list[PartitionOutcome]:

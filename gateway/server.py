@@ -23,7 +23,7 @@ from typing import Any
 
 from waitress.server import create_server
 
-__all__ = ["ServerThread", "tune_process_for_serving", "SWITCH_INTERVAL_S"]
+__all__ = ["ServerThread", "tune_process_for_serving", "keep_pandas_out", "SWITCH_INTERVAL_S"]
 
 log = logging.getLogger(__name__)
 logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # "Task queue depth is N" on every busy moment
@@ -35,10 +35,14 @@ class ServerThread:
     """A waitress server in a daemon thread; ``url`` is known once constructed (the socket is bound)."""
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, threads: int = 8, *,
-                 on_failure: Callable[[BaseException], None] | None = None) -> None:
-        self._server = create_server(app, host=host, port=port, threads=threads, ident="iqgate",
-                                     channel_timeout=60, connection_limit=1000, clear_untrusted_proxy_headers=True,
-                                     asyncore_use_poll=True, channel_request_lookahead=1)
+                 on_failure: Callable[[BaseException], None] | None = None, sock: Any = None) -> None:
+        """``sock``: an already listening socket to accept from (shared by ``--workers`` processes)."""
+        where: dict[str, Any] = {"sockets": [sock]} if sock is not None else {"host": host, "port": port}
+        self._server = create_server(app, threads=threads, ident="iqgate", channel_timeout=60, connection_limit=1000,
+                                     clear_untrusted_proxy_headers=True, asyncore_use_poll=True,
+                                     channel_request_lookahead=1, **where)
+        if sock is not None:
+            host = sock.getsockname()[0]
         self.host = host
         self.port = int(self._server.effective_port)  # type: ignore[union-attr]
         self._closing = False
@@ -93,6 +97,25 @@ class ServerThread:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def keep_pandas_out() -> None:
+    """Refuse ``import pandas`` in a read-only serving process: nothing there needs it, and it costs ~50 MB.
+
+    pyarrow imports pandas lazily the first time it builds an array from
+    Python values, and DuckDB the first time it scans a Python object, only
+    to ask "is this a DataFrame?": both take an ImportError as "pandas is not
+    installed". Processes that host Spark (which uses pandas) never call this.
+    """
+    import importlib.abc
+
+    class _NoPandas(importlib.abc.MetaPathFinder):
+        def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+            if name == "pandas" or name.startswith("pandas."):
+                raise ImportError("pandas is not loaded in a read-only iqgate serving process")
+
+    if "pandas" not in sys.modules and not any(type(f).__name__ == "_NoPandas" for f in sys.meta_path):
+        sys.meta_path.insert(0, _NoPandas())
 
 
 def tune_process_for_serving() -> None:

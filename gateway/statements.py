@@ -14,7 +14,7 @@ from planner.plan import Plan, StatementKind
 from stores.catalog.schema import StoreSpec
 from stores.iqv2.position import Position
 
-from .arrow_rows import DUCK_TYPES
+from .arrow_rows import duck_type
 from .config import Session
 from .result import Result
 
@@ -54,8 +54,9 @@ def show_tables(catalog: Mapping[str, StoreSpec], cursor_factory: CursorFactory)
 
 
 def describe(spec: StoreSpec, cursor_factory: CursorFactory) -> Result:
-    rows = [(c.name, DUCK_TYPES[c.type], "YES" if c.nullable and c is not spec.key else "NO",
-             "PRI" if c is spec.key else None, None, None) for c in spec.columns()]
+    keys = spec.key_columns()
+    rows = [(c.name, duck_type(c.type), "YES" if c.nullable and c not in keys else "NO",
+             "PRI" if c in keys else None, None, None) for c in spec.columns()]
     cols = [("column_name", "VARCHAR"), ("column_type", "VARCHAR"), ("null", "VARCHAR"), ("key", "VARCHAR"),
             ("default", "VARCHAR"), ("extra", "VARCHAR")]
     return static_result(StatementKind.DESCRIBE, cols, rows, cursor_factory)

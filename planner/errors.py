@@ -47,6 +47,8 @@ class UnknownStoreError(PlanningError):
 
 class UnknownColumnError(PlanningError):
     code = "UNKNOWN_COLUMN"
+    store: str | None = None  # the store the column was looked up in, when it was one
+    column: str | None = None
 
 
 class TypeMismatchError(PlanningError):

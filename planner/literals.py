@@ -21,6 +21,7 @@ from sqlglot import exp
 from stores.catalog.schema import SqlType
 
 from .errors import ParameterError, TypeMismatchError
+from .folding import fold_constant
 
 __all__ = ["Const", "Param", "ValueRef", "value_ref", "coerce_bound", "NO_MATCH", "NOT_PUSHABLE", "sql_literal"]
 
@@ -109,6 +110,16 @@ def value_ref(node: exp.Expression, param_index: dict[int, int]) -> ValueRef | N
         typ = _TIME_TYPES.get(to)
         if typ is not None:
             return Const(node.this.this, typ, node.this.meta.get("start") if node.this._meta else None)
+    folded = fold_constant(node)  # ``10 + 1``, ``lower('C0001')``, ``CAST('11' AS INT)`` (issue 16 item 3)
+    if folded is not None:
+        return Const(folded[0], folded[1], start if start is not None else _first_start(node))
+    return None
+
+
+def _first_start(node: exp.Expression) -> int | None:
+    for sub in node.walk():
+        if sub._meta and sub.meta.get("start") is not None:
+            return sub.meta["start"]
     return None
 
 

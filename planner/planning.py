@@ -115,9 +115,11 @@ def plan(
         scan, fast = bind_scan(text, t, params, bound, settings)
         if scan.full_scan and not settings["table_scans"]:
             line, col = line_col(text, t.start) if t.start is not None else (None, None)
+            names = [c.name for c in t.spec.key_columns()]
             raise TableScanDisabledError(
                 f"query on store {t.store} needs a full table scan (no usable predicate on key column "
-                f"{t.spec.key.name}); table scans are disabled: add WHERE {t.spec.key.name} = … or a key range, "
+                f"{', '.join(names)}); table scans are disabled: add WHERE "
+                f"{' AND '.join(n + ' = …' for n in names) if len(names) > 1 else names[0] + ' = …'} or a key range, "
                 "or SET table_scans = true",
                 line=line,
                 col=col,

@@ -13,6 +13,7 @@ from typing import Any
 
 from stores.catalog.partitioner import partition_for_key
 from stores.catalog.schema import SqlType, StoreKind
+from stores.catalog.tuple_keys import encode_tuple
 from stores.iqv2.position import PositionBound
 from stores.iqv2.query import (
     KeyQuery,
@@ -30,6 +31,7 @@ from stores.iqv2.query import (
 from stores.iqv2.request import StateQueryRequest
 from stores.iqv2.timeutil import MAX_MS, MIN_MS
 
+from .composite_keys import composite_keys
 from .errors import ParameterError, TypeMismatchError, UnsupportedSqlError
 from .literals import NO_MATCH, NOT_PUSHABLE, ValueRef, coerce_bound, resolve, show
 from .plan import StoreScan
@@ -112,7 +114,17 @@ def bind_scan(
     partitions: set[int] | None = None
     impossible = False  # a bound no row can meet (beyond the column's range)
     time_ranges = {"window_start": ws, "window_end": we, "valid_from": vf, "valid_to": vt}
+    key_ranges: list[tuple[Any, Any]] | None = None  # composite keys: key-prefix byte ranges
+    if spec.composite:
+        ck = composite_keys(spec, t.constraints, lambda r, typ, op, name: b.value(r, typ, op, name, "key column"))
+        keys, impossible = ck.keys, ck.impossible
+        b.exact = b.exact and ck.exact
+        if ck.ranges:
+            key_ranges = ck.ranges
+            key_range.lo, key_range.hi = ck.ranges[0]
     for c in t.constraints:
+        if c.column.startswith("key#"):
+            continue
         if c.column == "_partition":
             if c.kind != "eq":
                 continue
@@ -166,7 +178,8 @@ def bind_scan(
     kind = spec.kind
 
     def for_key(k: Any) -> frozenset[int] | None:
-        p = partition_for_key(k, spec.partitions, spec.key.type)
+        stored = encode_tuple(spec.key_parts, k) if spec.composite else k
+        p = partition_for_key(stored, spec.partitions, spec.key.type)
         if partitions is not None and p not in partitions:
             return None
         return frozenset((p,))
@@ -178,13 +191,14 @@ def bind_scan(
             queries = [(cls.with_key(ks[0]) if len(ks) == 1 else MultiKeyQuery.with_keys(ks), ps)
                        for ps, ks in _by_partition(keys, for_key)]
         else:
-            rq: Any = (TimestampedRangeQuery if timestamped else RangeQuery).with_range(key_range.lo, key_range.hi)
-            if t.order is ResultOrder.DESCENDING:
-                rq = rq.with_descending_keys()
-            elif t.order is ResultOrder.ASCENDING:
-                rq = rq.with_ascending_keys()
+            for lo, hi in key_ranges or [(key_range.lo, key_range.hi)]:
+                rq: Any = (TimestampedRangeQuery if timestamped else RangeQuery).with_range(lo, hi)
+                if t.order is ResultOrder.DESCENDING:
+                    rq = rq.with_descending_keys()
+                elif t.order is ResultOrder.ASCENDING:
+                    rq = rq.with_ascending_keys()
+                queries.append((rq, frozenset(all_parts)))
             full_scan = not key_range.bounded
-            queries = [(rq, frozenset(all_parts))]
     elif kind is StoreKind.WINDOW:
         lo = ws.lo if ws.lo is not None else MIN_MS
         hi = ws.hi if ws.hi is not None else MAX_MS
@@ -213,11 +227,12 @@ def bind_scan(
                     mq = MultiVersionedKeyQuery.with_key(k).from_time(window.lo).to_time(window.hi)
                     queries.append((mq.with_ascending_timestamps(), ps))
         else:
-            rq = (MultiVersionedRangeQuery.with_key_range(key_range.lo, key_range.hi)
-                  .from_time(window.lo).to_time(window.hi).with_ascending_timestamps())
-            rq = rq.with_descending_keys() if t.order is ResultOrder.DESCENDING else rq.with_ascending_keys()
+            for lo, hi in key_ranges or [(key_range.lo, key_range.hi)]:
+                rq = (MultiVersionedRangeQuery.with_key_range(lo, hi)
+                      .from_time(window.lo).to_time(window.hi).with_ascending_timestamps())
+                rq = rq.with_descending_keys() if t.order is ResultOrder.DESCENDING else rq.with_ascending_keys()
+                queries.append((rq, frozenset(all_parts)))
             full_scan = not key_range.bounded
-            queries = [(rq, frozenset(all_parts))]
 
     if impossible:
         queries, full_scan = [], False
@@ -323,8 +338,9 @@ def _count(ref: ValueRef, params: Any) -> int | None:
 
 def _needs_key(sql: str, t: ScanTemplate, why: str) -> UnsupportedSqlError:
     line, col = line_col(sql, t.start) if t.start is not None else (None, None)
+    where = " AND ".join(f"{c.name} = …" for c in t.spec.key_columns())
     return UnsupportedSqlError(
-        f"store {t.store} needs a key: add WHERE {t.spec.key.name} = … (or IN (…)); {why}", line=line, col=col
+        f"store {t.store} needs a key: add WHERE {where} (or IN (…)); {why}", line=line, col=col
     )
 
 

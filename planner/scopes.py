@@ -48,8 +48,17 @@ _CONSUMABLE: dict[StoreKind, set[tuple[str, str]]] = {
 }
 
 
+def key_part_role(i: int) -> str:
+    """The role of a composite key's i-th column in constraints (a single key column's role is ``key``)."""
+    return f"key#{i}"
+
+
 def _role(spec: StoreSpec, column: str) -> str | None:
-    if column == spec.key.name.lower():
+    if spec.composite:
+        for i, c in enumerate(spec.key_parts):
+            if column == c.name.lower():
+                return key_part_role(i)
+    elif column == spec.key.name.lower():
         return "key"
     if column == "_partition":
         return column
@@ -58,7 +67,18 @@ def _role(spec: StoreSpec, column: str) -> str | None:
     return None
 
 
-def _consumable(spec: StoreSpec, role: str, kind: str) -> bool:
+def _consumable(spec: StoreSpec, role: str, kind: str, eq_roles: set[str] | None = None) -> bool:
+    """Whether the scan's requests represent the constraint exactly (so it need not be re-checked for LIMIT).
+
+    A composite key's part is consumed when every earlier part has an equality (a key or a key-prefix range).
+    """
+    if role.startswith("key#"):
+        i = int(role[4:])
+        if eq_roles is None or any(key_part_role(j) not in eq_roles for j in range(i)):
+            return False
+        if kind == "range" and spec.kind in (StoreKind.WINDOW, StoreKind.SESSION):
+            return False
+        return (("key", kind) in _CONSUMABLE[spec.kind]) or kind == "eq"
     if (role, kind) in _CONSUMABLE[spec.kind]:
         return True
     return spec.kind is StoreKind.WINDOW and role == "window_end" and spec.window_size_ms is not None
@@ -125,6 +145,7 @@ def analyze_scope(sql: str, scope: Any, root: exp.Expression, by_table: dict[int
 
     where_terms = conjuncts(select.args["where"].this) if select.args.get("where") else []
     consumed: dict[str, int] = {alias: 0 for alias in stores}
+    found: list[tuple[Constraint, ScanTemplate]] = []
     for term in where_terms:
         c = classify(term, resolve, param_index)
         if c is None:
@@ -133,8 +154,14 @@ def analyze_scope(sql: str, scope: Any, root: exp.Expression, by_table: dict[int
         role = _role(scan.spec, c.column)
         if role is None:
             continue
-        scan.constraints.append(Constraint(c.source, role, c.kind, c.values, c.bounds))
-        if c.source in consumed and _consumable(scan.spec, role, c.kind):
+        found.append((Constraint(c.source, role, c.kind, c.values, c.bounds), scan))
+        scan.constraints.append(found[-1][0])
+    eq_roles: dict[str, set[str]] = {}
+    for c, _scan in found:
+        if c.kind == "eq":
+            eq_roles.setdefault(c.source, set()).add(c.column)
+    for c, scan in found:
+        if c.source in consumed and _consumable(scan.spec, c.column, c.kind, eq_roles.get(c.source, set())):
             consumed[c.source] += 1
     for join in select.args.get("joins") or ():
         side, kind = (join.args.get("side") or "").upper(), (join.args.get("kind") or "").upper()
@@ -222,11 +249,13 @@ def _pass_through(node: exp.Expression, scope: Any, root: exp.Expression,
 def _unknown_column(sql: str, column: exp.Column, scan: ScanTemplate) -> None:
     line, col = node_position(sql, column)
     names = ", ".join(c.name for c in scan.spec.columns())
-    raise UnknownColumnError(
+    err = UnknownColumnError(
         f"unknown column {column.name!r} in store {scan.store} (as {scan.alias}); its columns are {names} "
         f"and the pseudo-columns {', '.join(PSEUDO_COLUMNS)}",
         line=line, col=col,
     )
+    err.store, err.column = scan.store, column.name  # the gateway tells a column arriving with an upgrade apart
+    raise err
 
 
 def _simple(select: exp.Select) -> bool:
@@ -242,11 +271,18 @@ def _order_and_limit(select: exp.Select, scan: ScanTemplate, resolve: Any, param
     order = select.args.get("order")
     if order is not None:
         first = order.expressions[0]
-        target = resolve(first.this) if isinstance(first.this, exp.Column) else None
-        if target is None or target[1] != scan.spec.key.name.lower():
-            return
+        names = [c.name.lower() for c in scan.spec.key_columns()]
+        # a composite key: ORDER BY a prefix of its columns, one direction, is the store's order
+        keys = order.expressions[:len(names)] if scan.spec.composite else [first]
+        for i, o in enumerate(keys):
+            target = resolve(o.this) if isinstance(o.this, exp.Column) else None
+            if target is None or target[1] != names[i] or bool(o.args.get("desc")) != bool(first.args.get("desc")):
+                if i == 0:
+                    return
+                keys = keys[:i]
+                break
         scan.order = ResultOrder.DESCENDING if first.args.get("desc") else ResultOrder.ASCENDING
-        if len(order.expressions) != 1:
+        if len(order.expressions) != len(keys):
             return
     limit = select.args.get("limit")
     if limit is not None and scan.all_consumed and not limit.args.get("percent"):
@@ -261,7 +297,7 @@ def _order_and_limit(select: exp.Select, scan: ScanTemplate, resolve: Any, param
 def _fast_path(select: exp.Select, scan: ScanTemplate, alias: str) -> tuple[str, ...] | None:
     if scan.spec.kind not in (StoreKind.KEY_VALUE, StoreKind.TIMESTAMPED_KEY_VALUE, StoreKind.VERSIONED):
         return None
-    if not scan.all_consumed or not any(c.column == "key" and c.kind == "eq" for c in scan.constraints):
+    if not scan.all_consumed or not any(c.column.startswith("key") and c.kind == "eq" for c in scan.constraints):
         return None
     if not _simple(select) or any(select.args.get(k) for k in ("order", "limit", "offset")):
         return None

@@ -8,7 +8,7 @@ from flask import Flask, Response, request
 
 from stores.iqv2.state import State
 
-from ..arrow_rows import DUCK_TYPES
+from ..arrow_rows import duck_type
 from ..config import GatewayConfig
 from ..errors import NotAcceptable
 from .limits import parse_sql_request
@@ -79,7 +79,8 @@ def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metric
                 "name": name,
                 "kind": spec.kind.value,
                 "key": spec.key.name,
-                "columns": [{"name": c.name, "type": DUCK_TYPES[c.type], "nullable": c.nullable}
+                "key_columns": [c.name for c in spec.key_columns()],
+                "columns": [{"name": c.name, "type": duck_type(c.type), "nullable": c.nullable}
                             for c in spec.columns()],
                 "partitions": spec.partitions,
                 "source_topics": list(spec.source_topics),

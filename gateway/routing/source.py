@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from stores.engine.arrow_reads import ArrowQuery
 from stores.engine.base import is_permitted
 from stores.iqv2.request import StateQueryRequest
 from stores.iqv2.result import FailureReason, QueryResult, StateQueryResult
@@ -172,6 +173,8 @@ class RoutedSource:
                         f"{', '.join(alive) or 'none'}).", prev.position).served_by(prev.host, prev.active)
 
     def _ask(self, peer: Any, request: StateQueryRequest, parts: list[int]) -> dict[int, QueryResult]:
+        if isinstance(request.query, ArrowQuery):  # a local streamed scan: a peer answers the scan itself, as rows
+            request = request.with_query(request.query.query)
         payload = encode_request(request.with_partitions(parts))
         try:
             body = self.membership.post(peer.url, "/v1/iq", payload, self.forward_timeout_s)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from stores.catalog.nested import NestedType
 from stores.catalog.schema import SqlType, StoreSpec
 
 from .model import SystemContext, SystemTable, columns
@@ -20,8 +21,12 @@ __all__ = ["TABLES"]
 
 _DUCK_NAMES = {SqlType.BIGINT: "BIGINT", SqlType.INTEGER: "INTEGER", SqlType.DOUBLE: "DOUBLE",
                SqlType.VARCHAR: "VARCHAR", SqlType.BOOLEAN: "BOOLEAN", SqlType.TIMESTAMP: "TIMESTAMP WITH TIME ZONE",
-               SqlType.DATE: "DATE"}
+               SqlType.DATE: "DATE", SqlType.BLOB: "BLOB"}
 _PRECISION = {SqlType.BIGINT: (64, 2, 0), SqlType.INTEGER: (32, 2, 0), SqlType.DOUBLE: (53, 2, None)}
+
+
+def _duck_name(t: SqlType | NestedType) -> str:
+    return t.render(_DUCK_NAMES.__getitem__) if isinstance(t, NestedType) else _DUCK_NAMES[t]
 
 
 def _schemata(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[tuple[Any, ...]]:
@@ -32,20 +37,34 @@ def _schemata(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[
 def _tables(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[tuple[Any, ...]]:
     for name, spec in sorted(catalog.items()):
         yield (ctx.database, ctx.schema, name, "BASE TABLE", None, None, None, None, None, "NO", "NO", None,
-               f"{spec.kind.value} store, key {spec.key.name}, {spec.partitions} partitions")
+               f"{spec.kind.value} store, key {', '.join(c.name for c in spec.key_columns())}, "
+               f"{spec.partitions} partitions")
 
 
 def _columns(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[tuple[Any, ...]]:
     for name, spec in sorted(catalog.items()):
         for i, c in enumerate(spec.columns(), start=1):
             pg = pg_type_for_sql(c.type)
-            data_type = pg.formatted if ctx.flavor == "postgres" else _DUCK_NAMES[c.type]
+            data_type = pg.formatted if ctx.flavor == "postgres" else _duck_name(c.type)
             precision, radix, scale = _PRECISION.get(c.type, (None, None, None))
-            nullable = "NO" if (c is spec.key or not c.nullable) else "YES"
+            nullable = "NO" if (c in spec.key_columns() or not c.nullable) else "YES"
             dt_precision = 3 if c.type is SqlType.TIMESTAMP else (0 if c.type is SqlType.DATE else None)
             yield (ctx.database, ctx.schema, name, c.name, i, None, nullable, data_type, None, None,
                    precision, radix, scale, dt_precision, None, ctx.database, "pg_catalog", pg.name,
                    "NO", "NEVER", "NO", None)
+
+
+def _table_constraints(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[tuple[Any, ...]]:
+    """Each store's key is its primary key (a composite key: one constraint over its columns)."""
+    for name in sorted(catalog):
+        yield (ctx.database, ctx.schema, f"{name}_pkey", ctx.database, ctx.schema, name, "PRIMARY KEY", "NO", "NO",
+               "YES")
+
+
+def _key_column_usage(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[tuple[Any, ...]]:
+    for name, spec in sorted(catalog.items()):
+        for i, c in enumerate(spec.key_columns(), start=1):
+            yield (ctx.database, ctx.schema, f"{name}_pkey", ctx.database, ctx.schema, name, c.name, i, None)
 
 
 TABLES = (
@@ -70,11 +89,11 @@ TABLES = (
     SystemTable("information_schema", "table_constraints", columns(
         "constraint_catalog varchar, constraint_schema varchar, constraint_name varchar, table_catalog varchar, "
         "table_schema varchar, table_name varchar, constraint_type varchar, is_deferrable varchar, "
-        "initially_deferred varchar, enforced varchar")),
+        "initially_deferred varchar, enforced varchar"), _table_constraints),
     SystemTable("information_schema", "key_column_usage", columns(
         "constraint_catalog varchar, constraint_schema varchar, constraint_name varchar, table_catalog varchar, "
         "table_schema varchar, table_name varchar, column_name varchar, ordinal_position integer, "
-        "position_in_unique_constraint integer")),
+        "position_in_unique_constraint integer"), _key_column_usage),
     SystemTable("information_schema", "referential_constraints", columns(
         "constraint_catalog varchar, constraint_schema varchar, constraint_name varchar, "
         "unique_constraint_catalog varchar, unique_constraint_schema varchar, unique_constraint_name varchar, "

@@ -50,7 +50,7 @@ def _attributes(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterato
         spec = catalog[name]
         for i, c in enumerate(spec.columns(), start=1):
             t = pg_type_for_sql(c.type)
-            notnull = c is spec.key or not c.nullable
+            notnull = c in spec.key_columns() or not c.nullable
             yield (oid, c.name, t.oid, -1, t.length, i, 0, -1, -1, t.length > 0, "d", "p", "", notnull, False, False,
                    "", "", False, True, 0, 100 if t.category == "S" else 0, None, None, None, None)
 
@@ -66,7 +66,8 @@ def _types(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[tup
 def _descriptions(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[tuple[Any, ...]]:
     for name, oid in store_oids(catalog).items():
         spec = catalog[name]
-        yield (oid, _PG_CLASS_OID, 0, f"{spec.kind.value} store, key {spec.key.name}, {spec.partitions} partitions")
+        yield (oid, _PG_CLASS_OID, 0, f"{spec.kind.value} store, key {', '.join(c.name for c in spec.key_columns())}, "
+                                    f"{spec.partitions} partitions")
 
 
 def _database(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[tuple[Any, ...]]:

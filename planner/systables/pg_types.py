@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from stores.catalog.nested import NestedType
 from stores.catalog.schema import SqlType
 
 __all__ = ["PgType", "PG_TYPES", "BY_OID", "BY_NAME", "pg_type_for_sql", "pg_type_for_duck", "TEXT", "UNKNOWN"]
@@ -65,7 +66,7 @@ UNKNOWN = BY_OID[705]
 _FOR_SQL = {
     SqlType.BIGINT: BY_OID[20], SqlType.INTEGER: BY_OID[23], SqlType.DOUBLE: BY_OID[701],
     SqlType.VARCHAR: BY_OID[25], SqlType.BOOLEAN: BY_OID[16], SqlType.TIMESTAMP: BY_OID[1184],
-    SqlType.DATE: BY_OID[1082],
+    SqlType.DATE: BY_OID[1082], SqlType.BLOB: BY_OID[17],
 }
 
 _FOR_DUCK = {
@@ -78,8 +79,13 @@ _FOR_DUCK = {
 _LIST = re.compile(r"^(.*)\[\d*\]$")
 
 
-def pg_type_for_sql(t: SqlType) -> PgType:
-    """The PG type of a store column."""
+def pg_type_for_sql(t: SqlType | NestedType) -> PgType:
+    """The PG type of a store column (an ARRAY its element's array type; STRUCT and MAP travel as text)."""
+    if isinstance(t, NestedType):
+        if t.kind == "ARRAY" and not isinstance(t.element, NestedType):
+            element = _FOR_SQL[t.element]
+            return BY_OID.get(element.array_oid, TEXT) if element.array_oid else TEXT
+        return TEXT
     return _FOR_SQL[t]
 
 

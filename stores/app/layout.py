@@ -107,7 +107,7 @@ def write_store(state_dir: str | os.PathLike[str], store: str, spec: StoreSpec, 
     write_json_atomic(spec_path(state_dir, store), data)
 
 
-_EXTRA_KEYS = frozenset({"generation", "definition", "history"})
+_EXTRA_KEYS = frozenset({"generation", "definition", "history", "removed"})
 
 
 def partition_from_filename(name: str) -> int | None:

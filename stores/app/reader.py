@@ -125,11 +125,14 @@ class StateDirReader:
         for sub in sorted(d.iterdir()):
             f = sub / "store.json"
             try:
-                specs[sub.name], gens[sub.name], _ = layout.split_store_json(f.read_text(encoding="utf-8"))
+                spec, gen, extras = layout.split_store_json(f.read_text(encoding="utf-8"))
             except (FileNotFoundError, NotADirectoryError):
                 continue
             except (ValueError, KeyError, TypeError) as exc:
                 raise ValueError(f"{f}: not a valid store spec: {exc}") from None
+            if extras.get("removed"):  # the pipeline dropped it (issue 20 item 5): files kept, no longer served
+                continue
+            specs[sub.name], gens[sub.name] = spec, gen
         with self._lock:
             for old in self._retired:  # retired by the previous scan: no statement still uses them
                 old.close()

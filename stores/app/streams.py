@@ -41,6 +41,7 @@ from .handles import open_handle
 from .health import HealthTracker, annotate_bound_failures, overall, restoring
 from .lifecycle import ClientStateMachine
 from .protocol import Runtime, TopologyLike
+from .upgrade import UpgradePlan, Upgrades, mark_removed, plan_upgrade
 
 __all__ = ["StreamsApp", "StoreTopology"]
 
@@ -91,6 +92,7 @@ class StreamsApp:
         synchronous: str = "FULL",
         coordination_base: str | os.PathLike[str] | None = None,
         shutdown_poll_s: float = 0.5,
+        rebuild_from_available: bool | Iterable[str] = False,
     ) -> None:
         if not isinstance(application_id, str) or not application_id.strip():
             raise ValueError(f"application_id must be a non-empty string, got {application_id!r}")
@@ -123,6 +125,9 @@ class StreamsApp:
         #: per-store ingest status beside the client state (paused by a fault, rebuilding, failed): health.py
         self.health = HealthTracker(self._specs, on_change=lambda: self._write_app_json(self.state))
         self._fsm = ClientStateMachine(application_id, on_change=self._state_changed)
+        #: issue 20: what changed since the stores on disk were built (upgrade.py); set when the stores open
+        self.upgrades = Upgrades(UpgradePlan(), rebuild_from_available)
+        self._rebuild_from_available = rebuild_from_available
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._write_app_json(State.CREATED)
 
@@ -210,15 +215,24 @@ class StreamsApp:
 
     def _open_stores(self) -> None:
         """Open every store's current generation; damaged or missing partition files become lost partitions."""
+        definitions = getattr(self.topology, "store_definitions", None)
+        plan = plan_upgrade(self.state_dir, self._specs, definitions() if definitions is not None else None)
+        self.upgrades = Upgrades(plan, self._rebuild_from_available)
+        for change in plan.changes:
+            log.log(logging.INFO if change.action == "unchanged" else logging.WARNING,
+                    "stream-client %s: upgrade: %s", self.application_id, change.line())
         with self._lock:
-            for name, spec in self._specs.items():
+            for name, spec in list(self._specs.items()):
+                spec = self._specs[name] = self.upgrades.serving_spec(name, spec)  # the old one until the swap
                 files = StoreFiles(self.state_dir, spec, self._synchronous)
-                files.open()
+                files.open(self.upgrades.open_extras(name))
                 self._files[name] = files
                 self._stores[name] = files.parts
                 if files.lost:
                     self.health.set(name, "rebuilding", self.rebuild_needed(name))
             self._views = {}
+        for change in plan.of("removed"):
+            mark_removed(self.state_dir, change.store)
 
     def _close_stores(self) -> None:
         with self._lock:
@@ -422,6 +436,22 @@ class StreamsApp:
             pos = p if pos is None else _min_position(pos, p)
         return pos or Position.empty()
 
+    def max_position(self, name: str) -> Position:
+        """Per topic-partition the furthest offset any open partition of the current generation has reached.
+
+        What a rebuild must reach before it is swapped in: a reader may have
+        seen any surviving partition's position, and the checkpoint's last
+        commit can lag the stores (a batch applied, the app stopped before
+        Spark wrote its commit), so the checkpoint alone is not enough.
+        """
+        with self._lock:
+            files = self._files.get(name)
+            parts = list(files.parts.values()) if files is not None else []
+        pos = Position.empty()
+        for s in parts:
+            pos = pos.merge(s.current_position())
+        return pos
+
     def current_generation(self, name: str) -> int:
         files = self._files.get(name)
         return files.generation if files is not None else 0
@@ -430,7 +460,7 @@ class StreamsApp:
         """Swap the rebuilt generation in: one atomic rewrite of store.json; handles of the old one go stale."""
         with self._lock:
             files = self._files[name]
-            files.finish(extras)
+            files.finish({**self.upgrades.finished(name), **extras})
             self._specs[name] = files.spec
             self._stores[name] = files.parts
             self._generation[name] += 1
@@ -440,6 +470,15 @@ class StreamsApp:
         log.warning("stream-client %s: store %s swapped to its rebuilt generation %d", self.application_id, name,
                     files.generation)
         self.health.set(name, "running")
+
+    def upcoming_columns(self, name: str) -> dict[str, Any] | None:
+        """Columns of a store arriving when its upgrade's rebuild swaps in, with the rebuild's progress (issue 20)."""
+        cols = self.upgrades.upcoming_columns(name)
+        spec = self._specs.get(name)
+        if not cols or spec is None:
+            return None
+        return {"columns": cols, "serving": [c.name for c in spec.columns()],
+                "progress": self.health.get(name).progress}
 
     def check_store_files(self, name: str, *, integrity: bool = False) -> dict[int, str]:
         """Partitions newly found lost (file deleted; with ``integrity``, damaged): they answer NOT_ACTIVE now."""

@@ -14,8 +14,9 @@ from datetime import date, datetime
 from typing import Any
 
 from ..iqv2.timeutil import to_epoch_ms
+from .nested import NestedType, NestedValueError, encode_nested, is_nested_text, parse_nested
 
-__all__ = ["SqlType", "StoreKind", "Column", "StoreSpec", "coerce_key", "KeyTypeError"]
+__all__ = ["SqlType", "StoreKind", "Column", "StoreSpec", "coerce_key", "KeyTypeError", "parse_type"]
 
 
 class SqlType(str, enum.Enum):
@@ -28,6 +29,7 @@ class SqlType(str, enum.Enum):
     BOOLEAN = "BOOLEAN"
     TIMESTAMP = "TIMESTAMP"
     DATE = "DATE"
+    BLOB = "BLOB"
 
     @classmethod
     def parse(cls, text: str) -> SqlType:
@@ -36,6 +38,8 @@ class SqlType(str, enum.Enum):
             "LONG": "BIGINT", "INT": "INTEGER", "SMALLINT": "INTEGER", "TINYINT": "INTEGER",
             "FLOAT": "DOUBLE", "REAL": "DOUBLE", "STRING": "VARCHAR", "TEXT": "VARCHAR",
             "BOOL": "BOOLEAN", "TIMESTAMP_NTZ": "TIMESTAMP", "TIMESTAMP_LTZ": "TIMESTAMP",
+            "TIMESTAMPTZ": "TIMESTAMP", "TIMESTAMP WITH TIME ZONE": "TIMESTAMP",
+            "BYTES": "BLOB", "BINARY": "BLOB", "BYTEA": "BLOB", "VARBINARY": "BLOB",
         }
         t = aliases.get(t, t)
         try:
@@ -45,6 +49,13 @@ class SqlType(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+def parse_type(text: str) -> SqlType | NestedType:
+    """A column type from its text: a scalar (``SqlType.parse``) or ARRAY/STRUCT/MAP (``nested.parse_nested``)."""
+    if is_nested_text(text):
+        return parse_nested(text, SqlType.parse)
+    return SqlType.parse(text)
 
 
 class StoreKind(str, enum.Enum):
@@ -61,14 +72,18 @@ class StoreKind(str, enum.Enum):
 @dataclass(frozen=True, slots=True)
 class Column:
     name: str
-    type: SqlType
+    type: SqlType | NestedType
     nullable: bool = True
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
             raise ValueError(f"column name must be a non-empty string, got {self.name!r}")
-        if not isinstance(self.type, SqlType):
-            object.__setattr__(self, "type", SqlType.parse(str(self.type)))
+        if not isinstance(self.type, (SqlType, NestedType)):
+            object.__setattr__(self, "type", parse_type(str(self.type)))
+
+    @property
+    def nested(self) -> bool:
+        return isinstance(self.type, NestedType)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +93,11 @@ class StoreSpec:
     ``source_topics`` are the topics whose offsets make up the store's
     Position; ``window_size_ms``/``window_advance_ms`` describe window stores,
     ``gap_ms`` session stores, ``history_retention_ms`` versioned stores.
+
+    A composite key (``key=(Column("region", …), Column("product", …))``) is
+    kept as ``key_parts``; ``key`` is then its stored form, one BLOB column
+    named ``"region,product"`` holding ``tuple_keys`` bytes. ``key_columns()``
+    is what SQL sees either way.
     """
 
     name: str
@@ -92,15 +112,33 @@ class StoreSpec:
     gap_ms: int | None = None
     history_retention_ms: int | None = None
     options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    key_parts: tuple[Column, ...] = ()
 
     def __post_init__(self) -> None:
+        if isinstance(self.key, (tuple, list)):
+            parts = tuple(self.key)
+            if len(parts) == 1:
+                object.__setattr__(self, "key", parts[0])
+            else:
+                object.__setattr__(self, "key_parts", parts)
+        if self.key_parts:
+            parts = tuple(self.key_parts)
+            object.__setattr__(self, "key_parts", parts)
+            if len(parts) < 2:
+                raise ValueError(f"store {self.name!r}: a composite key needs at least 2 columns, got {len(parts)}")
+            for c in parts:
+                if c.nested:
+                    raise ValueError(f"store {self.name!r}: key column {c.name!r} is {c.type}; a key column is a scalar")
+            object.__setattr__(self, "key", Column(",".join(c.name for c in parts), SqlType.BLOB, False))
+        elif self.key.nested:
+            raise ValueError(f"store {self.name!r}: key column {self.key.name!r} is {self.key.type}; a key is a scalar")
         if not self.name or not self.name.replace("_", "a").isalnum() or self.name[0].isdigit():
             raise ValueError(f"store name {self.name!r} must be letters, digits and _ and not start with a digit")
         if not isinstance(self.kind, StoreKind):
             object.__setattr__(self, "kind", StoreKind(self.kind))
         if self.partitions < 1:
             raise ValueError(f"store {self.name!r}: partitions must be >= 1, got {self.partitions}")
-        names = [self.key.name] + [c.name for c in self.values]
+        names = [c.name for c in self.key_columns()] + [c.name for c in self.values]
         reserved = set(self.system_columns()) | {"_partition", "_position", "_failure_reason", "_failure_message"}
         for n in names:
             if n in reserved:
@@ -119,12 +157,20 @@ class StoreSpec:
             StoreKind.VERSIONED: ("valid_from", "valid_to"),
         }[self.kind]
 
+    def key_columns(self) -> tuple[Column, ...]:
+        """The key as SQL sees it: the one key column, or the parts of a composite key."""
+        return self.key_parts or (self.key,)
+
+    @property
+    def composite(self) -> bool:
+        return bool(self.key_parts)
+
     def columns(self) -> tuple[Column, ...]:
-        """Every column ``SELECT *`` shows, in order: key, window/time columns, values."""
+        """Every column ``SELECT *`` shows, in order: key column(s), window/time columns, values."""
         sys_cols = tuple(Column(n, SqlType.TIMESTAMP, n == "valid_to") for n in self.system_columns())
         if self.kind in (StoreKind.WINDOW, StoreKind.SESSION):
-            return (self.key,) + sys_cols + self.values
-        return (self.key,) + self.values + sys_cols
+            return self.key_columns() + sys_cols + self.values
+        return self.key_columns() + self.values + sys_cols
 
     def value_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.values)
@@ -135,6 +181,9 @@ class StoreSpec:
         d["kind"] = self.kind.value
         d["key"] = {"name": self.key.name, "type": self.key.type.value, "nullable": self.key.nullable}
         d["values"] = [{"name": c.name, "type": c.type.value, "nullable": c.nullable} for c in self.values]
+        d["key_parts"] = [{"name": c.name, "type": c.type.value, "nullable": c.nullable} for c in self.key_parts]
+        if not self.key_parts:
+            del d["key_parts"]  # files stay readable by versions without composite keys
         d["source_topics"] = list(self.source_topics)
         return json.dumps(d, indent=2, sort_keys=True)
 
@@ -143,7 +192,9 @@ class StoreSpec:
         d = json.loads(text)
         d["kind"] = StoreKind(d["kind"])
         d["key"] = Column(d["key"]["name"], SqlType.parse(d["key"]["type"]), d["key"].get("nullable", True))
-        d["values"] = tuple(Column(c["name"], SqlType.parse(c["type"]), c.get("nullable", True)) for c in d["values"])
+        d["values"] = tuple(Column(c["name"], parse_type(c["type"]), c.get("nullable", True)) for c in d["values"])
+        d["key_parts"] = tuple(Column(c["name"], SqlType.parse(c["type"]), c.get("nullable", False))
+                               for c in d.get("key_parts", ()))
         d["source_topics"] = tuple(d.get("source_topics", ()))
         return cls(**d)
 
@@ -160,6 +211,11 @@ def coerce_key(sql_type: SqlType, value: Any) -> Any:
     """
     if value is None:
         raise KeyTypeError("the key should not be null")
+    if isinstance(sql_type, NestedType):
+        try:
+            return encode_nested(sql_type, value, coerce_key)
+        except (NestedValueError, KeyTypeError) as exc:
+            raise KeyTypeError(f"{str(exc) or repr(value)} (a {sql_type.value} value)") from None
     try:
         if sql_type in (SqlType.BIGINT, SqlType.INTEGER):
             if isinstance(value, bool):
@@ -189,6 +245,10 @@ def coerce_key(sql_type: SqlType, value: Any) -> Any:
             if isinstance(value, str):
                 value = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
             return to_epoch_ms(value, "key")
+        if sql_type is SqlType.BLOB:
+            if isinstance(value, (bytes, bytearray, memoryview)):
+                return bytes(value)
+            raise ValueError
         if sql_type is SqlType.DATE:
             if isinstance(value, str):
                 value = date.fromisoformat(value.strip())

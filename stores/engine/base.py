@@ -24,15 +24,17 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
-import pyarrow.compute as pc
+import pyarrow as pa
 
 from ..catalog.schema import StoreSpec
 from ..iqv2.position import Position, PositionBound
 from ..iqv2.result import FailureReason, QueryResult
+from .arrow_reads import AdbcReaders, ArrowQuery, ArrowRows, raw_columns
 from .batch import changes_to_table, encode, final_deletes, stream_time
 from .change import Change
 from .codec import ValueCodec, affinity
 from .connections import ReadPool
+from .key_order import sort_order
 from .staging import ADBC_MIN_ROWS, Stager
 
 __all__ = ["PartitionStore", "Handler", "StoreClosedError", "is_permitted", "integrity_problem", "CORRUPTION_TEXTS",
@@ -180,6 +182,21 @@ def is_permitted(position: Position, bound: PositionBound, topics: frozenset[str
     return True
 
 
+class _ArrowTarget:
+    """The store as a handler's ``fetch`` sees it, but whose snapshots are Arrow streams (ArrowQuery)."""
+
+    __slots__ = ("_store", "_columns", "_batch_rows")
+
+    def __init__(self, store: PartitionStore, columns: tuple[str, ...], batch_rows: int) -> None:
+        self._store, self._columns, self._batch_rows = store, columns, batch_rows
+
+    def snapshot(self, sql: str, params: Sequence[Any]) -> tuple[Position, ArrowRows]:
+        return self._store.arrow_snapshot(sql, params, self._columns, self._batch_rows)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
 class PartitionStore:
     """Base of every store kind; one instance per (store, partition) file."""
 
@@ -221,6 +238,7 @@ class PartitionStore:
             self._wconn = self._open_writer()
         elif not self.path.exists():
             raise FileNotFoundError(f"store {self.name!r} partition {partition}: no file {self.path}")
+        self._arrow = AdbcReaders(self.path, self._wconn)  # opens nothing until the first Arrow scan
 
     # -- connections -----------------------------------------------------------
     def _open_writer(self) -> sqlite3.Connection:
@@ -315,6 +333,7 @@ class PartitionStore:
         if frozen:
             log.warning("store %s partition %d: %s cannot be written; closing without a checkpoint",
                         self.name, self.partition, self.path)
+        finish_arrow = self._arrow.close()  # waits (bounded) for Arrow scans in flight
         with self._write_lock:
             self._closed = True
             self._pool.close(before_close=(lambda c: no_checkpoint_on_close(c, self.path)) if frozen else None)
@@ -323,6 +342,7 @@ class PartitionStore:
                     no_checkpoint_on_close(self._wconn, self.path)
                 self._wconn.close()
                 self._wconn = None
+        finish_arrow()  # after sqlite3's connections: the read-only ADBC ones never checkpoint (arrow_reads.py)
 
     @property
     def closed(self) -> bool:
@@ -393,11 +413,19 @@ class PartitionStore:
     def query(self, query: Any, bound: PositionBound, *, execution_info: bool = False) -> QueryResult:
         """Run one query on this partition; failures come back as data, malformed requests raise."""
         t0 = time.perf_counter_ns() if execution_info else 0
-        handler = self.HANDLERS.get(type(query))
+        target: Any = self
+        arrow = type(query) is ArrowQuery
+        if arrow:  # the inner query's own handler, reading through the Arrow path (arrow_reads.py)
+            inner = query.query
+            handler = self.HANDLERS.get(type(inner)) if ArrowQuery.supports(inner) else None
+            target = _ArrowTarget(self, raw_columns(self.spec, inner), query.batch_rows) if handler else None
+        else:
+            inner = query
+            handler = self.HANDLERS.get(type(query))
         if handler is None:
             res = QueryResult.for_unknown_query_type(query, self).with_position(self._safe_position())
         else:
-            prepared = handler.prepare(self, query)
+            prepared = handler.prepare(self, inner)
             if isinstance(prepared, QueryResult):
                 res = prepared.with_position(self._safe_position())
             else:
@@ -405,23 +433,40 @@ class PartitionStore:
                     now = time.monotonic()
                     if now - self._checked_at > EXISTS_CHECK_S:
                         self._check_file(now)
-                    position, raw = handler.fetch(self, prepared)
+                    position, raw = handler.fetch(target, prepared)
                 except Exception as exc:  # noqa: BLE001 - store failures are data (STORE_EXCEPTION)
                     res = self._store_exception(exc, self._safe_position())
                 else:
+                    if arrow and not isinstance(raw, ArrowRows):
+                        raw = ArrowRows.empty(self.spec)  # an empty range: nothing was read
                     if bound.is_unbounded() or is_permitted(position, bound, self._topics):
                         try:
-                            res = QueryResult.for_result(handler.build(self, prepared, raw), position)
+                            res = QueryResult.for_result(raw if arrow else handler.build(self, prepared, raw),
+                                                         position)
                         except Exception as exc:  # noqa: BLE001
                             res = self._store_exception(exc, position)
                     else:
                         res = QueryResult.not_up_to_bound(position, bound, self.partition)
+                    if arrow and res.is_failure:
+                        raw.close()  # ends the snapshot it holds
         if execution_info:
             res = res.with_execution_info(
                 f"Handled in {type(self).__name__} (store {self.name}, partition {self.partition})"
                 f" in {time.perf_counter_ns() - t0}ns"
             )
         return res
+
+    def arrow_snapshot(self, sql: str, params: Sequence[Any], columns: tuple[str, ...],
+                       batch_rows: int) -> tuple[Position, ArrowRows]:
+        """The Position and the rows of ``sql`` as Arrow batches, from ONE read transaction held by the stream."""
+        if self._closed:
+            raise StoreClosedError(f"store {self.name!r} partition {self.partition} is closed")
+        try:
+            return self._arrow.scan(sql, params, self.spec, columns, batch_rows, self.position_of)
+        except RuntimeError as exc:
+            if str(exc) == "closed":
+                raise StoreClosedError(f"store {self.name!r} partition {self.partition} is closed") from None
+            raise
 
     def _store_exception(self, exc: BaseException, position: Position | None) -> QueryResult:
         if not isinstance(exc, FileNotFoundError) and not self.path.exists():
@@ -483,12 +528,15 @@ class PartitionStore:
         rows = encode(self.spec, changes_to_table(self.spec, self.codec, changes, where), where)
         return self.apply_rows(batch_id, rows, position, stream_time(self.spec.kind, rows))
 
-    def apply_rows(self, batch_id: int, rows: Any, position: Position, observed: int | None) -> bool:
+    def apply_rows(self, batch_id: int, rows: Any, position: Position, observed: int | None,
+                   *, presorted: bool = False) -> bool:
         """Write canonical Arrow rows of this partition and merge ``position``, in ONE transaction, idempotently.
 
         ``rows`` is a change table from ``batch.encode`` (this partition's
-        share, in arrival order); ``observed`` its newest record time. A
-        batch id at or below the last applied one changes nothing (a replay).
+        share, in arrival order, or with ``presorted`` already stably sorted
+        by ``IDENTITY`` as ``split_by_partition`` leaves it); ``observed`` its
+        newest record time. A batch id at or below the last applied one
+        changes nothing (a replay).
         """
         with self._write_lock:
             c = self._writer_conn()
@@ -496,8 +544,8 @@ class PartitionStore:
             if last is not None and batch_id <= last:
                 return False  # only this thread writes the file, so no one can apply it between here and BEGIN
             rows = self.rows_to_stage(rows)
-            if len(rows) > 1:  # key order for B-tree locality; the sort is stable, so arrival order stays within a row
-                rows = rows.take(pc.sort_indices(rows, [(c, "ascending") for c in self.IDENTITY]))
+            if len(rows) > 1 and not presorted:  # key order for B-tree locality; stable: arrival order stays within a row
+                rows = rows.take(pa.array(sort_order(rows, self.IDENTITY)))
             with contextlib.ExitStack() as stack:
                 src = stack.enter_context(self._stager.staged(c, rows)) if len(rows) else None
                 c.execute("BEGIN IMMEDIATE")

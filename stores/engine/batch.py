@@ -16,7 +16,7 @@ turns ``Change`` objects into the same table (their Python values go through
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -27,7 +27,8 @@ from ..catalog.partitioner import partitions_for_serialized
 from ..catalog.schema import SqlType, StoreKind, StoreSpec
 from .change import Change
 from .codec import BatchError, ValueCodec
-from .columns import COLUMN_TYPES, ColumnError, first_true, serialized_keys
+from .columns import COLUMN_TYPES, ColumnError, column_type, first_true, key_column_type, serialized_keys
+from .key_order import sort_order
 
 __all__ = ["KEY", "TS", "WS", "WE", "DELETED", "value_name", "encode", "changes_to_table", "PartitionRows",
            "split_by_partition", "final_deletes", "stream_time"]
@@ -68,7 +69,7 @@ def encode(spec: StoreSpec, table: pa.Table, where: str) -> pa.Table:
         raise BatchError(f"{where}: the change table lacks value column(s) {missing} "
                          f"({', '.join(spec.value_names())})")
     n = len(table)
-    key = _encode_column(table, KEY, COLUMN_TYPES[spec.key.type], where, f"key column {spec.key.name!r}")
+    key = _encode_column(table, KEY, key_column_type(spec), where, f"key column {spec.key.name!r}")
     bad = first_true(key.is_null())
     if bad is not None:
         raise BatchError(f"{where} change #{bad}: key column {spec.key.name!r}: the key should not be null")
@@ -81,7 +82,7 @@ def encode(spec: StoreSpec, table: pa.Table, where: str) -> pa.Table:
     times = {t: _time_column(table, t, n, where) for t in _TIMES}
     cols: dict[str, pa.Array] = {KEY: key, **times, DELETED: deleted}
     for i, col in enumerate(spec.values):
-        arr = _encode_column(table, names[i], COLUMN_TYPES[col.type], where, f"value column {col.name!r}")
+        arr = _encode_column(table, names[i], column_type(col.type), where, f"value column {col.name!r}")
         if any_deleted:
             arr = pc.if_else(deleted, pa.nulls(n, arr.type), arr)
         if not col.nullable:
@@ -200,10 +201,10 @@ def changes_to_table(spec: StoreSpec, codec: ValueCodec, changes: Iterable[Any],
         times[TS].append(_int_or_none(ch.timestamp, "timestamp", at))
         times[WS].append(_int_or_none(ch.window_start, "window_start", at))
         times[WE].append(_int_or_none(ch.window_end, "window_end", at))
-    arrays: dict[str, pa.Array] = {KEY: _array(keys, COLUMN_TYPES[spec.key.type].input_type(), where,
+    arrays: dict[str, pa.Array] = {KEY: _array(keys, key_column_type(spec).input_type(), where,
                                                 f"key column {spec.key.name!r}")}
     for i, col in enumerate(spec.values):
-        arrays[value_name(i)] = _array(vals[i], COLUMN_TYPES[col.type].input_type(), where,
+        arrays[value_name(i)] = _array(vals[i], column_type(col.type).input_type(), where,
                                        f"value column {col.name!r}")
     for t, values in times.items():
         arrays[t] = _array(values, pa.int64(), where, _TIME_NAMES[t])
@@ -243,16 +244,24 @@ def stream_time(kind: StoreKind, rows: pa.Table) -> int | None:
     return pc.max(ts).as_py()
 
 
-def split_by_partition(spec: StoreSpec, rows: pa.Table) -> list[PartitionRows]:
-    """The canonical rows of each store partition (murmur2 of the serialized key), order kept within each."""
+def split_by_partition(spec: StoreSpec, rows: pa.Table, identity: Sequence[str] | None = None) -> list[PartitionRows]:
+    """The canonical rows of each store partition (murmur2 of the serialized key), order kept within each.
+
+    With ``identity`` each partition's rows come sorted by it (stable: of two
+    changes to one row the later stays later), the order the merge wants,
+    with one ``take`` for the split and the sort together.
+    """
     n = spec.partitions
-    if n == 1:
-        return [PartitionRows(rows, stream_time(spec.kind, rows))]
     if len(rows) == 0:
         return [PartitionRows(rows, None) for _ in range(n)]
+    if n == 1:
+        if identity is not None and len(rows) > 1:
+            rows = rows.take(pa.array(sort_order(rows, identity)))
+        return [PartitionRows(rows, stream_time(spec.kind, rows))]
     data, offsets = serialized_keys(rows.column(KEY), spec.key.type)
     part = partitions_for_serialized(data, offsets, n)
-    order = np.argsort(part, kind="stable")
+    part = part.astype(np.uint8 if n <= 256 else np.uint16 if n <= 65536 else np.int64)
+    order = (np.argsort(part, kind="stable") if identity is None else sort_order(rows, identity, first=part))
     bounds = np.searchsorted(part[order], np.arange(n + 1), side="left")
     grouped = rows.take(pa.array(order))
     out = []

@@ -12,7 +12,9 @@ from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..catalog.nested import NestedType, decode_nested
 from ..catalog.schema import Column, KeyTypeError, SqlType, StoreSpec, coerce_key
+from ..catalog.tuple_keys import coerce_tuple, decode_tuple, encode_tuple
 from ..iqv2.values import KeyValue
 
 __all__ = ["affinity", "ValueCodec", "key_coercer", "BatchError"]
@@ -30,18 +32,35 @@ _AFFINITY = {
     SqlType.BOOLEAN: "INTEGER",
     SqlType.DOUBLE: "REAL",
     SqlType.VARCHAR: "TEXT",
+    SqlType.BLOB: "BLOB",
 }
 
 
 # the Python type that already is a column's canonical form (TIMESTAMP/DATE ints too): no coercion needed
 _CANONICAL: dict[SqlType, type] = {
     SqlType.BIGINT: int, SqlType.INTEGER: int, SqlType.DATE: int, SqlType.TIMESTAMP: int,
-    SqlType.BOOLEAN: bool, SqlType.DOUBLE: float, SqlType.VARCHAR: str,
+    SqlType.BOOLEAN: bool, SqlType.DOUBLE: float, SqlType.VARCHAR: str, SqlType.BLOB: bytes,
 }
 
 
-def affinity(t: SqlType) -> str:
-    return _AFFINITY[t]
+class _NeverCanonical:
+    """The fast-path type of a nested column: no Python value is already its JSON text."""
+
+
+def affinity(t: SqlType | NestedType) -> str:
+    """The SQLite column affinity: nested values are JSON text."""
+    return "TEXT" if isinstance(t, NestedType) else _AFFINITY[t]
+
+
+def composite_key_coercer(spec: StoreSpec) -> Callable[[Any], Any]:
+    """A composite key (tuple, list or mapping by column name) → its stored bytes; bytes pass as stored keys."""
+    parts = spec.key_parts
+
+    def coerce(v: Any) -> Any:
+        if type(v) is bytes:
+            return v
+        return encode_tuple(parts, coerce_tuple(parts, v))
+    return coerce
 
 
 def key_coercer(t: SqlType) -> Callable[[Any], Any]:
@@ -84,22 +103,26 @@ class ValueCodec:
         self.n = len(spec.values)
         self.tuple_type = namedtuple(f"{spec.name}_value", _field_names(spec.values))  # type: ignore[misc]
         self._make = self.tuple_type._make
-        bool_idx = [i for i, c in enumerate(spec.values) if c.type is SqlType.BOOLEAN]
-        self._bool_idx = bool_idx
+        # value columns whose stored form is not what readers get: booleans (0/1) and nested values (JSON text)
+        self._decoders: list[tuple[int, Callable[[Any], Any]]] = [
+            (i, bool if c.type is SqlType.BOOLEAN else (lambda v, t=c.type: decode_nested(t, v)))
+            for i, c in enumerate(spec.values) if c.type is SqlType.BOOLEAN or c.nested]
+        self._bool_idx = [i for i, _ in self._decoders]
         self.key_type = spec.key.type
-        self.coerce_query_key = key_coercer(spec.key.type)
-        self._key_is_bool = spec.key.type is SqlType.BOOLEAN
+        self.composite = spec.composite
+        self.coerce_query_key = composite_key_coercer(spec) if spec.composite else key_coercer(spec.key.type)
+        self._key_is_bool = spec.key.type is SqlType.BOOLEAN or spec.composite  # the key needs decoding
         self._key_fast = _CANONICAL[spec.key.type]
-        self._fast = [_CANONICAL[c.type] for c in spec.values]
+        self._fast = [_NeverCanonical if c.nested else _CANONICAL[c.type] for c in spec.values]
 
     # -- reads ---------------------------------------------------------------
     def value(self, row: Sequence[Any], start: int = 0) -> tuple[Any, ...]:
         vals = row[start : start + self.n]
-        if self._bool_idx:
+        if self._decoders:
             vals = list(vals)
-            for i in self._bool_idx:
+            for i, dec in self._decoders:
                 if vals[i] is not None:
-                    vals[i] = bool(vals[i])
+                    vals[i] = dec(vals[i])
         return self._make(vals)
 
     def pair_converter(self, start: int) -> Callable[[Any], Any]:
@@ -115,6 +138,9 @@ class ValueCodec:
         return lambda r: new(KeyValue, (r[0], new(vt, r[start:end])))
 
     def key(self, raw: Any) -> Any:
+        """A stored key → what readers get: a bool, the tuple of a composite key, or the key itself."""
+        if self.composite:
+            return decode_tuple(self.spec.key_parts, raw)
         return bool(raw) if self._key_is_bool else raw
 
     # -- writes --------------------------------------------------------------
@@ -122,6 +148,8 @@ class ValueCodec:
         if type(key) is self._key_fast:
             return key
         try:
+            if self.composite:
+                return self.coerce_query_key(key)
             return coerce_key(self.key_type, key)
         except KeyTypeError as exc:
             raise BatchError(f"{where}: key column {self.spec.key.name!r}: {exc}") from None

@@ -13,6 +13,7 @@ store, the batch and the column.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -20,10 +21,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..catalog.nested import NestedType
 from ..catalog.partitioner import fixed_width_key_bytes
-from ..catalog.schema import SqlType
+from ..catalog.schema import KeyTypeError, SqlType, StoreSpec, coerce_key
+from ..catalog.tuple_keys import PART_TAG
 
-__all__ = ["ColumnError", "ColumnType", "COLUMN_TYPES", "column_type", "serialized_keys", "first_true"]
+__all__ = ["ColumnError", "ColumnType", "COLUMN_TYPES", "column_type", "key_column_type", "serialized_keys",
+           "first_true"]
 
 _MS_PER_DAY = 86_400_000
 _PER_MS = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}
@@ -49,7 +53,10 @@ def first_true(mask: pa.Array | pa.ChunkedArray | np.ndarray) -> int | None:
 
 
 def _chunks(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    """One contiguous array (a single chunk as it is: ``combine_chunks`` would copy it)."""
+    if isinstance(arr, pa.ChunkedArray):
+        return arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
+    return arr
 
 
 def _refuse(arr: pa.Array, sql: str) -> ColumnError:
@@ -147,11 +154,20 @@ def _boolean(arr: pa.Array, sql: str) -> pa.Array:
     raise _refuse(arr, sql)
 
 
+def _blob(arr: pa.Array, sql: str) -> pa.Array:
+    t = arr.type
+    if pa.types.is_binary(t) or pa.types.is_fixed_size_binary(t) or pa.types.is_large_binary(t) or pa.types.is_null(t):
+        return arr.cast(pa.binary())
+    if pa.types.is_binary_view(t):
+        return arr.cast(pa.binary())
+    raise _refuse(arr, sql)
+
+
 @dataclass(frozen=True)
 class ColumnType:
     """One SQL type on the write path: Arrow input → stored form (``encode``), and the Arrow type of that form."""
 
-    sql: SqlType
+    sql: SqlType | NestedType
     storage: pa.DataType
     convert: Callable[[pa.Array, str], pa.Array]
 
@@ -171,11 +187,114 @@ COLUMN_TYPES: dict[SqlType, ColumnType] = {
     SqlType.BOOLEAN: ColumnType(SqlType.BOOLEAN, pa.int64(), _boolean),
     SqlType.TIMESTAMP: ColumnType(SqlType.TIMESTAMP, pa.int64(), _epoch_ms),
     SqlType.DATE: ColumnType(SqlType.DATE, pa.int64(), _days),
+    SqlType.BLOB: ColumnType(SqlType.BLOB, pa.binary(), _blob),
 }
 
 
-def column_type(t: SqlType) -> ColumnType:
+def column_type(t: SqlType | NestedType) -> ColumnType:
+    """The write-path type of a column (a nested type: its values as canonical JSON text)."""
+    if isinstance(t, NestedType):
+        return ColumnType(t, pa.string(), lambda arr, sql: _nested_json(arr, t))
     return COLUMN_TYPES[t]
+
+
+def _nested_json(arr: pa.Array, t: NestedType) -> pa.Array:
+    """ARRAY/STRUCT/MAP Arrow values (or JSON text of them) → canonical JSON text, one Python value per row.
+
+    Nested columns are the one place the write path goes through Python per
+    row: their JSON has to be built anyway, and Arrow has no kernel for it.
+    """
+    ty = arr.type
+    if pa.types.is_null(ty):
+        return pa.nulls(len(arr), pa.string())
+    text = pa.types.is_string(ty) or pa.types.is_large_string(ty)
+    if not (text or pa.types.is_list(ty) or pa.types.is_large_list(ty) or pa.types.is_struct(ty)
+            or pa.types.is_map(ty) or pa.types.is_fixed_size_list(ty)):
+        raise _refuse(arr, t.value)
+    out: list[str | None] = []
+    for i, v in enumerate(arr.to_pylist()):
+        if v is None:
+            out.append(None)
+            continue
+        try:
+            if text:
+                v = json.loads(v)
+                if t.kind == "MAP" and isinstance(v, list):
+                    v = [tuple(p) for p in v]
+            out.append(coerce_key(t, v))
+        except (KeyTypeError, ValueError) as exc:
+            raise ColumnError(i, str(exc)) from None
+    return pa.array(out, pa.string())
+
+
+# -- composite keys: a struct of the key columns → the tuple_keys bytes, vectorized -------------------------------
+_BIAS = np.uint64(1 << 63)
+_ESC_IN, _ESC_OUT, _END = b"\x00", b"\x00\xff", b"\x00\x01"
+
+
+def _fixed_parts(vals: np.ndarray, width: int) -> pa.Array:
+    """Big-endian ``width``-byte values (one row of ``vals`` per key) with the part tag in front, as binary."""
+    n = len(vals)
+    buf = np.empty((n, width + 1), dtype=np.uint8)
+    buf[:, 0] = PART_TAG[0]
+    buf[:, 1:] = vals.reshape(n, width)
+    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width + 1), n, [None, pa.py_buffer(buf.tobytes())]).cast(
+        pa.binary())
+
+
+def _key_part(arr: pa.Array, t: SqlType, name: str) -> pa.Array:
+    """One key column (already in its stored form) → its order-preserving bytes (see catalog/tuple_keys.py)."""
+    if t in (SqlType.BIGINT, SqlType.INTEGER, SqlType.DATE, SqlType.TIMESTAMP, SqlType.BOOLEAN):
+        vals = arr.to_numpy(zero_copy_only=False).astype(np.int64)
+        if t is SqlType.BOOLEAN:
+            return _fixed_parts(vals.astype(np.uint8), 1)
+        return _fixed_parts((vals.view(np.uint64) ^ _BIAS).astype(">u8").view(np.uint8).reshape(-1, 8), 8)
+    if t is SqlType.DOUBLE:
+        vals = arr.to_numpy(zero_copy_only=False).astype(np.float64) + 0.0  # -0.0 is 0.0
+        bad = first_true(np.isnan(vals))
+        if bad is not None:
+            raise ColumnError(bad, f"key column {name!r}: NaN is not a key")
+        bits = vals.view(np.uint64)
+        neg = (bits & _BIAS) != 0
+        bits = np.where(neg, ~bits, bits | _BIAS)
+        return _fixed_parts(bits.astype(">u8").view(np.uint8).reshape(-1, 8), 8)
+    raw = arr.cast(pa.binary())
+    esc = pc.replace_substring(raw, _ESC_IN, _ESC_OUT)
+    return pc.binary_join_element_wise(pa.scalar(PART_TAG, pa.binary()), esc, pa.scalar(_END, pa.binary()), b"")
+
+
+def _composite(spec: StoreSpec) -> Callable[[pa.Array, str], pa.Array]:
+    parts = spec.key_parts
+
+    def convert(arr: pa.Array, sql: str) -> pa.Array:
+        ty = arr.type
+        if pa.types.is_binary(ty) or pa.types.is_large_binary(ty):
+            return arr.cast(pa.binary())  # already stored keys (Change objects' keys, encoded by the codec)
+        if not pa.types.is_struct(ty) or ty.num_fields != len(parts):
+            raise ColumnError(None, f"a composite key ({', '.join(c.name for c in parts)}) arrives as a struct of "
+                                    f"{len(parts)} fields, got an Arrow {ty} column")
+        if arr.null_count:
+            raise ColumnError(first_true(arr.is_null()), "the key should not be null")
+        pieces = []
+        for i, col in enumerate(parts):
+            field = arr.field(i)
+            try:
+                stored = COLUMN_TYPES[col.type].convert(field, col.type.value)
+            except ColumnError as exc:
+                raise ColumnError(exc.row, f"key column {col.name!r}: {exc}") from None
+            bad = first_true(stored.is_null())
+            if bad is not None:
+                raise ColumnError(bad, f"key column {col.name!r}: the key should not be null")
+            pieces.append(_key_part(stored, col.type, col.name))
+        return pc.binary_join_element_wise(*pieces, b"")
+    return convert
+
+
+def key_column_type(spec: StoreSpec) -> ColumnType:
+    """The write-path type of the stored key: the key column's, or a composite key's bytes."""
+    if spec.composite:
+        return ColumnType(SqlType.BLOB, pa.binary(), _composite(spec))
+    return COLUMN_TYPES[spec.key.type]
 
 
 def serialized_keys(keys: pa.Array, sql_type: SqlType) -> tuple[np.ndarray, np.ndarray]:
@@ -185,8 +304,8 @@ def serialized_keys(keys: pa.Array, sql_type: SqlType) -> tuple[np.ndarray, np.n
     fixed-width types are packed as ``partitioner.key_bytes`` packs them.
     """
     keys = _chunks(keys)
-    if sql_type is SqlType.VARCHAR:
-        width = np.int64 if pa.types.is_large_string(keys.type) else np.int32
+    if sql_type in (SqlType.VARCHAR, SqlType.BLOB):
+        width = np.int64 if pa.types.is_large_string(keys.type) or pa.types.is_large_binary(keys.type) else np.int32
         _validity, offs, data = keys.buffers()
         offsets = np.frombuffer(offs, dtype=width)[keys.offset:keys.offset + len(keys) + 1].astype(np.int64)
         raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)

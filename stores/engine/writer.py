@@ -94,12 +94,13 @@ class PartitionedWriter:
         return position
 
     def _write(self, batch_id: int, table: pa.Table, position: Position, where: str) -> None:
-        shares = split_by_partition(self.spec, encode(self.spec, table, where))
+        identity = next(iter(self._stores.values())).IDENTITY
+        shares = split_by_partition(self.spec, encode(self.spec, table, where), identity)
         jobs = [(self._stores[p], share) for p, share in enumerate(shares)]
         workers = min(self.threads, len(jobs))
         if workers < 2 or len(table) < self.parallel_min_rows:
             for store, share in jobs:
-                store.apply_rows(batch_id, share.rows, position, share.observed)
+                store.apply_rows(batch_id, share.rows, position, share.observed, presorted=True)
             return
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"iqgate-write-{self.spec.name}") as pool:
             futures = [pool.submit(_apply, store, batch_id, share, position) for store, share in jobs]
@@ -116,4 +117,4 @@ class PartitionedWriter:
 
 
 def _apply(store: PartitionStore, batch_id: int, share: PartitionRows, position: Position) -> bool:
-    return store.apply_rows(batch_id, share.rows, position, share.observed)
+    return store.apply_rows(batch_id, share.rows, position, share.observed, presorted=True)

@@ -39,7 +39,7 @@ from .segment import CorruptLogError, EventLogError, FileOps, LogWriteError, Par
 
 __all__ = [
     "EventLog", "Record", "EventLogError", "UnknownTopicError", "TopicExistsError", "CorruptLogError",
-    "LogWriteError", "InvalidRecordError", "TOPIC_NAME_RE", "FileOps", "Repair",
+    "LogWriteError", "InvalidRecordError", "TOPIC_NAME_RE", "FileOps", "Repair", "RecordsDeletedError",
 ]
 
 log = logging.getLogger("stores.log")
@@ -58,6 +58,10 @@ class UnknownTopicError(EventLogError, KeyError):
 
 class TopicExistsError(EventLogError):
     """create_topic on a name that is taken."""
+
+
+class RecordsDeletedError(EventLogError):
+    """A read below a partition's first held offset: ``delete_records`` (retention) removed those records."""
 
 
 class Record(NamedTuple):
@@ -184,6 +188,45 @@ class EventLog:
             except FileNotFoundError:
                 raise UnknownTopicError(f"topic {topic!r} was deleted while reading its offsets") from None
         return out
+
+    def low_offsets(self, topic: str) -> dict[int, int]:
+        """``{partition: first offset still held}`` (Kafka's log start offset; 0 unless records were deleted)."""
+        n = self.partitions(topic)
+        held = self._starts(topic)
+        return {p: held.get(p, 0) for p in range(n)}
+
+    def delete_records(self, topic: str, before: dict[int, int]) -> dict[int, int]:
+        """Delete the records below ``before[p]`` of each partition ``p`` (Kafka's DeleteRecords; retention).
+
+        Offsets never move: the partition's first held offset becomes ``before[p]`` and reads below it raise
+        RecordsDeletedError, as a Kafka consumer gets OFFSET_OUT_OF_RANGE. An offset past the partition's end
+        is refused (nothing changes); a lower one than already deleted keeps the higher. Returns the new
+        low offsets. The bytes stay in the partition file (offsets are positions in its index).
+        """
+        ends = self.end_offsets(topic)
+        for p, o in before.items():
+            if p not in ends:
+                raise EventLogError(f"topic {topic!r} has no partition {p} (it has {len(ends)})")
+            if isinstance(o, bool) or not isinstance(o, int) or not 0 <= o <= ends[p]:
+                raise EventLogError(f"topic {topic!r} partition {p}: cannot delete records before offset {o!r}: "
+                                    f"the partition ends at {ends[p]}")
+        d = self._topics_dir / topic
+        with _locked(d / "topic.json", topic):
+            held = self._starts(topic)
+            for p, o in before.items():
+                held[p] = max(held.get(p, 0), o)
+            tmp = d / f".start-{uuid.uuid4().hex}.json"
+            _write_fsynced(tmp, json.dumps({str(p): o for p, o in sorted(held.items())}).encode())
+            os.replace(tmp, d / "start.json")
+            _fsync_dir(d)
+        return self.low_offsets(topic)
+
+    def _starts(self, topic: str) -> dict[int, int]:
+        try:
+            raw = json.loads((self._topics_dir / topic / "start.json").read_bytes())
+        except FileNotFoundError:
+            return {}
+        return {int(p): int(o) for p, o in raw.items()}
 
     def last_offsets(self, topic: str) -> dict[int, int]:
         """``{partition: offset of the last record}`` for non-empty partitions: a read-your-writes bound."""
@@ -322,6 +365,10 @@ class EventLog:
             raise EventLogError(f"topic {topic!r} has no partition {partition} (it has {n})")
         if start < 0:
             raise EventLogError(f"topic {topic!r} partition {partition}: start offset {start} is negative")
+        low = self._starts(topic).get(partition, 0)
+        if start < low:
+            raise RecordsDeletedError(f"topic {topic!r} partition {partition}: the records before offset {low} "
+                                      f"were deleted; cannot read from offset {start}")
         files = PartitionFiles(self._topics_dir / topic, topic, partition)
         try:
             yield from files.read(start, end)

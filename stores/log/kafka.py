@@ -20,6 +20,7 @@ Decisions worth knowing:
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import logging
@@ -243,6 +244,38 @@ class KafkaClient:
                 f"cannot reach Kafka at {self.servers} to read the end offsets of {topic!r}: partition(s) "
                 f"{sorted(pending)} did not answer within {self.timeout_s:.0f} s")
         return ends
+
+    def topic_ids(self, topics: list[str]) -> dict[str, str]:
+        """``{topic: topic id}`` (KIP-516): a topic deleted and re-created under the same name gets a new id.
+
+        Empty for a broker that does not report ids (they are then not checked); a broker that cannot be
+        reached raises as the other calls do.
+        """
+        from confluent_kafka import KafkaException, TopicCollection
+
+        if not topics:
+            return {}
+        try:
+            futures = self._admin.describe_topics(TopicCollection(list(topics)), request_timeout=self.timeout_s)
+            out = {}
+            for t, f in futures.items():
+                tid = getattr(f.result(timeout=self.timeout_s), "topic_id", None)
+                if tid is not None and str(tid) not in ("", "AAAAAAAAAAAAAAAAAAAAAA"):  # the zero Uuid: unknown
+                    out[t] = str(tid)
+            return out
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            code = err.code() if hasattr(err, "code") else None
+            from confluent_kafka import KafkaError as RdKafkaError
+
+            if code in (RdKafkaError._TRANSPORT, RdKafkaError._ALL_BROKERS_DOWN, RdKafkaError._TIMED_OUT):
+                raise self._unavailable(f"describe the topics {sorted(topics)}", exc) from None
+            return {}  # an old broker, or a topic gone between two calls (the caller sees it missing next)
+        except concurrent.futures.TimeoutError:
+            raise KafkaUnavailableError(f"cannot reach Kafka at {self.servers} to describe the topics "
+                                        f"{sorted(topics)}: no answer within {self.timeout_s:.0f} s") from None
+        except (TypeError, NotImplementedError):
+            return {}
 
     def low_offsets(self, topic: str) -> dict[int, int]:
         """``{partition: first offset still held}`` (records before it were deleted by retention)."""

@@ -16,8 +16,10 @@ from __future__ import annotations
 import re
 
 from ..engine.base import CORRUPTION_TEXTS
+from ..iqv2.errors import MissingSourceTopicException, StreamsException
+from .stream_rows import MISSING_SOURCE_TOPIC, SOURCE_TRUNCATED
 
-__all__ = ["fault_reason", "is_corruption", "FAULT_PATTERNS"]
+__all__ = ["fault_reason", "is_corruption", "FAULT_PATTERNS", "classify_failure", "SourceTruncatedException"]
 
 #: (pattern, what the user is told). Order matters: the first match names the fault.
 FAULT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
@@ -60,3 +62,25 @@ def is_corruption(exc: BaseException | str | None) -> bool:
     """Did SQLite say a store file is damaged? (Then the store is checked, and rebuilt, instead of retried.)"""
     text = "" if exc is None else (exc if isinstance(exc, str) else str(exc))
     return any(t in text for t in CORRUPTION_TEXTS)
+
+
+class SourceTruncatedException(StreamsException):
+    """Records the checkpoint had read are gone (log truncated, or the topic recreated)."""
+
+
+def classify_failure(exc: BaseException) -> BaseException:
+    """Map a failed query's error to our exception type by the stable code in its text."""
+    text = str(exc)
+    for code, cls in ((MISSING_SOURCE_TOPIC, MissingSourceTopicException),
+                      (SOURCE_TRUNCATED, SourceTruncatedException)):
+        at = text.find(code + ":")
+        if at >= 0:
+            detail = text[at:].splitlines()[0]
+            new = cls(detail)
+            new.__cause__ = exc if isinstance(exc, BaseException) else None
+            return new
+    if isinstance(exc, StreamsException):
+        return exc
+    new = StreamsException(f"streaming query failed: {text.splitlines()[0] if text else type(exc).__name__}")
+    new.__cause__ = exc
+    return new

@@ -107,7 +107,8 @@ class IqLogStreamReader(DataSourceStreamReader):
         for t in self.topics:
             self._require(log, t)
             ends = log.end_offsets(t)
-            out[t] = {str(p): (e if self.starting == "latest" else 0) for p, e in ends.items()}
+            low = log.low_offsets(t)  # "earliest" is the first record still held (records may have been deleted)
+            out[t] = {str(p): (e if self.starting == "latest" else low.get(p, 0)) for p, e in ends.items()}
             out[EPOCHS_KEY][t] = log.epoch(t)
         return out
 
@@ -127,12 +128,16 @@ class IqLogStreamReader(DataSourceStreamReader):
                                    "start over")
             epochs[t] = ep
             ends = log.end_offsets(t)
+            low = log.low_offsets(t)
             seen = {int(p): int(o) for p, o in start.get(t, {}).items()}
             for p, o in seen.items():
                 if p not in ends or ends[p] < o:
                     have = ends.get(p, "no partition")
                     raise RuntimeError(f"{SOURCE_TRUNCATED}: topic {t!r} partition {p} ends at {have}, but "
                                        f"the checkpoint has already read up to offset {o}")
+                if o < low.get(p, 0):
+                    raise RuntimeError(f"{SOURCE_TRUNCATED}: topic {t!r} partition {p}: the records before offset "
+                                       f"{low[p]} were deleted, but the checkpoint has read only up to offset {o}")
             for p, e in ends.items():
                 avail[(t, p)] = (seen.get(p, 0), e)
         if isinstance(limit, ReadMaxRows):
@@ -155,7 +160,7 @@ class IqLogStreamReader(DataSourceStreamReader):
 
     # -- worker side ----------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[tuple]:
-        from ..log.eventlog import UnknownTopicError
+        from ..log.eventlog import RecordsDeletedError, UnknownTopicError
 
         sl: _Slice = partition  # type: ignore[assignment]
         log = self._log()
@@ -168,5 +173,7 @@ class IqLogStreamReader(DataSourceStreamReader):
                     yield convert(key, value, ts, topic, part, off)
             except UnknownTopicError as exc:
                 raise RuntimeError(f"{MISSING_SOURCE_TOPIC}: {exc}") from None
+            except RecordsDeletedError as exc:
+                raise RuntimeError(f"{SOURCE_TRUNCATED}: {exc}") from None
 
 

@@ -2,7 +2,8 @@
 
 It keeps the contract of Spark's own Kafka source, so a checkpoint means the
 same thing either way: offsets are ``{topic: {"<partition>": next_offset}}``
-(exclusive ends), each micro-batch reads exactly the ranges between two such
+(exclusive ends) plus ``"@topic_ids": {topic: id}`` where the broker has
+topic ids (KIP-516: a topic deleted and re-created is caught by its new id), each micro-batch reads exactly the ranges between two such
 offsets, one input partition per topic-partition range (``assign`` + seek,
 no consumer group, nothing committed to Kafka), partitions added to a topic
 are read from their start, and the columns are the embedded log's: key, the
@@ -40,6 +41,10 @@ from .stream_rows import stream_schema as _stream_schema
 __all__ = ["IqKafkaDataSource", "IqKafkaStreamReader", "source_options", "read_timeout_s"]
 
 log = logging.getLogger(__name__)
+
+#: The reserved offsets entry ``{topic: topic id}``: a topic re-created under its name is caught before it is
+#: read, even when the new topic already holds more records than the checkpoint read ("@" is no topic name).
+TOPIC_IDS_KEY = "@topic_ids"
 
 #: How long one task may wait for the records its range promises before it fails loudly.
 read_timeout_s = 120.0
@@ -130,6 +135,9 @@ class IqKafkaStreamReader(DataSourceStreamReader):
                 want = int(want)
                 chosen[str(p)] = ends[p] if want == -1 else lows[p] if want == -2 else want
             out[t] = chosen
+        ids = kafka.topic_ids(self.topics)
+        if ids:
+            out[TOPIC_IDS_KEY] = ids
         return out
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -139,6 +147,12 @@ class IqKafkaStreamReader(DataSourceStreamReader):
         kafka = self._kafka()
         topics = kafka.list_topics()
         self._require(topics)
+        ids = kafka.topic_ids(self.topics)
+        for t, was in (start.get(TOPIC_IDS_KEY) or {}).items():
+            now = ids.get(t)
+            if now is not None and now != was:
+                raise RuntimeError(f"{SOURCE_TRUNCATED}: topic {t!r} was deleted and re-created since the checkpoint "
+                                   f"read it (topic id {was}, now {now}): the records it read are gone")
         avail: dict[tuple[str, int], tuple[int, int]] = {}
         for t in self.topics:
             ends = kafka.end_offsets(t)
@@ -158,6 +172,8 @@ class IqKafkaStreamReader(DataSourceStreamReader):
         out: dict[str, Any] = {t: {} for t in self.topics}
         for (t, p), (_, e) in sorted(avail.items()):
             out[t][str(p)] = e
+        if ids:
+            out[TOPIC_IDS_KEY] = ids
         return out
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:

@@ -88,7 +88,15 @@ def _projection(decl: Any) -> list[Any]:
         return F.when(c.isNull(), F.lit(None)).otherwise(F.unix_millis(c.cast("timestamp")))
 
     types = dict(decl.df.dtypes)
-    cols: list[Any] = [F.col(decl.key_col).alias("__k")]
+    key_cols = getattr(decl, "key_cols", ()) or (decl.key_col,)
+    if len(key_cols) > 1:  # a composite key: one struct, null when any part is (such rows are dropped, as null keys)
+        parts = [F.col(f"`{k}`").alias(k) for k in key_cols]
+        any_null = F.lit(False)
+        for k in key_cols:
+            any_null = any_null | F.col(f"`{k}`").isNull()
+        cols: list[Any] = [F.when(any_null, F.lit(None)).otherwise(F.struct(*parts)).alias("__k")]
+    else:
+        cols = [F.col(decl.key_col).alias("__k")]
     for i, c in enumerate(decl.value_cols):
         col = F.col(f"`{c}`")
         cols.append((ms(col) if types[c].startswith("timestamp") else col).alias(f"__v{i}"))

@@ -44,9 +44,12 @@ from ..app import layout
 from ..iqv2.errors import MissingSourceTopicException, StreamsException
 from ..iqv2.position import Position
 from .changelogs import ChangelogWriters
-from .faults import fault_reason, is_corruption
+from .faults import SourceTruncatedException, classify_failure, fault_reason, is_corruption
 from .materializer import BatchSink, last_committed_batch, position_from_offsets, read_batch_offsets
-from .stream_rows import MISSING_SOURCE_TOPIC, SOURCE_TRUNCATED
+from .runtime_shared import SharedQueries
+from .shared_query import QueryGroup
+from .stream_rows import MISSING_SOURCE_TOPIC
+from .upgrades import begin_upgrade
 
 __all__ = ["SparkRuntime", "classify_failure", "SourceTruncatedException"]
 
@@ -57,28 +60,6 @@ RETRY_MAX_S = 5.0
 RESUMED_AFTER_S = 2.0  # a restarted query up this long with nothing left to read counts as resumed
 FILE_CHECK_S = 1.0  # how often the store files are checked for deletion while running
 PROGRESS_S = 1.0  # how often catch-up progress is computed while a store is behind
-
-
-class SourceTruncatedException(StreamsException):
-    """Records the checkpoint had read are gone (log truncated, or the topic recreated)."""
-
-
-def classify_failure(exc: BaseException) -> BaseException:
-    """Map a failed query's error to our exception type by the stable code in its text."""
-    text = str(exc)
-    for code, cls in ((MISSING_SOURCE_TOPIC, MissingSourceTopicException),
-                      (SOURCE_TRUNCATED, SourceTruncatedException)):
-        at = text.find(code + ":")
-        if at >= 0:
-            detail = text[at:].splitlines()[0]
-            new = cls(detail)
-            new.__cause__ = exc if isinstance(exc, BaseException) else None
-            return new
-    if isinstance(exc, StreamsException):
-        return exc
-    new = StreamsException(f"streaming query failed: {text.splitlines()[0] if text else type(exc).__name__}")
-    new.__cause__ = exc
-    return new
 
 
 class _Unit:
@@ -103,9 +84,10 @@ class _Unit:
         self.backoff = 0.0
         self.started_at = 0.0
         self.batches_at_start = 0
+        self.group: QueryGroup | None = None  # the shared query it is a member of (None: a query of its own)
 
 
-class SparkRuntime:
+class SparkRuntime(SharedQueries):
     """The Runtime a Spark ``Topology`` gives its StreamsApp."""
 
     def __init__(self, topology: Any, app: Any) -> None:
@@ -118,6 +100,8 @@ class SparkRuntime:
         self._stopping = threading.Event()
         self._monitor: threading.Thread | None = None
         self._failed: set[str] = set()
+        self._member_failures: dict[str, BaseException] = {}  # members a shared query's sink gave up on
+        self.groups: list[QueryGroup] = []
         self._writers = ChangelogWriters(topology, app)  # store changelogs (issue 17)
 
     # -- Runtime protocol ----------------------------------------------------------
@@ -131,7 +115,7 @@ class SparkRuntime:
         if unit not in self.units:
             raise StreamsException(f"cannot replace unknown unit {unit!r}; units are {sorted(self.units)}")
         u = self.units[unit]
-        if u.query is not None and u.query.isActive:
+        if u.group is None and u.query is not None and u.query.isActive:
             u.query.stop()
         self._recover(u)
         self._failed.discard(unit)
@@ -140,7 +124,8 @@ class SparkRuntime:
     def stop(self, timeout_s: float) -> None:
         with self._lock:  # no query starts after this point (see _start_unit)
             self._stopping.set()
-            queries = [(u.name, u.query) for u in self.units.values() if u.query is not None]
+            queries = list({id(u.query): (u.name, u.query) for u in self.units.values()
+                            if u.query is not None}.values())
         deadline = time.monotonic() + max(0.0, timeout_s)
         for name, q in queries:
             try:
@@ -160,12 +145,16 @@ class SparkRuntime:
             except Exception:  # noqa: BLE001 - a fault here shows up again, classified, when the queries read
                 log.exception("repairing the event log failed")
         self._warm_python_workers()
+        self._plan_groups()
         for u in self.units.values():
             if self._stopping.is_set():
                 return
+            if u.group is None or u.group.query is None:
+                self._await_wave()
             self._launch(u)
         # Each check is a py4j call that competes for the GIL with foreachBatch: poll gently once RUNNING.
         while not self._stopping.wait(0.5 if self.app.state.value == "RUNNING" else 0.2):
+            self._handle_member_failures()
             for u in list(self.units.values()):
                 if u.name in self._failed:
                     continue
@@ -187,7 +176,9 @@ class SparkRuntime:
             self._maybe_running()
 
     def checkpoint(self, u: _Unit) -> Path:
-        """The checkpoint the unit's query runs on: the generation being rebuilt, else the current one."""
+        """The checkpoint the unit's query runs on: the generation being rebuilt, its shared query's, its own."""
+        if u.building is None and u.group is not None:
+            return u.group.checkpoint
         return layout.checkpoint_dir(self.state_dir, u.name, u.building if u.building is not None else u.generation)
 
     def _check(self, u: _Unit) -> None:
@@ -231,6 +222,9 @@ class SparkRuntime:
         u.retry_at = None
         try:
             self._check_topics(u)
+            if not begin_upgrade(self, u):  # refused (issue 20 item 4): the old version answers, nothing runs
+                self._failed.add(u.name)
+                return
             self._recover(u)
             self._start_unit(u)
         except BaseException as exc:  # noqa: BLE001 - goes to the fault path or the handler
@@ -240,7 +234,7 @@ class SparkRuntime:
 
     def _restart(self, u: _Unit) -> None:
         """Stop the unit's query and launch it again (recovering or rebuilding the store first)."""
-        q = u.query
+        q = u.query if u.group is None else None  # a member of a shared query leaves it (see _recover)
         if q is not None:
             try:
                 if q.isActive:
@@ -261,7 +255,7 @@ class SparkRuntime:
         self._fail(classify_failure(exc), u.name)
 
     def _pause(self, u: _Unit, reason: str) -> None:
-        """A fault: stop the query, keep serving, restart it later (backoff)."""
+        """A fault: stop the query, keep serving, restart it later (backoff); a shared query pauses every member."""
         q = u.query
         if q is not None:
             try:
@@ -269,11 +263,14 @@ class SparkRuntime:
                     q.stop()
             except Exception:  # noqa: BLE001 - stopping regardless
                 log.exception("stopping query of store %s failed", u.name)
-        u.backoff = min(RETRY_MAX_S, max(RETRY_FIRST_S, u.backoff * 2))
-        u.retry_at = time.monotonic() + u.backoff
-        u.caught_up = False
-        log.warning("store %s: ingest paused by a fault, retrying in %.0f s: %s", u.name, u.backoff, reason)
-        self.app.health.set(u.name, "paused", reason, retry_s=u.backoff)
+        for m in self._members(u) if u in self._members(u) else [u]:
+            if m is not u and m.retry_at is not None:
+                continue  # already paused by this same failure
+            m.backoff = min(RETRY_MAX_S, max(RETRY_FIRST_S, m.backoff * 2))
+            m.retry_at = time.monotonic() + m.backoff
+            m.caught_up = False
+            log.warning("store %s: ingest paused by a fault, retrying in %.0f s: %s", m.name, m.backoff, reason)
+            self.app.health.set(m.name, "paused", reason, retry_s=m.backoff)
 
     def _maybe_resumed(self, u: _Unit) -> None:
         """After a restart: resumed once a batch applied, or once up a while with nothing left to read."""
@@ -340,7 +337,9 @@ class SparkRuntime:
         if u.building is not None:
             return  # a rebuild in progress goes on from its own checkpoint
         reason = self.app.rebuild_needed(u.name)
-        ck = layout.checkpoint_dir(self.state_dir, u.name, u.generation)
+        ck = self.checkpoint(u)
+        if reason is None and u.group is not None and u.name in u.group.detached:
+            reason = "it left its shared query after a failed write"
         committed = last_committed_batch(ck)
         if reason is None:
             applied = self.app.writer(u.name).last_batch_id()
@@ -351,12 +350,13 @@ class SparkRuntime:
             elif applied is not None and applied >= committed:
                 return
             reason = f"its partitions applied batch {applied} but its checkpoint committed {committed}"
-        target = self.app.min_position(u.name) if not self.app.rebuild_needed(u.name) else Position.empty()
+        target = self.app.max_position(u.name)
         if committed is not None:
             try:
                 target = target.merge(position_from_offsets(read_batch_offsets(ck, committed)[0]))
             except (OSError, ValueError) as exc:
                 log.warning("store %s: cannot read the checkpoint's last offsets (%s)", u.name, exc)
+        self._detach(u)  # a member of a shared query rebuilds on a query of its own
         g = self.app.begin_rebuild(u.name, reason)
         shutil.rmtree(layout.checkpoint_dir(self.state_dir, u.name, g), ignore_errors=True)
         u.building, u.rebuild_target, u.rebuild_reason = g, target, reason
@@ -417,6 +417,11 @@ class SparkRuntime:
         u.started = False
         u.progress_sample = None
         u.target = self._log_end(u)
+        if u.group is not None:
+            u.batches_at_start = u.batches
+            u.query = self._group_query(u.group)
+            u.started_at = time.monotonic()
+            return
         ck = self.checkpoint(u)
         gen = u.building
         sink = BatchSink(u.decl, ck, lambda: self._writers.get(u.name, gen), self._applied)
@@ -457,7 +462,9 @@ class SparkRuntime:
         """RUNNING once every query ran its first trigger and every store caught up (failed stores aside)."""
         if self._stopping.is_set():
             return
-        if all(u.caught_up or u.name in self._failed for u in self.units.values()) and \
+        # a store being upgraded answers with its old version meanwhile: its rebuild does not hold RUNNING back
+        upgrading = self.app.upgrades.pending
+        if all(u.caught_up or u.name in self._failed or u.name in upgrading for u in self.units.values()) and \
                 any(u.name not in self._failed for u in self.units.values()):
             self.app.mark_running()
 

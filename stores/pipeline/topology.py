@@ -23,6 +23,7 @@ Shapes and the store kind each becomes:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 from collections.abc import Sequence
@@ -33,11 +34,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType, TimestampNTZType, TimestampType
 
-from ..catalog.schema import Column, SqlType, StoreKind, StoreSpec
+from ..catalog.schema import Column, SqlType, StoreKind, StoreSpec, parse_type
 from ..log.eventlog import EventLog
 from ..log.kafka import KafkaSource
 from ..log.source import SourceLog
 from .kafka_source import source_options
+from .shared_query import DEFAULT_STORES_PER_QUERY
 from .stream_rows import METADATA_COLUMNS, parse_value_schema
 
 __all__ = ["Topology", "StoreDecl", "TopologyError"]
@@ -58,10 +60,22 @@ class StoreDecl:
     df: DataFrame
     shape: str  # "aggregate" | "window" | "session" | "latest" | "versioned"
     output_mode: str
-    key_col: str
+    key_col: str  # the key column, or the first of a composite key's (``key_cols``)
     value_cols: tuple[str, ...]
     window_col: str | None
     timestamp_col: str | None
+    streams: frozenset[str] = frozenset()  # the Topology.stream ids it reads (stores reading the same share a query)
+    key_cols: tuple[str, ...] = ()  # every key column, in key order (one for a simple key)
+
+
+def _key_names(store: str, key: Any) -> tuple[str, ...]:
+    """``key=`` as given (a column name, or a list/tuple of them for a composite key) → the key column names."""
+    names = (key,) if isinstance(key, str) else tuple(key) if isinstance(key, (list, tuple)) else None
+    if not names or not all(isinstance(n, str) and n for n in names):
+        raise TopologyError(f"store {store!r}: key must be a column name or a list of column names, got {key!r}")
+    if len(set(names)) != len(names):
+        raise TopologyError(f"store {store!r}: key columns {list(names)} name a column twice")
+    return names
 
 
 class Topology:
@@ -69,12 +83,17 @@ class Topology:
 
     ``trigger`` is the micro-batch interval of every store's query
     (``processingTime``); shorter means fresher stores and more batch overhead.
+    ``stores_per_query``: stores reading the same stream share one streaming
+    query, at most this many per query (``shared_query.py``); 1 gives each
+    store its own query.
+
     ``changelogs``: write every store's changes to ``<application_id>-<store>-changelog``
     on the same log, for standby replicas (``iqgate replica``); on by default.
     """
 
     def __init__(self, spark: SparkSession, log: EventLog | KafkaSource | str, *,
-                 trigger: str = "100 milliseconds", changelogs: bool = True) -> None:
+                 trigger: str = "100 milliseconds", stores_per_query: int = DEFAULT_STORES_PER_QUERY,
+                 changelogs: bool = True) -> None:
         if isinstance(log, str):
             log = EventLog(log)
         if not isinstance(log, (EventLog, KafkaSource)):
@@ -83,11 +102,16 @@ class Topology:
 
         register_sources(spark)
         check_workers_import_project(spark)
+        start_callback_server(spark)
+        if not isinstance(stores_per_query, int) or stores_per_query < 1:
+            raise TopologyError(f"stores_per_query must be a positive integer, got {stores_per_query!r}")
         self.spark = spark
         self.log: SourceLog = log
         self.trigger = trigger
+        self.stores_per_query = stores_per_query
         self.changelogs = changelogs  # every store's changes also go to its changelog topic (issue 17)
         self._streams: dict[str, tuple[str, ...]] = {}  # stream id -> topics
+        self._frames: dict[tuple[Any, ...], DataFrame] = {}  # stream() arguments -> the one DataFrame for them
         self._decls: dict[str, StoreDecl] = {}
 
     # -- sources ------------------------------------------------------
@@ -99,12 +123,22 @@ class Topology:
         ``value_schema`` is the DDL of the JSON value's fields (``"amount
         DOUBLE, item STRING"``); missing or mistyped fields read as null, a
         tombstone as all-null. ``max_records_per_batch`` caps a micro-batch.
+        The same arguments give the same DataFrame: stores built on it read
+        the source once, in one shared query.
         """
         topics = (topic,) if isinstance(topic, str) else tuple(topic)
         if not topics or not all(isinstance(t, str) and t for t in topics):
             raise TopologyError(f"stream: topic must be a name or a list of names, got {topic!r}")
         schema = parse_value_schema(value_schema)
         ddl = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields)
+        key = (topics, ddl, key_type, max_records_per_batch, starting_offsets)
+        if key not in self._frames:
+            self._frames[key] = self._new_stream(topics, schema, ddl, key_type, max_records_per_batch,
+                                                 starting_offsets)
+        return self._frames[key]
+
+    def _new_stream(self, topics: tuple[str, ...], schema: StructType, ddl: str, key_type: str,
+                    max_records_per_batch: int | None, starting_offsets: str) -> DataFrame:
         sid = str(next(_STREAM_IDS))
         self._streams[sid] = topics
         if isinstance(self.log, KafkaSource):
@@ -149,15 +183,20 @@ class Topology:
                           "timestamp", "topic", "partition", "offset")
 
     # -- stores -------------------------------------------------------
-    def table(self, name: str, df: DataFrame, *, key: str, window: str | None = None,
+    def table(self, name: str, df: DataFrame, *, key: str | Sequence[str], window: str | None = None,
               timestamp: str | None = None, partitions: int | None = None,
               output_mode: str | None = None, retention_ms: int | None = None) -> StoreSpec:
-        """Materialize ``df`` as a key-value, window or session store (see the module docstring)."""
+        """Materialize ``df`` as a key-value, window or session store (see the module docstring).
+
+        ``key`` is a column, or a list of columns for a composite key (``groupBy("region", "product")``).
+        """
         self._check_new(name, df)
         plan = _plan_text(df)
         aggregated = _is_aggregate(plan)
         cols = dict(df.dtypes)
-        _require_col(name, cols, key, "key")
+        keys = _key_names(name, key)
+        for k in keys:
+            _require_col(name, cols, k, "key")
         if window is not None:
             _require_col(name, cols, window, "window")
             if not cols[window].startswith("struct<start:timestamp,end:timestamp"):
@@ -181,21 +220,21 @@ class Topology:
             if timestamp is None and cols.get("timestamp") == "timestamp":
                 timestamp = "timestamp"
         mode = _check_mode(name, shape, output_mode or default_mode, allowed)
-        skip = {key, window, timestamp} | (set(METADATA_COLUMNS) if shape == "latest" else set())
+        skip = {*keys, window, timestamp} | (set(METADATA_COLUMNS) if shape == "latest" else set())
         value_cols = tuple(c for c in df.columns if c not in skip)
         kind = {"aggregate": StoreKind.TIMESTAMPED_KEY_VALUE, "latest": StoreKind.TIMESTAMPED_KEY_VALUE,
                 "window": StoreKind.WINDOW, "session": StoreKind.SESSION}[shape]
         if shape == "latest" and timestamp is None:
             kind = StoreKind.KEY_VALUE
         size, advance, gap = _window_params(plan) if window is not None else (None, None, None)
-        spec = self._spec(name, df, plan, kind, key, value_cols, partitions,
+        spec = self._spec(name, df, plan, kind, keys, value_cols, partitions,
                           window_size_ms=size if shape == "window" else None,
                           window_advance_ms=advance if shape == "window" else None,
                           gap_ms=gap if shape == "session" else None,
                           history_retention_ms=None, options={"retention_ms": retention_ms} if retention_ms else {})
-        return self._add(StoreDecl(spec, df, shape, mode, key, value_cols, window, timestamp))
+        return self._add(StoreDecl(spec, df, shape, mode, keys[0], value_cols, window, timestamp, keys))
 
-    def versioned_table(self, name: str, df: DataFrame, *, key: str, timestamp: str = "timestamp",
+    def versioned_table(self, name: str, df: DataFrame, *, key: str | Sequence[str], timestamp: str = "timestamp",
                         partitions: int | None = None, history_retention_ms: int | None = None) -> StoreSpec:
         """Keep every version of each key by event time (``timestamp``); all-null values are tombstones."""
         self._check_new(name, df)
@@ -204,16 +243,18 @@ class Topology:
             raise TopologyError(f"store {name!r}: a versioned table takes the records themselves, "
                                 "not an aggregation; use table() for aggregates")
         cols = dict(df.dtypes)
-        _require_col(name, cols, key, "key")
+        keys = _key_names(name, key)
+        for k in keys:
+            _require_col(name, cols, k, "key")
         _require_col(name, cols, timestamp, "timestamp")
         if cols[timestamp] not in ("timestamp", "timestamp_ntz", "bigint"):
             raise TopologyError(f"store {name!r}: timestamp column {timestamp!r} is {cols[timestamp]}, "
                                 "not a timestamp or epoch-ms bigint")
-        skip = {key, timestamp} | set(METADATA_COLUMNS)
+        skip = {*keys, timestamp} | set(METADATA_COLUMNS)
         value_cols = tuple(c for c in df.columns if c not in skip)
-        spec = self._spec(name, df, plan, StoreKind.VERSIONED, key, value_cols, partitions,
+        spec = self._spec(name, df, plan, StoreKind.VERSIONED, keys, value_cols, partitions,
                           history_retention_ms=history_retention_ms)
-        return self._add(StoreDecl(spec, df, "versioned", "append", key, value_cols, None, timestamp))
+        return self._add(StoreDecl(spec, df, "versioned", "append", keys[0], value_cols, None, timestamp, keys))
 
     # -- TopologyLike ---------------------------------------------------
     def store_specs(self) -> list[StoreSpec]:
@@ -221,6 +262,12 @@ class Topology:
 
     def declarations(self) -> list[StoreDecl]:
         return list(self._decls.values())
+
+    def store_definitions(self) -> dict[str, dict[str, Any]]:
+        """Each store's definition with its fingerprint (issue 20): the app compares them with those on disk."""
+        from .definitions import definition_of
+
+        return {n: definition_of(d, _plan_text(d.df)) for n, d in self._decls.items()}
 
     def create_runtime(self, app: Any) -> Any:
         from .runtime import SparkRuntime
@@ -239,17 +286,19 @@ class Topology:
             raise TopologyError(f"store {name!r}: the DataFrame is not streaming; build it from Topology.stream()")
 
     def _add(self, decl: StoreDecl) -> StoreSpec:
+        decl = dataclasses.replace(decl, streams=frozenset(_stream_ids(decl.df)))
         self._decls[decl.spec.name] = decl
         return decl.spec
 
-    def _spec(self, name: str, df: DataFrame, plan: str, kind: StoreKind, key: str,
+    def _spec(self, name: str, df: DataFrame, plan: str, kind: StoreKind, keys: tuple[str, ...],
               value_cols: tuple[str, ...], partitions: int | None, **extra: Any) -> StoreSpec:
         fields = {f.name: f.dataType for f in df.schema.fields}
         topics = self._topics_of(df)
         if partitions is None:
             partitions = max((self._source_partitions(t) for t in topics), default=1)
         try:
-            return StoreSpec(name=name, kind=kind, key=_column(name, key, fields[key]),
+            key = tuple(_column(name, k, fields[k]) for k in keys)
+            return StoreSpec(name=name, kind=kind, key=key if len(key) > 1 else key[0],
                              values=tuple(_column(name, c, fields[c]) for c in value_cols),
                              partitions=partitions, source_topics=topics, **extra)
         except ValueError as exc:
@@ -285,6 +334,20 @@ def _stream_ids(df: DataFrame) -> set[str]:
     return ids
 
 
+def start_callback_server(spark: SparkSession) -> None:
+    """Start py4j's callback server (foreachBatch calls back through it) now, while file descriptors are few.
+
+    Why: py4j's callback server accepts with ``select()``, which cannot watch a
+    descriptor above 1023; started lazily by the first foreachBatch after many
+    store files are open, its socket lands above that and the first batch hangs.
+    """
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    gw = getattr(spark.sparkContext, "_gateway", None)
+    if gw is not None:
+        ensure_callback_server_started(gw)
+
+
 def _native_kafka_available(spark: SparkSession) -> bool:
     """Whether Spark's own Kafka source (the spark-sql-kafka jar) is on the classpath: then it reads Kafka."""
     try:
@@ -318,7 +381,7 @@ def _column(store: str, name: str, dt: Any) -> Column:
     if isinstance(dt, (TimestampType, TimestampNTZType)):
         return Column(name, SqlType.TIMESTAMP)
     try:
-        return Column(name, SqlType.parse(dt.simpleString()))
+        return Column(name, parse_type(dt.simpleString()))
     except ValueError:
         raise TopologyError(f"store {store!r}: column {name!r} has type {dt.simpleString()}, which a store "
                             "cannot hold; cast it or drop it") from None

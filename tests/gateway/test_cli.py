@@ -184,7 +184,7 @@ def test_two_read_only_server_processes_on_one_state_dir(shop_app: StreamsApp, s
     """``iqgate serve --state-dir`` worker processes read the same store files while the app holds them."""
     ports = [_free_port(), _free_port()]
     procs = [subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--state-dir", str(shop_app.state_dir),
-                               "--port", str(p), "--threads", "2"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                               "--port", str(p), "--threads", "2", "--workers", "1"], cwd=ROOT, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE) for p in ports]
     try:
         for port, proc in zip(ports, procs):

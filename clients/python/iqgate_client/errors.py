@@ -19,7 +19,7 @@ __all__ = [
     "StreamsRebalancingError", "StateStoreMigratedError", "StreamsStoppedError",
     "StateStoreNotAvailableError", "InvalidPartitionError", "RowLimitExceeded", "StatementTimeout", "StatementCancelled",
     "OutOfMemoryError", "ResponseTooLarge", "RequestTooLarge", "Unauthorized", "BadRequest", "NotAcceptable", "RouteNotFound",
-    "MethodNotAllowed", "GatewayInternalError", "error_class_for_code",
+    "MethodNotAllowed", "GatewayInternalError", "error_class_for_code", "ColumnNotYetAvailableError",
 ]
 
 
@@ -210,6 +210,17 @@ class StateStoreMigratedError(GatewayError, OperationalError):
     retryable = True
 
 
+class ColumnNotYetAvailableError(GatewayError, OperationalError):
+    """A column only the new version of a store being rebuilt (a pipeline upgrade) has; it arrives at the swap.
+
+    Retryable: the message says how far the rebuild is (records reached of the target, ETA).
+    """
+
+    code = "COLUMN_NOT_YET_AVAILABLE"
+    http_status = 503
+    retryable = True
+
+
 class StreamsStoppedError(GatewayError, OperationalError):
     code = "STREAMS_STOPPED"
     http_status = 503
@@ -301,6 +312,7 @@ _BY_CODE: dict[str, type[GatewayError]] = {
         StreamsStoppedError, StateStoreNotAvailableError, InvalidPartitionError, RowLimitExceeded,
         StatementTimeout, StatementCancelled, RequestTooLarge, Unauthorized, BadRequest, NotAcceptable, RouteNotFound,
         MethodNotAllowed, GatewayInternalError, UnknownTopicError, OutOfMemoryError, ResponseTooLarge,
+        ColumnNotYetAvailableError,
     )
 }
 

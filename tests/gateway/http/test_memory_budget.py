@@ -46,7 +46,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Http, int
                                       Position.from_map({"orders": {0: 1}}))
     app.close(10)
     proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--state-dir", str(state), "--port", "0",
-                             "--max-memory", f"{BUDGET_MB}MB", "--statement-timeout-ms", "60000"],
+                             "--max-memory", f"{BUDGET_MB}MB", "--statement-timeout-ms", "60000", "--workers", "1"],
                             cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     try:
         assert proc.stderr is not None

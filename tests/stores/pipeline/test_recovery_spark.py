@@ -97,6 +97,12 @@ def _damage(state: Path) -> dict[str, Path]:
         f.truncate(f.seek(0, 2) // 2 + 100)
     deleted = layout.partition_path(state, "revenue_per_min", 0)
     deleted.unlink()
+    # and the app stopped after the stores applied their last batch but before Spark committed it: the
+    # checkpoint is now behind the surviving partitions, which readers have seen (a rebuild aimed only at the
+    # checkpoint was swapped in too early and read back in time)
+    commits = layout.checkpoint_dir(state, "revenue_per_min") / "commits"
+    last = max((p for p in commits.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    last.unlink()
     return {"garbled": garbled, "truncated": truncated, "deleted": deleted}
 
 

@@ -1,0 +1,272 @@
+"""Serving at any size (issue 14): scans into Arrow, a worker's memory while it scans and streams, all cores.
+
+Figures, each beside a baseline measured in the same run:
+
+- ``SELECT *`` into Arrow through ``Gateway.sql(..., arrow=True)`` (store →
+  ADBC Arrow batches → DuckDB → Arrow) in rows/s, against Python's sqlite3
+  ``fetchall`` of the same rows from the same files (goal >= 1.5x), and
+  against the ADBC SQLite driver alone reading them (the ceiling);
+- a read-only worker process (``iqgate serve --state-dir --workers 1``)
+  scanning the store (an aggregate over every row, then ``SELECT *`` as Arrow
+  IPC): its peak RSS (goal <= 200 MB at 1M keys) against the same worker idle;
+- the same worker streaming ``SELECT *`` of 300k rows as NDJSON: how much it
+  grows (goal <= 100 MB);
+- HTTP point lookups/s with 1 … N worker processes (``--workers k``, N = the
+  cores), driven by several load-generator processes (8 keep-alive
+  connections each, selector loops) so the client is not the bottleneck;
+  the baseline is the 1-worker figure.
+
+Every wait is bounded; every server process is stopped.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import multiprocessing
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from benchmarks.common import Figure
+
+__all__ = ["run"]
+
+ROOT = Path(__file__).resolve().parents[1]
+IQGATE = [sys.executable, "-m", "gateway.cli"]
+POINT = "SELECT name, amount FROM bench_scan WHERE id = ?"
+
+
+def _fill(state: Path, keys: int) -> None:
+    """A timestamped key-value store of ``keys`` keys over 4 partitions, written and closed."""
+    from stores.app.streams import StoreTopology, StreamsApp
+    from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
+    from stores.engine.change import Change
+    from stores.iqv2.position import Position
+
+    spec = StoreSpec("bench_scan", StoreKind.TIMESTAMPED_KEY_VALUE, Column("id", SqlType.BIGINT, nullable=False),
+                     (Column("name", SqlType.VARCHAR), Column("amount", SqlType.DOUBLE)), partitions=4,
+                     source_topics=("bench",))
+    app = StreamsApp(StoreTopology([spec]), application_id="bench-scans", state_dir=state, synchronous="NORMAL")
+    app.start()
+    w = app.writer("bench_scan")
+    step = 100_000
+    for b, lo in enumerate(range(0, keys, step)):
+        hi = min(keys, lo + step)
+        w.write_batch(b, [Change(k, (f"name-{k}", k * 0.25), 1_700_000_000_000 + k) for k in range(lo, hi)],
+                      Position.from_map({"bench": {0: hi - 1}}))
+    app.close(30)
+
+
+def _files(state: Path) -> list[str]:
+    return sorted(glob.glob(str(state / "stores" / "bench_scan" / "partition-*.db")))
+
+
+def _sqlite_fetchall(files: list[str]) -> int:
+    n = 0
+    for f in files:
+        c = sqlite3.connect(f"file:{f}?mode=ro", uri=True)
+        try:
+            n += len(c.execute("SELECT k, ts, v0, v1 FROM kv ORDER BY k").fetchall())
+        finally:
+            c.close()
+    return n
+
+
+def _adbc_alone(files: list[str]) -> int:
+    import adbc_driver_manager as adm
+    import adbc_driver_sqlite
+    import pyarrow as pa
+
+    n = 0
+    for f in files:
+        db = adm.AdbcDatabase(driver=adbc_driver_sqlite._driver_path(), uri=f"file:{f}?mode=ro")
+        conn = adm.AdbcConnection(db)
+        stmt = adm.AdbcStatement(conn)
+        stmt.set_sql_query("SELECT k, ts, v0, v1 FROM kv ORDER BY k")
+        handle, _ = stmt.execute_query()
+        n += pa.RecordBatchReader._import_from_c(handle.address).read_all().num_rows
+        stmt.close()
+        conn.close()
+        db.close()
+    return n
+
+
+def _best(fn, reps: int) -> float:  # noqa: ANN001 - a timing helper
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def scan_figures(state: Path, keys: int, reps: int) -> list[Figure]:
+    from gateway.engine import Gateway
+
+    files = _files(state)
+    gw = Gateway.open(state)
+    try:
+        def ours() -> None:
+            assert gw.sql("SELECT * FROM bench_scan", arrow=True).to_arrow().num_rows == keys
+
+        ours()  # warm: connections, the plan cache
+        t_ours, t_sqlite, t_adbc = float("inf"), float("inf"), float("inf")
+        for _ in range(reps):  # alternate, so drift on a shared machine hits every side alike
+            t_ours = min(t_ours, _best(ours, 1))
+            t_sqlite = min(t_sqlite, _best(lambda: _sqlite_fetchall(files), 1))
+            t_adbc = min(t_adbc, _best(lambda: _adbc_alone(files), 1))
+    finally:
+        gw.close()
+    ours_rate, sqlite_rate, adbc_rate = keys / t_ours, keys / t_sqlite, keys / t_adbc
+    note = f"{keys:,} keys in 4 partitions; best of {reps}, alternating"
+    return [
+        Figure("full scan into Arrow (SELECT * → pyarrow.Table)", ours_rate, "rows/s", sqlite_rate,
+               "sqlite3 fetchall, same files", ">= 1.5x", ours_rate >= 1.5 * sqlite_rate, note),
+        Figure("full scan into Arrow vs the ADBC driver alone", ours_rate, "rows/s", adbc_rate,
+               "adbc-driver-sqlite read_all, same files", "", None,
+               "the ceiling: what iqgate adds is DuckDB and the pseudo-columns"),
+    ]
+
+
+# -- a worker process ----------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _status_kb(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def _start(state: Path, workers: int, threads: int = 4) -> tuple[subprocess.Popen[bytes], int]:
+    port = _free_port()
+    proc = subprocess.Popen(IQGATE + ["serve", "--state-dir", str(state), "--port", str(port), "--workers",
+                                      str(workers), "--threads", str(threads)],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"iqgate serve exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/ping", timeout=2):
+                return proc, port
+        except OSError:
+            time.sleep(0.1)
+    _stop(proc)
+    raise RuntimeError("iqgate serve did not answer in 60 s")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+def _post(port: int, sql: str, accept: str = "application/json", params: list | None = None) -> int:
+    """Send one statement and read the whole answer in 64 KB pieces (nothing kept); its size in bytes."""
+    body = json.dumps({"sql": sql, "params": params or []}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/sql", body,
+                                 {"Content-Type": "application/json", "Accept": accept})
+    n = 0
+    with urllib.request.urlopen(req, timeout=300) as r:
+        while True:
+            piece = r.read(65536)
+            if not piece:
+                return n
+            n += len(piece)
+
+
+def worker_figures(state: Path, keys: int, ndjson_rows: int) -> list[Figure]:
+    proc, port = _start(state, 1)
+    try:
+        _post(port, POINT, params=[1])
+        idle_kb = _status_kb(proc.pid, "VmRSS")
+        _post(port, "SELECT count(*), sum(amount), max(name) FROM bench_scan")
+        _post(port, "SELECT * FROM bench_scan", accept="application/vnd.apache.arrow.stream")
+        scan_peak_kb = _status_kb(proc.pid, "VmHWM")
+    finally:
+        _stop(proc)
+    proc, port = _start(state, 1)  # a fresh worker, so its high-water mark is the stream's alone
+    try:
+        _post(port, POINT, params=[1])
+        _post(port, f"SELECT * FROM bench_scan WHERE id < {ndjson_rows}", accept="application/x-ndjson")  # warm
+        before_kb = _status_kb(proc.pid, "VmRSS")
+        size = _post(port, f"SELECT * FROM bench_scan WHERE id < {ndjson_rows}", accept="application/x-ndjson")
+        grew_kb = _status_kb(proc.pid, "VmHWM") - before_kb
+    finally:
+        _stop(proc)
+    return [
+        Figure(f"peak RSS of a worker scanning {keys:,} keys", scan_peak_kb / 1024, "MB", idle_kb / 1024,
+               "the same worker idle", "<= 200 MB", scan_peak_kb / 1024 <= 200,
+               "iqgate serve --state-dir --workers 1: an aggregate over every row, then SELECT * as Arrow IPC"),
+        Figure(f"server growth streaming {ndjson_rows:,} rows as NDJSON", grew_kb / 1024, "MB", before_kb / 1024,
+               "the worker's RSS before", "<= 100 MB", grew_kb / 1024 <= 100,
+               f"{size / 2**20:.0f} MB of NDJSON read by the client in 64 KB pieces"),
+    ]
+
+
+# -- all cores --------------------------------------------------------------------------------------------
+def _client(port: int, bodies: list[bytes], connections: int, per_connection: int, max_s: float) -> tuple[int, float]:
+    from benchmarks.bench_gateway import _load
+
+    elapsed, lat, bad = _load(port, "POST", "/v1/sql", bodies, connections, per_connection, max_s)
+    if bad:
+        raise RuntimeError(f"{bad} non-200 answers")
+    return len(lat), elapsed
+
+
+def scaling_figures(state: Path, keys: int, quick: bool) -> list[Figure]:
+    cores = max(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2)
+    clients = max(2, cores)  # load-generator processes, 8 connections each
+    per_connection, max_s = (100, 6.0) if quick else (600, 20.0)
+    bodies = [json.dumps({"sql": POINT, "params": [(k * 7919) % keys]}).encode() for k in range(200)]
+    ctx = multiprocessing.get_context("spawn")
+    rates: dict[int, float] = {}
+    with ctx.Pool(clients) as pool:
+        for workers in range(1, cores + 1):
+            proc, port = _start(state, workers, threads=4)
+            try:
+                pool.starmap(_client, [(port, bodies, 8, 10, 10.0)] * clients)  # warm every worker
+                t0 = time.perf_counter()
+                got = pool.starmap(_client, [(port, bodies, 8, per_connection, max_s)] * clients)
+                wall = time.perf_counter() - t0
+                rates[workers] = sum(n for n, _ in got) / wall
+            finally:
+                _stop(proc)
+    note = (f"{clients} load-generator processes x 8 keep-alive connections (selector loops), "
+            f"point lookups; {cores} cores shared by clients and server")
+    return [Figure(f"HTTP point lookups/s with {w} worker process(es)", r, "req/s", rates[1], "1 worker",
+                   ">= 1x, rising with cores" if w > 1 else "", (r >= rates[1]) if w > 1 else None, note)
+            for w, r in rates.items()]
+
+
+def run(quick: bool) -> list[Figure]:
+    keys, ndjson_rows = (200_000, 100_000) if quick else (1_000_000, 300_000)
+    os.environ.setdefault("PYTHONPATH", str(ROOT))
+    with tempfile.TemporaryDirectory(prefix="iqgate-bench-scans-") as d:
+        state = Path(d) / "state"
+        _fill(state, keys)
+        figures = scan_figures(state, keys, 2 if quick else 3)
+        figures += worker_figures(state, keys, ndjson_rows)
+        figures += scaling_figures(state, keys, quick)
+    return figures
+
+
+if __name__ == "__main__":
+    from benchmarks.run import script
+
+    script(run)

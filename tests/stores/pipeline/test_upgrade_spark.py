@@ -1,0 +1,220 @@
+"""Changing a pipeline without downtime on a real Spark (issue 20): plan, blue/green rebuild, swap, removed stores.
+
+The shop pipeline builds its stores; then the app restarts with ``revenue``
+changed (a new column) and a new store, while a producer keeps writing and a
+reader runs SQL on every store, passing each answer's Position back as the
+next bound. Checked: the plan names exactly one changed and one new store;
+the unchanged stores keep their files and checkpoints; no statement fails
+during the rebuild; a column only the new version has is
+COLUMN_NOT_YET_AVAILABLE until the swap; no answer goes back in time across
+the swap; after it ``revenue`` (new column included) equals the oracle.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+pytestmark = [pytest.mark.spark]
+import pyspark  # noqa: E402,F401 - Spark tests run or fail, never skip quietly
+
+from gateway.engine import Gateway  # noqa: E402
+from gateway.errors import ColumnNotYetAvailableError, SqlError  # noqa: E402
+from stores import State, StreamsApp  # noqa: E402
+from stores.app import layout  # noqa: E402
+from stores.app.reader import StateDirReader  # noqa: E402
+from stores.app.upgrade import drop_removed, plan_upgrade  # noqa: E402
+from stores.log.eventlog import EventLog  # noqa: E402
+from tests.stores.pipeline.oracle import caught_up, check_all, log_table, wait_for_state, wait_until  # noqa: E402
+from tests.stores.pipeline.test_pipeline_spark import shop  # noqa: E402
+
+
+def _load(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+v2 = _load("shop_v2_pipeline")
+
+STORES = ("revenue", "revenue_per_min", "last_order")
+QUERIES = {"revenue": "SELECT key, revenue, orders FROM revenue",
+           "revenue_per_min": "SELECT count(*) FROM revenue_per_min",
+           "last_order": "SELECT count(*) FROM last_order"}
+
+
+class SqlClient:
+    """Runs SQL on every store in a loop, each with the last Position it saw as its bound; records problems."""
+
+    def __init__(self, gw: Gateway, queries: dict[str, str]) -> None:
+        self.gw = gw
+        self.queries = queries
+        self.failures: list[str] = []
+        self.went_back: list[str] = []
+        self.answers = 0
+        self.last: dict[str, dict[tuple[str, int], int]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        for _ in range(100_000):  # bounded; stop() ends it
+            if self._stop.wait(0.02):
+                return
+            for store, text in self.queries.items():
+                seen = self.last.get(store, {})
+                bound = {t: {str(p): o for (tt, p), o in seen.items() if tt == t} for t, _ in seen}
+                try:
+                    res = self.gw.sql(text, position=bound or None, wait_ms=5000)
+                except Exception as exc:  # noqa: BLE001 - every failure is a finding
+                    self.failures.append(f"{store}: {type(exc).__name__}: {exc}")
+                    continue
+                self.answers += 1
+                now = {(t, p): o for t in res.position.topics() for p, o in res.position.partition_positions(t).items()}
+                for k, o in seen.items():
+                    if now.get(k, -1) < o:
+                        self.went_back.append(f"{store} went back in time at {k}: {o} -> {now.get(k)}")
+                self.last[store] = {k: max(o, seen.get(k, -1)) for k, o in now.items()}
+
+    def __enter__(self) -> SqlClient:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+class Producer:
+    """Appends a few orders every 100 ms until stopped (the pipeline never pauses for an upgrade)."""
+
+    def __init__(self, log: EventLog, seed: int) -> None:
+        self.log = log
+        self.orders = shop.generate_orders(4000, customers=150, seed=seed, start_ts=1_700_100_000_000)
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while self.sent < len(self.orders) and not self._stop.wait(0.1):
+            self.log.append_batch("orders", self.orders[self.sent:self.sent + 20])
+            self.sent += 20
+
+    def __enter__(self) -> Producer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def _metadata(state: Path, store: str) -> str:
+    return (layout.checkpoint_dir(state, store) / "metadata").read_text()
+
+
+def _inodes(state: Path, store: str, partitions: int) -> list[int]:
+    return [layout.partition_path(state, store, p).stat().st_ino for p in range(partitions)]
+
+
+def _check_revenue_v2(gw: Gateway, log: EventLog) -> int:
+    """``revenue`` with its new column against DuckDB over the log up to the answer's Position."""
+    res = gw.sql("SELECT key, revenue, orders, avg_amount FROM revenue")
+    con = duckdb.connect()
+    log_table(con, log, "orders", res.position, ("amount", "item"), "orders_log")
+    want = {k: (s, n, a) for k, s, n, a in con.execute(
+        "SELECT key, round(sum(amount), 6), count(*), round(avg(amount), 6) FROM orders_log GROUP BY key").fetchall()}
+    got = {k: (round(s, 6), n, round(a, 6)) for k, s, n, a in res.rows()}
+    assert got == want, "revenue (with avg_amount) differs from the oracle after the swap"
+    return len(got)
+
+
+def test_a_changed_store_is_rebuilt_beside_the_old_one_and_swapped_without_failed_queries(spark, tmp_path):
+    log = EventLog(tmp_path / "log")
+    log.create_topic("orders", partitions=shop.TOPICS["orders"])
+    log.append_batch("orders", shop.generate_orders(3000, customers=150, seed=20))
+    state = tmp_path / "state"
+    app = StreamsApp(shop.build(spark, log), application_id="shop", state_dir=state)
+    app.start()
+    wait_for_state(app, State.RUNNING)
+    wait_until(lambda: caught_up(app, log, STORES), "the first load", 90)
+    assert [c.action for c in app.upgrades.plan.changes] == ["new", "new", "new"]
+    assert app.close(60)
+    before = {s: _metadata(state, s) for s in ("revenue_per_min", "last_order")}
+    inodes = {s: _inodes(state, s, 4) for s in ("revenue_per_min", "last_order")}
+    log.append_batch("orders", shop.generate_orders(300, customers=150, seed=22, start_ts=1_700_050_000_000))
+
+    topology = v2.build(spark, log, max_records_per_batch=400)
+    assert [c.line() for c in plan_upgrade(state, {s.name: s for s in topology.store_specs()},
+                                           topology.store_definitions()).of("unchanged")] == [
+        "revenue_per_min: unchanged", "last_order: unchanged"]
+    app = StreamsApp(topology, application_id="shop", state_dir=state)
+    gw = Gateway(app)
+    try:
+        with Producer(log, seed=23) as producer:
+            app.start()
+            plan = {c.store: c for c in app.upgrades.plan.changes}
+            assert {s: c.action for s, c in plan.items()} == {
+                "revenue": "changed", "revenue_per_min": "unchanged", "last_order": "unchanged",
+                "orders_per_item": "new"}
+            assert plan["revenue"].what == ("value columns: + avg_amount DOUBLE",)
+            # the old version answers under the name until the swap; the new column says when it arrives
+            with pytest.raises(ColumnNotYetAvailableError, match="avg_amount.*arrives when the store's rebuild"):
+                gw.sql("SELECT key, avg_amount FROM revenue")
+            with pytest.raises(SqlError, match="unknown column 'no_such_column'"):
+                gw.sql("SELECT no_such_column FROM revenue")
+            with SqlClient(gw, QUERIES) as client:
+                wait_until(lambda: app.current_generation("revenue") == 1, "the rebuilt revenue swapped in", 120)
+                wait_until(lambda: client.answers >= 30, "answers after the swap", 60)
+                assert app.status()["stores"]["revenue"].status == "running"
+            assert producer.sent > 0
+        assert client.failures == [], client.failures[:5]
+        assert client.went_back == [], client.went_back[:5]
+        wait_until(lambda: caught_up(app, log, (*STORES, "orders_per_item")), "catching up after the swap", 90)
+        assert _check_revenue_v2(gw, log) == 150
+        sizes = check_all(app, log, profiles=False)
+        assert sizes["orders"] == 3300 + producer.sent
+        items = dict(gw.sql("SELECT item, orders FROM orders_per_item").rows())
+        assert sum(items.values()) == 3300 + producer.sent and len(items) == len(shop.ITEMS)
+        # the unchanged stores never noticed: same checkpoint (query id), same files, generation 0
+        assert {s: _metadata(state, s) for s in before} == before
+        assert {s: _inodes(state, s, 4) for s in inodes} == inodes
+        assert app.current_generation("revenue_per_min") == 0
+        # the old version's files and checkpoint go once statements that used them are done
+        assert not layout.checkpoint_dir(state, "revenue").exists()
+        assert layout.checkpoint_dir(state, "revenue", 1).is_dir()
+        wait_until(lambda: not layout.partition_path(state, "revenue", 0).exists(), "the old files removed", 10)
+        stored = layout.read_store(state, "revenue")
+        assert stored[1] == 1 and "avg_amount" in stored[0].value_names()
+        assert stored[2]["definition"] == topology.store_definitions()["revenue"]
+    finally:
+        gw.close()
+        assert app.close(60)
+
+    # a removed store: not served (app nor read-only readers), files kept until dropped
+    app = StreamsApp(v2.build(spark, log, new_store=False), application_id="shop", state_dir=state)
+    try:
+        app.start()
+        assert [c.store for c in app.upgrades.plan.of("removed")] == ["orders_per_item"]
+        assert [c.action for c in app.upgrades.plan.changes if c.store != "orders_per_item"] == ["unchanged"] * 3
+        assert "orders_per_item" not in app.catalog()
+        wait_for_state(app, State.RUNNING)
+    finally:
+        assert app.close(60)
+    assert layout.partition_path(state, "orders_per_item", 0).exists()
+    reader = StateDirReader(state)
+    try:
+        assert sorted(reader.catalog()) == sorted(STORES)
+    finally:
+        reader.close()
+    topology = v2.build(spark, log, new_store=False)
+    plan = plan_upgrade(state, {s.name: s for s in topology.store_specs()}, topology.store_definitions())
+    assert drop_removed(state, plan) == ["orders_per_item"]
+    assert not layout.store_dir(state, "orders_per_item").exists()
+    assert not layout.checkpoint_dir(state, "orders_per_item").exists()
