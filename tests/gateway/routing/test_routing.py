@@ -167,3 +167,18 @@ def test_a_malformed_forwarded_request_is_refused_by_name(cluster) -> None:
     assert status == 400 and b"Nope" in raw
     status, _, raw = active.http.request("POST", "/v1/iq", raw=b"{not json")
     assert status == 400
+
+
+def test_system_partitions_lists_every_hosts_copies_with_lags(cluster) -> None:
+    active, standby, _ = cluster
+    status, _, body = standby.http.sql("SELECT host, store, partition, role, offset_lag, alive FROM system.partitions "
+                                       "ORDER BY host = ? DESC, store, partition", params=[standby.server.url])
+    assert status == 200, body
+    s, a = standby.server.url, active.server.url
+    assert body["rows"] == [[s, "per_min", 0, "standby", 0, True], [s, "revenue", 0, "standby", 0, True],
+                            [s, "revenue", 1, "standby", 0, True],
+                            [a, "per_min", 0, "active", 0, True], [a, "per_min", 1, "active", 0, True],
+                            [a, "revenue", 0, "active", 0, True], [a, "revenue", 1, "active", 0, True],
+                            [a, "revenue", 2, "active", 0, True]]
+    status, _, body = standby.http.sql("SELECT max(offset_lag) FROM system.partitions WHERE store = 'revenue'")
+    assert status == 200 and body["rows"] == [[0]]
