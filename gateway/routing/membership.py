@@ -165,7 +165,7 @@ class Membership:
             self.refresh()
 
     def refresh(self) -> None:
-        threads = [threading.Thread(target=self._poll, args=(peer,), daemon=True) for peer in self.peers.values()]
+        threads = [threading.Thread(target=self._poll, args=(peer,), daemon=True) for peer in list(self.peers.values())]
         for t in threads:
             t.start()
         for t in threads:
@@ -192,7 +192,7 @@ class Membership:
 
     def hosts_of(self, store: str, partition: int) -> list[tuple[Peer, PartitionInfo]]:
         out = []
-        for peer in self.peers.values():
+        for peer in list(self.peers.values()):  # heartbeats may add peers meanwhile
             info = peer.partitions.get((store, partition))
             if peer.alive and info is not None:
                 out.append((peer, info))
