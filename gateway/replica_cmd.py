@@ -39,10 +39,10 @@ def routing_args(p: argparse.ArgumentParser) -> None:
                         "the event log): every server publishes its URL there")
 
 
-def routed(source: Any, args: argparse.Namespace, token: str | None) -> Any:
-    """``source`` wrapped in a RoutedSource when ``--peers`` names any (else ``source`` itself)."""
+def routed(source: Any, args: argparse.Namespace, token: str | None, *, always: bool = False) -> Any:
+    """``source`` wrapped in a RoutedSource when ``--peers`` names any (or ``always``; else ``source`` itself)."""
     peers = [u.strip() for u in (args.peers or "").split(",") if u.strip()]
-    if not peers and args.max_lag is None and not getattr(args, "heartbeat_topic", False):
+    if not always and not peers and args.max_lag is None and not getattr(args, "heartbeat_topic", False):
         return source
     from .routing.membership import Membership
     from .routing.source import RoutedSource
@@ -52,7 +52,8 @@ def routed(source: Any, args: argparse.Namespace, token: str | None) -> Any:
             raise SystemExit(f"iqgate: --peers: {u!r} is not an http:// or https:// URL")
     membership = Membership(peers, interval_s=max(args.heartbeat_ms, 50) / 1000, token=token)
     url = args.advertised_url or f"http://{args.host}:{args.port}"
-    return RoutedSource(source, membership, url, max_lag=args.max_lag)
+    return RoutedSource(source, membership, url, max_lag=args.max_lag,
+                        catch_up_wait_ms=getattr(args, "catch_up_wait_ms", 0) or 0)
 
 
 def discover(src: Any, args: argparse.Namespace, log: Any, application_id: str) -> None:
@@ -138,7 +139,7 @@ def cmd_replica(args: argparse.Namespace, kafka_options: dict[str, str], pg_serv
     tune_process_for_serving()
     cfg = config_from_args(args)
     local = ReplicaSource(replica)
-    src = routed(local, args, cfg.auth_token)
+    src = routed(local, args, cfg.auth_token, always=True)
     gw = Gateway(src, config=cfg)
     pg = pg_server(gw, args)
     server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die).start()
@@ -182,6 +183,10 @@ def add_replica_parser(sub: Any, kafka_args: Any, fn: Any) -> None:
     rp.add_argument("--stores", help="only these stores (comma-separated; default every store with a changelog)")
     rp.add_argument("--partitions", action="append", default=[], metavar="STORE=P[,P]",
                     help="host only these partitions of STORE (repeatable; default all)")
+    rp.add_argument("--catch-up-wait-ms", type=non_negative_int, default=2000, metavar="MS",
+                    help="a partition behind a statement's position bound while it still has changelog records "
+                         "to apply is asked again for up to this long (default 2000; 0: answer NOT_UP_TO_BOUND "
+                         "at once)")
     server_args(rp)
     pg_args(rp)
     routing_args(rp)

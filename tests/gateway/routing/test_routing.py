@@ -182,3 +182,28 @@ def test_system_partitions_lists_every_hosts_copies_with_lags(cluster) -> None:
                             [a, "revenue", 2, "active", 0, True]]
     status, _, body = standby.http.sql("SELECT max(offset_lag) FROM system.partitions WHERE store = 'revenue'")
     assert status == 200 and body["rows"] == [[0]]
+
+
+def test_a_replica_behind_a_bound_catches_up_for_a_moment_instead_of_failing(tmp_path) -> None:
+    """No peers: a bound the replica reaches a few milliseconds later is answered by it, not NOT_UP_TO_BOUND."""
+    log = EventLog(tmp_path / "log")
+    app = open_app(tmp_path / "active")
+    w = logged_writer(app, EventLogChangelog(log))
+    w.write_batch(0, batch(0), position(0))
+    rep = Replica(EventLogChangelog(log), APP, tmp_path / "replica").start()
+    wait_for(rep.caught_up)
+    routed = RoutedSource(ReplicaSource(rep), Membership([]), "http://replica", catch_up_wait_ms=5_000)
+    gw = Gateway(routed)
+    try:
+        for i in range(1, 6):
+            w.write_batch(i, batch(i), position(i))
+            res = gw.sql("SELECT count(*) FROM revenue", position=position(i))
+            assert res.position == Position.from_map(position(i))
+            assert {p.host for p in res.partitions} == {"http://replica"}
+        with pytest.raises(Exception, match="NOT_UP_TO_BOUND"):  # a bound the changelog never reaches: no hang
+            Gateway(RoutedSource(ReplicaSource(rep), Membership([]), "http://replica", catch_up_wait_ms=300)
+                    ).sql("SELECT count(*) FROM revenue", position=position(99))
+    finally:
+        gw.close()
+        rep.close()
+        app.close()
