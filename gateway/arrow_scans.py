@@ -74,9 +74,26 @@ def _order_keys(spec: StoreSpec, descending: bool) -> list[tuple[str, str]]:
 
 
 def relation_reader(schema: pa.Schema, spec: StoreSpec, streams: list[tuple[int, str | None, ArrowRows]],
-                    failures: pa.Table | None, order: ResultOrder | None, limit: int | None) -> pa.RecordBatchReader:
-    """The store relation (``schema``: store columns then pseudo-columns) over the partitions' streams."""
-    if order is not None and order is not ResultOrder.ANY:
+                    failures: pa.Table | None, order: ResultOrder | None, limit: int | None,
+                    extra: pa.Table | None = None) -> pa.RecordBatchReader:
+    """The store relation (``schema``: store columns then pseudo-columns) over the partitions' streams.
+
+    ``extra`` holds rows that did not come as streams (partitions a peer answered: gateway/routing); they
+    are rare, so the relation is then built whole, merged in order and cut as the streams alone would be.
+    """
+    ordered = order is not None and order is not ResultOrder.ANY
+    if extra is not None and extra.num_rows:
+        table = (_sorted(schema, spec, streams, None, order, limit) if ordered  # type: ignore[arg-type]
+                 else pa.Table.from_batches(list(_chain(schema, streams, None, None)), schema=schema))
+        table = pa.concat_tables([table, extra.select(schema.names).cast(schema)])
+        if ordered and table.num_rows > 1:
+            table = table.sort_by(_order_keys(spec, order is ResultOrder.DESCENDING))
+        if limit is not None and table.num_rows > limit:
+            table = table.slice(0, limit)
+        if failures is not None and failures.num_rows:
+            table = pa.concat_tables([table, failures])
+        return table.to_reader()
+    if ordered:
         return _sorted(schema, spec, streams, failures, order, limit).to_reader()
     return pa.RecordBatchReader.from_batches(schema, _chain(schema, streams, failures, limit))
 

@@ -325,8 +325,9 @@ class Gateway:
             for scan, rows in scans:
                 if streamed and scan.relation in streamed:
                     failures = rows.to_arrow(True, with_rows=False) if scan.include_failures and rows.failures else None
+                    extra = rows.to_arrow(False) if rows.rows else None  # partitions a peer answered
                     reader = relation_reader(rows.schema(), rows.spec, list(rows.streams), failures, scan.order,
-                                             scan.limit)
+                                             scan.limit, extra)
                     cur.register(scan.relation, reader if reads_once(sql, scan.relation) else reader.read_all())
                 else:
                     cur.register(scan.relation, rows.to_arrow(scan.include_failures))
