@@ -30,6 +30,7 @@ MODULES = (
     "benchmarks.bench_pg",
     "benchmarks.bench_scans",
     "benchmarks.bench_dbapi",
+    "benchmarks.bench_replicas",
     "benchmarks.bench_pipeline",
     "benchmarks.bench_kafka",
     "benchmarks.bench_statestore",

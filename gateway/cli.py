@@ -267,7 +267,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 0
     from .hosting import HostedSource, load_pipeline, pipeline_source, start_pipeline
     from .http import create_app
-    from .replica_cmd import routed
+    from .replica_cmd import discover, routed
     from .server import ServerThread, tune_process_for_serving
     from .upgrade_cli import print_plan
 
@@ -285,6 +285,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     pg = _pg_server(gw, args)
     server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die, sock=sock).start()
     _start_membership(gw, args, server)
+    discover(gw.source, args, log, module.APPLICATION_ID)
     print(f"iqgate: serving pipeline {module.APPLICATION_ID} on {server.url}{_workers_note(workers)} (the stores "
           "on disk, read-only, while Spark starts)", file=sys.stderr, flush=True)
     _start_pg(pg)
@@ -319,6 +320,9 @@ def _start_membership(gw: Any, args: argparse.Namespace, server: Any) -> None:
 
 
 def _stop_membership(gw: Any) -> None:
+    from .replica_cmd import stop_discovery
+
+    stop_discovery(gw.source)
     membership = getattr(gw.source, "membership", None)
     if membership is not None:
         membership.close()
