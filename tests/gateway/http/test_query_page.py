@@ -135,7 +135,8 @@ def test_the_page_asks_for_the_token(browser: Any, gw: Gateway) -> None:
             page.wait_for_selector("#auth:not([hidden])")
             page.fill("#token", "wrong")
             page.click("#auth-submit")
-            page.wait_for_function("document.querySelector('#auth-msg').textContent.includes('not valid')")
+            # a locator, not wait_for_function: a string predicate is eval'd, which the page's CSP forbids
+            page.locator("#auth-msg", has_text="not valid").wait_for()
             page.fill("#token", "page-token")
             page.click("#auth-submit")
             page.wait_for_selector("#stores tbody tr")
