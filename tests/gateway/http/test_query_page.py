@@ -135,7 +135,7 @@ def test_the_page_asks_for_the_token(browser: Any, gw: Gateway) -> None:
             page.wait_for_selector("#auth:not([hidden])")
             page.fill("#token", "wrong")
             page.click("#auth-submit")
-            # a locator, not wait_for_function: a string predicate is eval'd, which the page's CSP forbids
+            # (no wait_for_function: the page's CSP forbids the eval it uses)
             page.locator("#auth-msg", has_text="not valid").wait_for()
             page.fill("#token", "page-token")
             page.click("#auth-submit")
