@@ -34,6 +34,7 @@ setup(
         "pyarrow>=17",
         "numpy>=1.26",
         "adbc-driver-sqlite>=1.2,<2",  # the columnar write path stages batches through it (stores/engine/staging.py)
+        "adbc-driver-manager>=1.2,<2",  # range scans read into Arrow through its low-level API (engine/arrow_reads.py)
         "flask>=3,<4",
         "waitress>=3,<4",
         "sqlalchemy>=1.4,<3",
