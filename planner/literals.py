@@ -148,6 +148,8 @@ def python_sql_type(value: Any) -> str:
         return "TIMESTAMP" if value.tzinfo is None else "TIMESTAMPTZ_VALUE"
     if isinstance(value, date):
         return "DATE_VALUE"
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return "BLOB"
     return type(value).__name__
 
 
@@ -342,7 +344,33 @@ def _coerce(
         if op == "<":
             return days - 1, "<="
         return days, op
+    if target is SqlType.BLOB:
+        if sql_type == "BLOB":
+            return bytes(value), op
+        if sql_type == "VARCHAR":  # DuckDB casts the text: ASCII, bytes above 0x7f written \xNN
+            blob = _blob_text(value)
+            return (NOT_PUSHABLE, op) if blob is None else (blob, op)  # None: DuckDB's to accept or refuse
+        raise fail()
     return NOT_PUSHABLE, op
+
+
+_BLOB_ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
+
+
+def _blob_text(text: str) -> bytes | None:
+    """A string literal as DuckDB casts it to BLOB (``'a\\xFF'`` is ``b'a\\xff'``), or None if DuckDB refuses it."""
+    out = bytearray()
+    pos = 0
+    for m in _BLOB_ESCAPE.finditer(text):
+        chunk = text[pos:m.start()]
+        if not chunk.isascii() or "\\" in chunk:
+            return None
+        out += chunk.encode("ascii") + bytes([int(m.group(1), 16)])
+        pos = m.end()
+    rest = text[pos:]
+    if not rest.isascii() or "\\" in rest:
+        return None
+    return bytes(out + rest.encode("ascii"))
 
 
 def sql_literal(value: Any) -> str:

@@ -54,6 +54,11 @@ class ChangelogWriter:
         self._logged: dict[int, int] | None = None  # partition -> last batch id in the changelog (-1: none)
 
     # -- the StoreWriter protocol --------------------------------------------------------------------
+    @property
+    def partition_stores(self) -> Mapping[int, PartitionStore]:
+        """The store's partitions (a sink that reads what it writes, such as a table aggregate, reads them)."""
+        return self.stores
+
     def write_batch(self, batch_id: int, changes: Iterable[Any], position: Position) -> None:
         where = f"store {self.spec.name!r} batch {batch_id}"
         self.write_table(batch_id, changes_to_table(self.spec, self._codec, changes, where), position)

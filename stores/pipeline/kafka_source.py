@@ -243,7 +243,7 @@ class IqKafkaStreamReader(DataSourceStreamReader):
                                 value = {}
                         key = m.key()
                         ts = m.timestamp()[1]
-                        yield convert(None if key is None else key.decode("utf-8", "replace"), value,
+                        yield convert(key, value,  # raw bytes: the key type decides (text, or bytes for binary)
                                       ts if ts >= 0 else None, topic, part, off)
                     if pos < end and time.monotonic() > deadline:
                         raise RuntimeError(f"reading {topic}/{part} offsets {start}..{end - 1} from Kafka at "

@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 
 from ..engine.batch import DELETED, KEY, TS, WE, WS, value_name
 from ..iqv2.position import Position
+from .table_aggregate import aggregate_rows, group_deltas
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,8 @@ def _projection(decl: Any) -> list[Any]:
         c = F.col(col) if isinstance(col, str) else col
         return F.when(c.isNull(), F.lit(None)).otherwise(F.unix_millis(c.cast("timestamp")))
 
+    if decl.shape in ("table_aggregate", "open_session"):  # a stateful step's own rows (see the sink)
+        return [F.col(f"`{c}`") for c in decl.df.columns]
     types = dict(decl.df.dtypes)
     key_cols = getattr(decl, "key_cols", ()) or (decl.key_col,)
     if len(key_cols) > 1:  # a composite key: one struct, null when any part is (such rows are dropped, as null keys)
@@ -106,6 +109,9 @@ def _projection(decl: Any) -> list[Any]:
     if decl.window_col is not None:
         cols.append(ms(F.col(decl.window_col)["start"]).alias("__ws"))
         cols.append(ms(F.col(decl.window_col)["end"]).alias("__we"))
+    having = getattr(decl, "having", None)
+    if having is not None:  # SQL's NULL does not qualify either
+        cols.append(F.coalesce(F.expr(having), F.lit(False)).alias("__keep"))
     if decl.shape in ("latest", "versioned"):
         for c in ("topic", "partition", "offset"):
             if c in types:
@@ -125,6 +131,8 @@ def rows_to_table(decl: Any, table: pa.Table, batch_ts: int | None) -> pa.Table:
     dropped, as Kafka Streams drops null-key records.
     """
     names = table.column_names
+    if decl.shape == "open_session":  # update-mode sessions: changed sessions and deletes of merged-away ones
+        return _open_session_table(decl, table)
     latest = decl.shape in ("latest", "versioned")
     if latest and "__offset" in names:
         order = [(c, "ascending") for c in ("__topic", "__partition", "__offset") if c in names]
@@ -148,10 +156,51 @@ def rows_to_table(decl: Any, table: pa.Table, batch_ts: int | None) -> pa.Table:
     if latest:
         cols[DELETED] = (_all_null(list(values.values()), n) if values
                          else pa.array(np.zeros(n, dtype=bool)))
+    elif "__keep" in names:  # an aggregate row that fails the HAVING filter deletes its key (a tombstone)
+        cols[DELETED] = pc.invert(table.column("__keep"))
     if decl.shape == "versioned":
         keep = pc.and_(keep, pc.is_valid(ts))
     out = pa.table(cols)
     return out if pc.all(keep).as_py() else out.filter(keep)
+
+
+def _open_session_table(decl: Any, table: pa.Table) -> pa.Table:
+    """The session step's rows (``k, ws, we, cnt, s0…, deleted``) → the session store's change table."""
+    n = len(decl.spec.values)
+    cols: dict[str, Any] = {KEY: table.column("k"), WS: table.column("ws"), WE: table.column("we"),
+                            TS: table.column("we"), value_name(0): table.column("cnt")}
+    for i in range(1, n):
+        cols[value_name(i)] = table.column(f"s{i - 1}")
+    cols[DELETED] = pc.fill_null(table.column("deleted"), False)
+    out = pa.table(cols)
+    keep = pc.is_valid(out.column(KEY))
+    return out if pc.all(keep).as_py() is not False else out.filter(keep)
+
+
+def _table_aggregate_rows(decl: Any, table: pa.Table, batch_ts: int | None, writer: Any, batch_id: int
+                          ) -> pa.Table | None:
+    """The retraction step's rows → the aggregates' change table (None: nothing to change, or a replay)."""
+    spec = decl.spec
+    sum_types = decl.sum_types
+    if len(table) == 0:
+        return None
+    stores = writer.partition_stores
+    last = [stores[p].last_batch_id() for p in range(spec.partitions)]
+    if all(b is not None and b >= batch_id for b in last):
+        return None  # a replay every partition applied: the current totals already include it
+    return aggregate_rows(spec, stores.__getitem__, group_deltas(table, sum_types), batch_ts, sum_types)
+
+
+def rows_to_empty(decl: Any) -> pa.Table:
+    """An empty change table of the store: the batch's Position and id are recorded even with nothing to write."""
+    cols: dict[str, Any] = {KEY: pa.array([], _KEY_INPUT.get(decl.spec.key.type.value, pa.string()))}
+    for i in range(len(decl.spec.values)):
+        cols[value_name(i)] = pa.nulls(0)
+    return pa.table(cols)
+
+
+_KEY_INPUT = {"BIGINT": pa.int64(), "INTEGER": pa.int64(), "DOUBLE": pa.float64(), "BOOLEAN": pa.bool_(),
+              "TIMESTAMP": pa.int64(), "DATE": pa.int64(), "BLOB": pa.binary()}
 
 
 def _all_null(columns: list[Any], n: int) -> Any:
@@ -184,7 +233,15 @@ class BatchSink:
         # Always run the batch: the stateful operator commits its state only when the plan executes.
         table = batch_df.select(*self._projection).toArrow()
         t1 = time.perf_counter()
-        self._writer().write_table(batch_id, rows_to_table(self.decl, table, batch_ts), position)
+        writer = self._writer()
+        if self.decl.shape == "table_aggregate":
+            rows = _table_aggregate_rows(self.decl, table, batch_ts, writer, batch_id)
+        else:
+            rows = rows_to_table(self.decl, table, batch_ts)
+        if rows is not None:
+            writer.write_table(batch_id, rows, position)
+        else:  # nothing to change (or already applied): the Position still advances
+            writer.write_table(batch_id, rows_to_empty(self.decl), position)
         self.last_batch_seconds = time.perf_counter() - t0
         log.debug("store %s batch %d: %d rows; Spark job + toArrow %.3f s, store write %.3f s", self.decl.spec.name,
                   batch_id, len(table), t1 - t0, self.last_batch_seconds - (t1 - t0))

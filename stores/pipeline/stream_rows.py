@@ -13,6 +13,8 @@ from datetime import date, datetime, timezone
 from typing import Any
 
 from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
     BooleanType,
     DataType,
     DateType,
@@ -20,6 +22,7 @@ from pyspark.sql.types import (
     FloatType,
     IntegerType,
     LongType,
+    MapType,
     ShortType,
     StringType,
     StructField,
@@ -27,6 +30,9 @@ from pyspark.sql.types import (
     TimestampNTZType,
     TimestampType,
 )
+
+from ..catalog.nested import NestedType
+from ..catalog.schema import SqlType, parse_type
 
 __all__ = [
     "MISSING_SOURCE_TOPIC", "SOURCE_TRUNCATED", "METADATA_COLUMNS", "SPLIT", "parse_value_schema", "stream_schema", "row_converter", "admit", "slices",
@@ -41,7 +47,9 @@ METADATA_COLUMNS = ("timestamp", "topic", "partition", "offset")
 SPLIT = 200_000  # records per Spark task: bounds a task's memory and spreads a backlog over cores
 
 _SUPPORTED = (BooleanType, DateType, DoubleType, FloatType, IntegerType, LongType, ShortType,
-              StringType, TimestampType, TimestampNTZType)
+              StringType, TimestampType, TimestampNTZType, ArrayType, StructType, MapType)
+#: Key types a stream can declare (``key_type=``): the log's key (text, or Kafka's bytes) read as that type.
+KEY_TYPES = ("string", "int", "bigint", "double", "boolean", "date", "timestamp", "binary")
 
 
 def parse_value_schema(ddl: str | StructType) -> StructType:
@@ -53,9 +61,10 @@ def parse_value_schema(ddl: str | StructType) -> StructType:
             raise ValueError(f"value_schema must be a DDL string like 'amount DOUBLE', got {ddl!r}")
         schema = _parse_ddl(ddl)
     for f in schema.fields:
-        if not isinstance(f.dataType, _SUPPORTED):
+        if not isinstance(f.dataType, _SUPPORTED) or not _nested_ok(f.dataType):
             raise ValueError(f"value field {f.name!r}: type {f.dataType.simpleString()} is not supported; "
-                             "use boolean, int, bigint, double, string, date or timestamp")
+                             "use boolean, int, bigint, double, string, date, timestamp, or array<…>, "
+                             "struct<…>, map<string,…> of them")
         if f.name in ("key",) + METADATA_COLUMNS:
             raise ValueError(f"value field {f.name!r} clashes with a column the stream adds "
                              f"(key, {', '.join(METADATA_COLUMNS)})")
@@ -71,8 +80,44 @@ _TYPES: dict[str, DataType] = {
 }
 
 
+_SCALAR_SPARK: dict[SqlType, DataType] = {
+    SqlType.BIGINT: LongType(), SqlType.INTEGER: IntegerType(), SqlType.DOUBLE: DoubleType(),
+    SqlType.VARCHAR: StringType(), SqlType.BOOLEAN: BooleanType(), SqlType.TIMESTAMP: TimestampType(),
+    SqlType.DATE: DateType(),
+}
+
+
+def _nested_spark_type(t: Any) -> DataType:
+    """A catalog type (``parse_type``) → the Spark type a value field of it has."""
+    if not isinstance(t, NestedType):
+        if t not in _SCALAR_SPARK:
+            raise ValueError(f"{t} values cannot come from JSON")
+        return _SCALAR_SPARK[t]
+    if t.kind == "ARRAY":
+        return ArrayType(_nested_spark_type(t.element), True)
+    if t.kind == "MAP":
+        return MapType(_nested_spark_type(t.key), _nested_spark_type(t.element), True)
+    return StructType([StructField(n, _nested_spark_type(ft), True) for n, ft in t.fields])
+
+
+def _nested_ok(dt: DataType) -> bool:
+    """Nested value fields hold the scalar types JSON can carry; a JSON object's keys are text (MAP<string, …>)."""
+    if isinstance(dt, ArrayType):
+        return _nested_ok(dt.elementType) and isinstance(dt.elementType, _SUPPORTED)
+    if isinstance(dt, MapType):
+        return isinstance(dt.keyType, StringType) and isinstance(dt.valueType, _SUPPORTED) and _nested_ok(dt.valueType)
+    if isinstance(dt, StructType):
+        return all(isinstance(f.dataType, _SUPPORTED) and _nested_ok(f.dataType) for f in dt.fields)
+    return True
+
+
 def _type_of(text: str, where: str) -> DataType:
     t = _TYPES.get(text.strip().lower())
+    if t is None and ("<" in text or "(" in text):  # array<…>, struct<…>, map<…> (no JVM in the source's workers)
+        try:
+            t = _nested_spark_type(parse_type(text))
+        except ValueError:
+            t = None
     if t is None:
         raise ValueError(f"{where}: type {text.strip()!r} is not supported; use one of "
                          "boolean, int, bigint, double, string, date, timestamp")
@@ -82,8 +127,12 @@ def _type_of(text: str, where: str) -> DataType:
 def _parse_ddl(ddl: str) -> StructType:
     """A small DDL parser: Spark's needs a live SparkContext, which the source's worker processes lack."""
     fields = []
-    for i, part in enumerate(ddl.split(",")):
-        words = part.split()
+    for i, part in enumerate(_top_level_split(ddl)):
+        words = part.split(None, 1)
+        if len(words) == 2:
+            rest = words[1].rsplit(None, 2)
+            if len(rest) == 3 and [w.upper() for w in rest[1:]] == ["NOT", "NULL"]:
+                words = [words[0], rest[0], "NOT", "NULL"]
         if not words:
             raise ValueError(f"value_schema {ddl!r}: field {i + 1} is empty")
         nullable = True
@@ -101,11 +150,28 @@ def _parse_ddl(ddl: str) -> StructType:
     return StructType(fields)
 
 
+def _top_level_split(ddl: str) -> list[str]:
+    """``a INT, m MAP<STRING, INT>`` → the fields, splitting on commas outside ``<…>``."""
+    parts, depth, cur = [], 0, []
+    for ch in ddl:
+        depth += ch in "<(" and 1 or (ch in ">)" and -1 or 0)
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return parts
+
+
 def stream_schema(value_schema: StructType, key_type: str = "string") -> StructType:
     """The stream's columns: key, the value fields, timestamp, topic, partition, offset."""
-    kt = _type_of(key_type, "key")
-    if not isinstance(kt, (StringType, LongType, IntegerType)):
-        raise ValueError(f"key type {key_type!r} is not supported; use string, int or bigint")
+    kt = _TYPES.get(key_type.strip().lower()) if isinstance(key_type, str) else None
+    if key_type.strip().lower() in ("binary", "bytes"):
+        kt = BinaryType()
+    if kt is None or not isinstance(kt, (StringType, LongType, IntegerType, DoubleType, BooleanType, DateType,
+                                         TimestampType, BinaryType)):
+        raise ValueError(f"key type {key_type!r} is not supported; use one of {', '.join(KEY_TYPES)}")
     return StructType(
         [StructField("key", kt, True)] + list(value_schema.fields) + [
             StructField("timestamp", TimestampType(), True),
@@ -130,7 +196,7 @@ def admit(avail: dict[tuple[str, int], tuple[int, int]], budget: int) -> dict[tu
 def row_converter(schema: StructType) -> Any:
     """A function from one log record to a row tuple in ``schema``'s order (value fields by name)."""
     value_fields = [(f.name, _caster(f.dataType, f.name)) for f in schema.fields[1:-4]]
-    key_cast = _caster(schema.fields[0].dataType, "key")
+    key_cast = _key_caster(schema.fields[0].dataType)
 
     def convert(key: Any, value: Any, ts: int, topic: str, partition: int, offset: int) -> tuple:
         if value is None:
@@ -146,6 +212,28 @@ def _ts(ms: Any) -> datetime | None:
     if ms is None:
         return None
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+
+
+def _key_caster(dt: DataType) -> Any:
+    """A record key (text from the log, bytes from Kafka) → the declared key type; unreadable keys are null."""
+    if isinstance(dt, BinaryType):
+        return lambda k: None if k is None else (bytes(k) if isinstance(k, (bytes, bytearray)) else str(k).encode())
+    cast = _caster(dt, "key")
+
+    def key(k: Any) -> Any:
+        if isinstance(k, (bytes, bytearray)):
+            k = bytes(k).decode("utf-8", "replace")
+        if isinstance(k, str) and not isinstance(dt, StringType):
+            k = k.strip()
+            if isinstance(dt, (IntegerType, LongType)):
+                try:
+                    k = int(k, 10)
+                except ValueError:
+                    return None
+            elif isinstance(dt, BooleanType):
+                k = {"true": True, "false": False}.get(k.lower())
+        return cast(k)
+    return key
 
 
 def _caster(dt: DataType, name: str) -> Any:
@@ -181,6 +269,15 @@ def _caster(dt: DataType, name: str) -> Any:
         return guard(to_ts)
     if isinstance(dt, DateType):
         return guard(lambda v: v if isinstance(v, date) else date.fromisoformat(str(v)[:10]))
+    if isinstance(dt, ArrayType):
+        item = _caster(dt.elementType, name)
+        return guard(lambda v: [item(x) for x in v] if isinstance(v, list) else None)
+    if isinstance(dt, MapType):
+        val = _caster(dt.valueType, name)
+        return guard(lambda v: {str(k): val(x) for k, x in v.items()} if isinstance(v, dict) else None)
+    if isinstance(dt, StructType):
+        subs = [(f.name, _caster(f.dataType, f"{name}.{f.name}")) for f in dt.fields]
+        return guard(lambda v: tuple(c(v.get(n)) for n, c in subs) if isinstance(v, dict) else None)
     raise ValueError(f"field {name!r}: unsupported type {dt.simpleString()}")
 
 

@@ -27,55 +27,36 @@ import dataclasses
 import itertools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType, TimestampNTZType, TimestampType
+from pyspark.sql.types import StructType
 
-from ..catalog.schema import Column, SqlType, StoreKind, StoreSpec, parse_type
+from ..catalog.schema import StoreKind, StoreSpec
 from ..log.eventlog import EventLog
 from ..log.kafka import KafkaSource
 from ..log.source import SourceLog
+from .declarations import (
+    _UNITS_MS,
+    StoreDecl,
+    TopologyError,
+    _column,
+    _is_aggregate,
+    _plan_text,
+    _require_col,
+    _split_having,
+    key_names,
+)
 from .kafka_source import source_options
 from .shared_query import DEFAULT_STORES_PER_QUERY
+from .stateful_tables import session_table_decl, table_aggregate_decl
 from .stream_rows import METADATA_COLUMNS, parse_value_schema
 
 __all__ = ["Topology", "StoreDecl", "TopologyError"]
 
 _STREAM_IDS = itertools.count(1)
 _STREAM_OPT = "iqgate.stream"
-
-
-class TopologyError(ValueError):
-    """A store declaration that cannot work; the message names the store and the problem."""
-
-
-@dataclass(frozen=True)
-class StoreDecl:
-    """One declared store: its spec plus what the materializer needs to turn rows into Changes."""
-
-    spec: StoreSpec
-    df: DataFrame
-    shape: str  # "aggregate" | "window" | "session" | "latest" | "versioned"
-    output_mode: str
-    key_col: str  # the key column, or the first of a composite key's (``key_cols``)
-    value_cols: tuple[str, ...]
-    window_col: str | None
-    timestamp_col: str | None
-    streams: frozenset[str] = frozenset()  # the Topology.stream ids it reads (stores reading the same share a query)
-    key_cols: tuple[str, ...] = ()  # every key column, in key order (one for a simple key)
-
-
-def _key_names(store: str, key: Any) -> tuple[str, ...]:
-    """``key=`` as given (a column name, or a list/tuple of them for a composite key) → the key column names."""
-    names = (key,) if isinstance(key, str) else tuple(key) if isinstance(key, (list, tuple)) else None
-    if not names or not all(isinstance(n, str) and n for n in names):
-        raise TopologyError(f"store {store!r}: key must be a column name or a list of column names, got {key!r}")
-    if len(set(names)) != len(names):
-        raise TopologyError(f"store {store!r}: key columns {list(names)} name a column twice")
-    return names
 
 
 class Topology:
@@ -178,7 +159,8 @@ class Topology:
             reader = reader.option("maxOffsetsPerTrigger", str(int(max_records)))
         raw = reader.load()
         value = F.from_json(F.col("value").cast("string"), schema)
-        return raw.select(F.col("key").cast("string").cast(key_type).alias("key"),
+        key_col = F.col("key") if key_type.strip().lower() in ("binary", "bytes") else F.col("key").cast("string").cast(key_type)
+        return raw.select(key_col.alias("key"),
                           *[value[f.name].alias(f.name) for f in schema.fields],
                           "timestamp", "topic", "partition", "offset")
 
@@ -193,8 +175,12 @@ class Topology:
         self._check_new(name, df)
         plan = _plan_text(df)
         aggregated = _is_aggregate(plan)
+        having = None
+        if aggregated:
+            df, having = _split_having(name, df, plan)
+            plan = _plan_text(df) if having is not None else plan
         cols = dict(df.dtypes)
-        keys = _key_names(name, key)
+        keys = key_names(name, key)
         for k in keys:
             _require_col(name, cols, k, "key")
         if window is not None:
@@ -232,7 +218,8 @@ class Topology:
                           window_advance_ms=advance if shape == "window" else None,
                           gap_ms=gap if shape == "session" else None,
                           history_retention_ms=None, options={"retention_ms": retention_ms} if retention_ms else {})
-        return self._add(StoreDecl(spec, df, shape, mode, keys[0], value_cols, window, timestamp, keys))
+        return self._add(StoreDecl(spec, df, shape, mode, keys[0], value_cols, window, timestamp, key_cols=keys,
+                                   having=having))
 
     def versioned_table(self, name: str, df: DataFrame, *, key: str | Sequence[str], timestamp: str = "timestamp",
                         partitions: int | None = None, history_retention_ms: int | None = None) -> StoreSpec:
@@ -243,7 +230,7 @@ class Topology:
             raise TopologyError(f"store {name!r}: a versioned table takes the records themselves, "
                                 "not an aggregation; use table() for aggregates")
         cols = dict(df.dtypes)
-        keys = _key_names(name, key)
+        keys = key_names(name, key)
         for k in keys:
             _require_col(name, cols, k, "key")
         _require_col(name, cols, timestamp, "timestamp")
@@ -254,7 +241,32 @@ class Topology:
         value_cols = tuple(c for c in df.columns if c not in skip)
         spec = self._spec(name, df, plan, StoreKind.VERSIONED, keys, value_cols, partitions,
                           history_retention_ms=history_retention_ms)
-        return self._add(StoreDecl(spec, df, "versioned", "append", keys[0], value_cols, None, timestamp, keys))
+        return self._add(StoreDecl(spec, df, "versioned", "append", keys[0], value_cols, None, timestamp,
+                                   key_cols=keys))
+
+    def table_aggregate(self, name: str, df: DataFrame, *, key: str = "key", group_by: str, count: str = "count",
+                        sums: dict[str, str] | None = None, partitions: int | None = None) -> StoreSpec:
+        """Counts (and sums) per ``group_by`` value over the TABLE ``df`` is the changelog of (issue 16 item 6).
+
+        See ``stateful_tables.table_aggregate_decl``.
+        """
+        self._check_new(name, df)
+        return self._add(table_aggregate_decl(name, df, key=key, group_by=group_by, count=count, sums=sums,
+                                              topics=self._topics_of(df), partitions=self._partitions(df, partitions)))
+
+    def session_table(self, name: str, df: DataFrame, *, key: str = "key", gap: str | int,
+                      timestamp: str = "timestamp", count: str = "count", sums: dict[str, str] | None = None,
+                      retention_ms: int | None = None, partitions: int | None = None) -> StoreSpec:
+        """Session windows visible while open (issue 16 item 4); see ``stateful_tables.session_table_decl``."""
+        self._check_new(name, df)
+        return self._add(session_table_decl(name, df, key=key, gap=gap, timestamp=timestamp, count=count, sums=sums,
+                                            retention_ms=retention_ms, topics=self._topics_of(df),
+                                            partitions=self._partitions(df, partitions)))
+
+    def _partitions(self, df: DataFrame, partitions: int | None) -> int:
+        if partitions is not None:
+            return partitions
+        return max((self._source_partitions(t) for t in self._topics_of(df)), default=1)
 
     # -- TopologyLike ---------------------------------------------------
     def store_specs(self) -> list[StoreSpec]:
@@ -315,10 +327,6 @@ class Topology:
         return self.log.partitions(topic) if self.log.has_topic(topic) else 1
 
 
-def _plan_text(df: DataFrame) -> str:
-    return str(df._jdf.queryExecution().analyzed().toString())
-
-
 def _stream_ids(df: DataFrame) -> set[str]:
     """The ``iqgate.stream`` option of every streaming source leaf in the plan (which topics feed a store)."""
     ids = set()
@@ -358,16 +366,6 @@ def _native_kafka_available(spark: SparkSession) -> bool:
         return False
 
 
-def _is_aggregate(plan: str) -> bool:
-    return re.search(r"^[\s:+\-!~]*Aggregate \[", plan, re.MULTILINE) is not None
-
-
-def _require_col(store: str, cols: dict[str, str], col: Any, role: str) -> None:
-    if not isinstance(col, str) or col not in cols:
-        raise TopologyError(f"store {store!r}: no {role} column {col!r}; the DataFrame's columns are "
-                            f"{list(cols)}")
-
-
 def _check_mode(store: str, shape: str, mode: str, allowed: tuple[str, ...]) -> str:
     if mode not in allowed:
         what = {"aggregate": "an aggregation by key", "window": "a window aggregation",
@@ -375,19 +373,6 @@ def _check_mode(store: str, shape: str, mode: str, allowed: tuple[str, ...]) -> 
         raise TopologyError(f"store {store!r}: output mode {mode!r} is not supported for {what}; "
                             f"use {' or '.join(allowed)}")
     return mode
-
-
-def _column(store: str, name: str, dt: Any) -> Column:
-    if isinstance(dt, (TimestampType, TimestampNTZType)):
-        return Column(name, SqlType.TIMESTAMP)
-    try:
-        return Column(name, parse_type(dt.simpleString()))
-    except ValueError:
-        raise TopologyError(f"store {store!r}: column {name!r} has type {dt.simpleString()}, which a store "
-                            "cannot hold; cast it or drop it") from None
-
-
-_UNITS_MS = {"millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
 
 
 def _window_params(plan: str) -> tuple[int | None, int | None, int | None]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -170,3 +171,30 @@ def test_http_renders_nested_values_as_json(gw: Gateway, oracle: duckdb.DuckDBPy
         assert {k: v for k, v in row[4].items()} == {_day(d).isoformat(): n for d, n in by_day.items()}
         status, _h, body = server.sql("SELECT * FROM sales WHERE region = 'eu' AND product = 'x'")
         assert status == 400 and "product" in body["error"]["message"]
+
+
+BLOBS = StoreSpec("blobs", StoreKind.KEY_VALUE, Column("id", SqlType.BLOB), (Column("n", SqlType.BIGINT),),
+                  partitions=3, source_topics=("b",))
+BLOB_ROWS = {bytes([i, 0, 255 - i]) if i % 3 else f"k{i}".encode(): i for i in range(40)}
+
+
+def test_blob_keys_are_point_lookups_from_parameters_and_escaped_literals(tmp_path: Path) -> None:
+    app = StreamsApp(StoreTopology([BLOBS]), application_id="blobs", state_dir=str(tmp_path))
+    app.start()
+    try:
+        app.writer("blobs").write_batch(0, [Change(k, (v,)) for k, v in BLOB_ROWS.items()],
+                                        Position.from_map({"b": {0: 1}}))
+        gw = Gateway(app)
+        off = {"table_scans": False}
+        for k, v in BLOB_ROWS.items():
+            assert gw.sql("SELECT id, n FROM blobs WHERE id = ?", params=[k], session=off).rows() == [(k, v)]
+        assert gw.sql("SELECT n FROM blobs WHERE id = 'k3'", session=off).rows() == [(3,)]
+        k = bytes([1, 0, 254])
+        assert gw.sql("SELECT n FROM blobs WHERE id = '\\x01\\x00\\xFE'", session=off).rows() == [(BLOB_ROWS[k],)]
+        lo, hi = sorted(BLOB_ROWS)[5], sorted(BLOB_ROWS)[20]
+        got = gw.sql("SELECT id FROM blobs WHERE id BETWEEN ? AND ? ORDER BY id", params=[lo, hi], session=off).rows()
+        assert [r[0] for r in got] == [b for b in sorted(BLOB_ROWS) if lo <= b <= hi]
+        with pytest.raises(ge.SqlError, match="id"):
+            gw.sql("SELECT n FROM blobs WHERE id = 5")
+    finally:
+        app.close()

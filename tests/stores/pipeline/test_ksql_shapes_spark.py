@@ -1,10 +1,15 @@
-"""What ksqlDB users expect, on a real Spark (issue 16): composite keys and nested values, end to end.
+"""What ksqlDB users expect, on a real Spark (issue 16), end to end; one app started once (Spark starts are slow):
 
-One app, started once: ``sales`` is ``groupBy("region", "product")`` with
-``collect_list``, a STRUCT and a MAP built from the aggregates; each store's
-content is checked at its own Position against DuckDB over the raw records
-of the event log, and through SQL (key lookups, key-prefix ranges, DuckDB's
-nested functions) against the same oracle.
+- ``sales``: ``groupBy("region", "product")`` with ``collect_list``, a STRUCT and a MAP (items 1, 2);
+- ``big_sales``: the same aggregate ``.filter(units > 30)`` with returns (negative units): a key whose sum
+  drops back to 30 or below disappears (item 5, HAVING);
+- ``per_category``: counts and sums per category of each user's CURRENT row (item 6, a table aggregated,
+  with retraction when a user moves category or is deleted);
+- ``sessions``: update-mode session windows (item 4): open sessions are in the store as soon as the batch
+  holding their records is, so a read bounded at a record's offset sees the session that contains it.
+
+Each store's content is checked at its own Position against DuckDB over the
+raw records of the event log, and through SQL against the same oracle.
 """
 
 from __future__ import annotations
@@ -20,8 +25,18 @@ import pyspark  # noqa: E402,F401 - Spark tests run or fail, never skip quietly
 from pyspark.sql import functions as F  # noqa: E402
 
 from gateway.engine import Gateway  # noqa: E402
-from stores import RangeQuery, State, StateQueryRequest, StreamsApp, Topology  # noqa: E402
+from stores import (  # noqa: E402
+    Position,
+    PositionBound,
+    RangeQuery,
+    State,
+    StateQueryRequest,
+    StreamsApp,
+    Topology,
+    WindowRangeQuery,
+)
 from stores.log.eventlog import EventLog  # noqa: E402
+from stores.pipeline.topology import TopologyError  # noqa: E402
 from tests.stores.pipeline.oracle import caught_up, wait_for_state, wait_until  # noqa: E402
 
 REGIONS = ("eu", "us", "asia", "e")
@@ -32,7 +47,7 @@ def sale_events(n: int, seed: int, start_ts: int) -> list[tuple]:
     out = []
     for i in range(n):
         region = rnd.choice(REGIONS)
-        value = {"region": region, "product": rnd.randrange(6), "units": rnd.randrange(1, 20),
+        value = {"region": region, "product": rnd.randrange(6), "units": rnd.randrange(-10, 20),
                  "item": rnd.choice("abcdef")}
         out.append((f"{region}-{i}", value, start_ts + i * 1000))
     return out
@@ -47,7 +62,94 @@ def build(spark, log: EventLog) -> Topology:  # noqa: ANN001
            .withColumn("summary", F.struct(F.col("units").alias("units"), F.col("orders").alias("orders")))
            .withColumn("stats", F.create_map(F.lit("units"), F.col("units"), F.lit("orders"), F.col("orders"))))
     t.table("sales", agg, key=["region", "product"], timestamp="last_ts")
+    t.table("big_sales", sales.groupBy("region", "product").agg(F.sum("units").alias("units"))
+            .filter(F.col("units") > 30), key=["region", "product"])
+    users = t.stream("users", value_schema="category STRING, amount BIGINT")
+    t.table_aggregate("per_category", users, group_by="category", count="users", sums={"total": "amount"})
+    clicks = t.stream("clicks", value_schema="n BIGINT")
+    t.session_table("sessions", clicks, gap="30 seconds", count="clicks", sums={"total": "n"})
     return t
+
+
+GAP = 30_000
+
+
+def click_events(n: int, seed: int, start_ts: int) -> list[tuple]:
+    rnd = random.Random(seed)
+    return [(f"v{rnd.randrange(5)}", {"n": rnd.randrange(10)}, start_ts + rnd.randrange(0, 600_000)) for _ in range(n)]
+
+
+def _sessions_oracle(log: EventLog, position) -> dict:  # noqa: ANN001
+    con = duckdb.connect()
+    con.execute("CREATE TABLE ev (k VARCHAR, n BIGINT, ts BIGINT)")
+    rows = []
+    for p in range(log.partitions("clicks")):
+        last = position.offset("clicks", p)
+        if last is not None:
+            rows += [(r.key, r.value["n"], r.timestamp) for r in log.read("clicks", p, 0, last + 1)]
+    if rows:
+        con.executemany("INSERT INTO ev VALUES (?, ?, ?)", rows)
+    got = con.execute(f"""
+        SELECT k, min(ts), max(ts), count(*), sum(n) FROM (
+          SELECT *, sum(new) OVER (PARTITION BY k ORDER BY ts ROWS UNBOUNDED PRECEDING) AS sid FROM (
+            SELECT *, CASE WHEN ts - lag(ts) OVER (PARTITION BY k ORDER BY ts) <= {GAP} THEN 0 ELSE 1 END AS new
+            FROM ev))
+        GROUP BY k, sid""").fetchall()
+    return {(k, ws, we): (c, t) for k, ws, we, c, t in got}
+
+
+def _sessions(app: StreamsApp, bound=None):  # noqa: ANN001, ANN202
+    out, position = {}, None
+    for k in (f"v{i}" for i in range(5)):
+        req = StateQueryRequest.in_store("sessions").with_query(WindowRangeQuery.with_key(k))
+        if bound is not None:
+            req = req.with_position_bound(bound)
+        res = app.query(req)
+        for qr in res.partition_results.values():
+            if not qr.is_success:
+                return None, None
+            for kv in qr.result:
+                out[(kv.key.key, kv.key.window.start, kv.key.window.end)] = tuple(kv.value)
+        position = res.position if position is None else position.merge(res.position)
+    return position, out
+
+
+def user_events(n: int, seed: int, start_ts: int) -> list[tuple]:
+    """Users moving between categories, some deleted (tombstones) and some without a category."""
+    rnd = random.Random(seed)
+    out = []
+    for i in range(n):
+        r = rnd.random()
+        value = None if r < 0.15 else {"category": None if r < 0.2 else rnd.choice("abc"), "amount": rnd.randrange(100)}
+        out.append((f"u{rnd.randrange(15)}", value, start_ts + i))
+    return out
+
+
+def _users_oracle(log: EventLog, position) -> dict:  # noqa: ANN001
+    con = duckdb.connect()
+    con.execute("CREATE TABLE ev (k VARCHAR, category VARCHAR, amount BIGINT, dead BOOLEAN, p INT, off BIGINT)")
+    rows = []
+    for p in range(log.partitions("users")):
+        last = position.offset("users", p)
+        if last is not None:
+            rows += [(r.key, (r.value or {}).get("category"), (r.value or {}).get("amount"), r.value is None, p, r.offset)
+                     for r in log.read("users", p, 0, last + 1)]
+    if rows:
+        con.executemany("INSERT INTO ev VALUES (?, ?, ?, ?, ?, ?)", rows)
+    got = con.execute("""SELECT category, count(*), sum(amount) FROM (
+                           SELECT * FROM ev QUALIFY row_number() OVER (PARTITION BY k ORDER BY p, off DESC) = 1)
+                         WHERE NOT dead AND category IS NOT NULL GROUP BY category""").fetchall()
+    return {c: (n, total) for c, n, total in got}
+
+
+def _all_rows(app: StreamsApp, store: str):  # noqa: ANN202
+    res = app.query(StateQueryRequest.in_store(store).with_query(RangeQuery.with_no_bounds()))
+    rows = {}
+    for qr in res.partition_results.values():
+        assert qr.is_success, qr.failure_message
+        for kv in qr.result:
+            rows[kv.key] = tuple(kv.value)
+    return res.position, rows
 
 
 def _oracle(log: EventLog, position) -> duckdb.DuckDBPyConnection:  # noqa: ANN001
@@ -59,7 +161,8 @@ def _oracle(log: EventLog, position) -> duckdb.DuckDBPyConnection:  # noqa: ANN0
         if last is not None:
             rows += [(r.value["region"], r.value["product"], r.value["units"], r.value["item"], r.timestamp)
                      for r in log.read("sales", p, 0, last + 1)]
-    con.executemany("INSERT INTO ev VALUES (?, ?, ?, ?, ?)", rows)
+    if rows:
+        con.executemany("INSERT INTO ev VALUES (?, ?, ?, ?, ?)", rows)
     con.execute("""CREATE TABLE want AS SELECT region, product, sum(units)::BIGINT AS units, count(*) AS orders,
                    list_sort(list(item)) AS items, max(ts) AS last_ts FROM ev GROUP BY ALL""")
     return con
@@ -75,14 +178,40 @@ def _store_rows(app: StreamsApp):  # noqa: ANN202
     return res.position, rows
 
 
+def test_declarations_refused_with_the_fix(spark, tmp_path: Path) -> None:  # noqa: ANN001
+    log = EventLog(tmp_path / "log")
+    log.create_topic("sales", partitions=1)
+    t = Topology(spark, log)
+    sales = t.stream("sales", value_schema="region STRING, product BIGINT, units BIGINT, item STRING")
+    agg = sales.groupBy("region").agg(F.sum("units").alias("units"))
+    with pytest.raises(TopologyError, match="a filter after the aggregation must be the last step"):
+        t.table("x", agg.filter(F.col("units") > 1).withColumn("u2", F.col("units") * 2), key="region")
+    with pytest.raises(TopologyError, match="key must be a column name or a list"):
+        t.table("y", agg, key=[])
+    with pytest.raises(TopologyError, match="no key column 'nope'"):
+        t.table("z", agg, key=["region", "nope"])
+    with pytest.raises(TopologyError, match="not a number"):
+        t.table_aggregate("w", sales, group_by="region", sums={"s": "item"})
+    with pytest.raises(TopologyError, match="not an aggregation"):
+        t.table_aggregate("v", agg, group_by="region")
+    spec = t.table("ok", agg.filter(F.col("units") > 1).filter(F.col("region") != "x"), key="region")
+    decl = t.declarations()[-1]
+    assert decl.having is not None and "units" in decl.having and "region" in decl.having
+    assert [c.name for c in spec.values] == ["units"]
+
+
 def test_composite_keys_and_nested_values_match_the_oracle(spark, tmp_path: Path) -> None:  # noqa: ANN001
     log = EventLog(tmp_path / "log")
     log.create_topic("sales", partitions=3)
+    log.create_topic("users", partitions=2)
+    log.create_topic("clicks", partitions=2)
+    log.append_batch("clicks", click_events(150, seed=5, start_ts=1_700_000_000_000))
     log.append_batch("sales", sale_events(300, seed=1, start_ts=1_700_000_000_000))
+    log.append_batch("users", user_events(120, seed=3, start_ts=1_700_000_000_000))
     app = StreamsApp(build(spark, log), application_id="ksql-shapes", state_dir=tmp_path / "state")
     try:
         app.start()
-        wait_for_state(app, State.RUNNING)
+        wait_for_state(app, State.RUNNING, timeout_s=240)  # three queries starting on a shared 2-core machine
         spec = app.catalog()["sales"]
         assert [c.name for c in spec.key_columns()] == ["region", "product"]
         assert {c.name: c.type.value for c in spec.values} == {
@@ -91,7 +220,23 @@ def test_composite_keys_and_nested_values_match_the_oracle(spark, tmp_path: Path
         for round_ in range(2):
             if round_:  # more records: the updated aggregates replace the old ones, nested values included
                 log.append_batch("sales", sale_events(150, seed=2, start_ts=1_700_001_000_000))
-                wait_until(lambda: caught_up(app, log, ("sales",)), "sales to catch up", 90)
+                log.append_batch("users", user_events(80, seed=4, start_ts=1_700_001_000_000))
+                log.append_batch("clicks", click_events(100, seed=6, start_ts=1_700_000_000_000))  # late ones merge
+                wait_until(lambda: caught_up(app, log, ("sales", "big_sales", "per_category", "sessions")),
+                           "stores to catch up", 180)
+
+            # item 4: sessions (open ones too) equal gaps-and-islands over the records up to the store's Position
+            spos, sess = _sessions(app)
+            assert sess == _sessions_oracle(log, spos)
+
+            # item 6: the table aggregate equals GROUP BY over each user's latest row, at the store's Position
+            upos, per_cat = _all_rows(app, "per_category")
+            assert per_cat == _users_oracle(log, upos)
+            # item 5: the HAVING store holds exactly the qualifying keys (the others were deleted)
+            bpos, big = _all_rows(app, "big_sales")
+            bcon = _oracle(log, bpos)
+            assert big == {(r, p): (u,) for r, p, u in bcon.execute(
+                "SELECT region, product, units FROM want WHERE units > 30").fetchall()}
             position, rows = _store_rows(app)
             con = _oracle(log, position)
             want = {(r, p): (u, o, items, ts) for r, p, u, o, items, ts in con.execute("SELECT * FROM want").fetchall()}
@@ -116,5 +261,13 @@ def test_composite_keys_and_nested_values_match_the_oracle(spark, tmp_path: Path
             assert nested == ([(want[k][0], want[k][1], want[k][1])] if k in want else [])
             plan = "\n".join(r[0] for r in gw.sql("EXPLAIN SELECT * FROM sales WHERE region = 'eu' AND product = 3").rows())
             assert "KeyQuery{key=('eu', 3)" in plan
+
+        # item 4: a read bounded at a new record's offset sees the (open) session that holds it, never less
+        ts = 1_700_000_000_000 + 10_000_000
+        p, off = log.append("clicks", key="v1", value={"n": 7}, timestamp=ts)
+        bound = PositionBound.at(Position.from_map({"clicks": {p: off}}))
+        seen: list = []
+        wait_until(lambda: seen.append(_sessions(app, bound)[1]) or seen[-1] is not None, "the bound", 120)
+        assert seen[-1][("v1", ts, ts)] == (1, 7)
     finally:
         app.close()

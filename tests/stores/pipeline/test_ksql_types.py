@@ -1,0 +1,135 @@
+"""Issue 16 without a JVM: the log's key types and nested value fields (item 7, item 2), and the table
+aggregate's arithmetic against a real store partition (item 6)."""
+
+from __future__ import annotations
+
+import random
+from datetime import date, datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
+from stores.engine import open_partition
+from stores.engine.writer import PartitionedWriter
+from stores.iqv2.position import Position, PositionBound
+from stores.iqv2.query import RangeQuery
+from stores.pipeline.open_sessions import merge_sessions
+from stores.pipeline.stream_rows import parse_value_schema, row_converter, stream_schema
+from stores.pipeline.table_aggregate import aggregate_rows, group_deltas
+
+SCHEMA = parse_value_schema("a BIGINT, tags ARRAY<STRING>, pos STRUCT<x: DOUBLE, at: TIMESTAMP>, "
+                            "m MAP<STRING, BIGINT> NOT NULL, d DATE")
+VALUE = {"a": 1, "tags": ["x", 2], "pos": {"x": 1, "at": 1000}, "m": {"q": 3, "r": "bad"}, "d": "2024-01-01"}
+
+
+def test_nested_value_fields_are_read_leniently() -> None:
+    assert SCHEMA.simpleString() == ("struct<a:bigint,tags:array<string>,pos:struct<x:double,at:timestamp>,"
+                                     "m:map<string,bigint>,d:date>")
+    row = row_converter(stream_schema(SCHEMA))("k", VALUE, 5, "t", 0, 1)
+    assert row[1:6] == (1, ["x", "2"], (1.0, datetime(1970, 1, 1, 0, 0, 1, tzinfo=timezone.utc)),
+                        {"q": 3, "r": None}, date(2024, 1, 1))
+    bad = row_converter(stream_schema(SCHEMA))("k", {"tags": "no list", "pos": [1], "m": 7}, 5, "t", 0, 1)
+    assert bad[1:6] == (None, None, None, None, None)
+
+
+@pytest.mark.parametrize("key_type, raw, want", [
+    ("double", "1.5", 1.5), ("boolean", " TRUE ", True), ("boolean", "yes", None),
+    ("date", "2024-01-02", date(2024, 1, 2)),
+    ("timestamp", "2024-01-02T03:04:05Z", datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc)),
+    ("binary", b"\x00\xff", b"\x00\xff"), ("binary", "ab", b"ab"), ("bigint", " 12 ", 12), ("bigint", "x", None),
+    ("bigint", b"42", 42), ("string", b"caf\xc3\xa9", "café"), ("int", 7, 7),
+])
+def test_keys_of_every_type_from_text_or_kafka_bytes(key_type: str, raw: object, want: object) -> None:
+    assert row_converter(stream_schema(SCHEMA, key_type))(raw, None, 5, "t", 0, 1)[0] == want
+
+
+@pytest.mark.parametrize("key_type", ["decimal(3,1)", "array<int>", "uuid"])
+def test_unsupported_key_types_name_the_supported_ones(key_type: str) -> None:
+    with pytest.raises(ValueError, match="use one of string, int, bigint, double, boolean, date, timestamp, binary"):
+        stream_schema(SCHEMA, key_type)
+
+
+@pytest.mark.parametrize("ddl, message", [
+    ("m MAP<BIGINT, STRING>", "map<bigint,string> is not supported"),
+    ("a ARRAY<", "not supported"),
+    ("b BINARY", "not supported"),
+])
+def test_value_fields_json_cannot_carry_are_refused(ddl: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_value_schema(ddl)
+
+
+PER_CAT = StoreSpec("per_cat", StoreKind.KEY_VALUE, Column("category", SqlType.VARCHAR),
+                    (Column("users", SqlType.BIGINT), Column("total", SqlType.BIGINT)), partitions=3)
+
+
+def test_deltas_applied_to_the_stores_totals_equal_a_recount(tmp_path: Path) -> None:
+    """Random moves between groups, batch by batch: the store equals GROUP BY over the current rows."""
+    stores = {p: open_partition(PER_CAT, p, tmp_path / f"p{p}.db") for p in range(3)}
+    writer = PartitionedWriter(PER_CAT, stores)
+    rnd = random.Random(11)
+    current: dict[str, tuple[str, int]] = {}
+    try:
+        for batch in range(12):
+            rows = []
+            for k in rnd.sample([f"u{i}" for i in range(20)], 8):
+                old = current.get(k)
+                new = None if rnd.random() < 0.2 else (rnd.choice("abcd"), rnd.randrange(-50, 100))
+                rows.append({"k": k, "old_g": old and old[0], "old_s0": old and old[1],
+                             "new_g": new and new[0], "new_s0": new and new[1]})
+                if new is None:
+                    current.pop(k, None)
+                else:
+                    current[k] = new
+            table = pa.Table.from_pylist(rows, pa.schema([("k", pa.string()), ("old_g", pa.string()),
+                                                          ("old_s0", pa.int64()), ("new_g", pa.string()),
+                                                          ("new_s0", pa.int64())]))
+            change = aggregate_rows(PER_CAT, writer.partition_stores.__getitem__, group_deltas(table, ["int"]), 1, ["int"])
+            writer.write_table(batch, change, Position.from_map({"users": {0: batch}}))
+            got = {}
+            for s in stores.values():
+                for kv in s.query(RangeQuery.with_no_bounds(), PositionBound.unbounded()).result:
+                    got[kv.key] = tuple(kv.value)
+            want: dict[str, tuple[int, int]] = {}
+            for g, amount in current.values():
+                n, t = want.get(g, (0, 0))
+                want[g] = (n + 1, t + amount)
+            assert got == want, f"batch {batch}"
+    finally:
+        for s in stores.values():
+            s.close()
+
+
+def test_sessions_merge_as_kafka_merges_them() -> None:
+    """A record within the gap of a session joins it; one bridging two sessions merges them (item 4)."""
+    gap = 10
+    s = merge_sessions([], [(100, [1]), (105, [2]), (122, [4])], gap)
+    assert s == [[100, 105, 2, 3], [122, 122, 1, 4]]
+    s = merge_sessions(s, [(113, [8])], gap)  # within 10 of 105 and of 122: one session
+    assert s == [[100, 122, 4, 15]]
+    s = merge_sessions(s, [(133, [None]), (90, [1])], gap)  # 133 is 11 after 122: a new one; 90 joins the first
+    assert s == [[90, 122, 5, 16], [133, 133, 1, 0]]
+
+
+def test_sessions_equal_a_recomputation_whatever_the_batching() -> None:
+    rnd = random.Random(5)
+    events = [(rnd.randrange(0, 500), [rnd.randrange(5)]) for _ in range(200)]
+
+    def oracle(evts):  # noqa: ANN001, ANN202 - sorted by time, gaps larger than 10 split sessions
+        out = []
+        for t, (v,) in sorted(evts):
+            if out and t - out[-1][1] <= 10:
+                out[-1][1] = t
+                out[-1][2] += 1
+                out[-1][3] += v
+            else:
+                out.append([t, t, 1, v])
+        return out
+
+    for size in (1, 7, 200):
+        state: list = []
+        for i in range(0, len(events), size):
+            state = merge_sessions(state, events[i:i + size], 10)
+        assert state == oracle(events)
