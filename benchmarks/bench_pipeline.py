@@ -357,22 +357,38 @@ def _child(side: str, log_dir: str, work: str) -> None:
     print(json.dumps({"rate": m.bare if side == "bare" else m.ours}), flush=True)
 
 
-def _child_peak(side: str, log_dir: Path, work: Path) -> tuple[int, float]:
-    """(peak tree RSS bytes, records/s) of a child process ingesting ``log_dir`` with one side."""
-    cmd = [sys.executable, "-m", "benchmarks.bench_pipeline", "--child", side, str(log_dir), str(work / side)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            cwd=Path(__file__).resolve().parents[1])
-    peak = 0
-    deadline = time.monotonic() + 3600
-    while proc.poll() is None and time.monotonic() < deadline:
-        peak = max(peak, _tree_rss(proc.pid))
-        time.sleep(0.2)
-    if proc.poll() is None:
-        proc.kill()
-    out, _ = proc.communicate(timeout=60)
-    if proc.returncode != 0:
-        raise RuntimeError(f"the {side} memory child failed (exit {proc.returncode})")
-    return peak, json.loads(out.strip().splitlines()[-1])["rate"]
+def _child_peak(side: str, log_dir: Path, work: Path, attempts: int = 2) -> tuple[int, float]:
+    """(peak tree RSS bytes, records/s) of a child process ingesting ``log_dir`` with one side.
+
+    A child that fails (on a loaded machine the bare side's Python worker may not connect back, and bare
+    Spark has no retry) is run once more in a fresh work dir; the error keeps the end of its stderr.
+    """
+    last_err = ""
+    for attempt in range(attempts):
+        where = work / f"{side}-{attempt}"
+        where.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "benchmarks.bench_pipeline", "--child", side, str(log_dir), str(where)]
+        with open(where / "stderr.log", "w+") as err:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True,
+                                    cwd=Path(__file__).resolve().parents[1])
+            peak = 0
+            deadline = time.monotonic() + 3600
+            while proc.poll() is None and time.monotonic() < deadline:
+                peak = max(peak, _tree_rss(proc.pid))
+                time.sleep(0.2)
+            if proc.poll() is None:
+                proc.kill()
+            out, _ = proc.communicate(timeout=60)
+            if proc.returncode == 0:
+                rate = json.loads(out.strip().splitlines()[-1])["rate"]
+                print(f"   memory, {side} in a fresh process: peak tree RSS {peak / 2**20:,.0f} MB, {rate:,.0f} "
+                      f"records/s", file=sys.stderr, flush=True)
+                return peak, rate
+            err.seek(0)
+            last_err = "\n".join(err.read().splitlines()[-15:])
+        print(f"   memory, {side}: child failed (exit {proc.returncode}), attempt {attempt + 1} of {attempts}",
+              file=sys.stderr, flush=True)
+    raise RuntimeError(f"the {side} memory child failed {attempts} times; its stderr ended with:\n{last_err}")
 
 
 def run(quick: bool, sizes: tuple[tuple[int, int], ...] | None = None) -> list[Figure]:
