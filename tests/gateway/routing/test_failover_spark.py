@@ -65,7 +65,7 @@ def test_replicas_match_the_oracle_and_survive_the_pipeline_host(tmp_path) -> No
                 replica(tmp_path, broker.bootstrap_servers, ports[2], [ports[0], ports[1]])]
         procs = [host, *reps]
         try:
-            host.wait_healthy(180, "the pipeline host")
+            host.wait_healthy(300, "the pipeline host")  # Spark starting: slow on a loaded machine
             for r in reps:
                 _wait(lambda r=r: _caught_up(r.url, log), f"replica {r.url} to catch up", 120)
             # 1. every replica's stores against the oracle at their own Positions
