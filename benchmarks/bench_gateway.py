@@ -24,7 +24,6 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import sqlglot
@@ -195,12 +194,6 @@ def _hostile_figures(port: int, n_keys: int, per_client: int) -> list[Figure]:
                    f"{len(busy)} lookups during two CPU-bound statements (stopped by their 4 s timeout)")]
 
 
-def _timed(fn: Callable[[], object]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
 def run(quick: bool) -> list[Figure]:
     import logging
 
@@ -229,10 +222,7 @@ def run(quick: bool) -> list[Figure]:
                 max(100, n_calls // 5)), 50) * 1e6
             figures.append(Figure("Gateway.sql point lookup + residual DuckDB p50", residual, "us", ours,
                                   "fast path p50", "<= 2x", residual <= 2 * ours, "same lookup, aggregate in DuckDB"))
-            scan_s = min(_timed(lambda: gw.sql("SELECT * FROM bench_kv", arrow=True).to_arrow()) for _ in range(3))
-            figures.append(Figure("full scan into Arrow (SELECT * → pyarrow.Table)", n_keys / scan_s, "rows/s",
-                                  goal=">= 1M rows/s", met=n_keys / scan_s >= 1_000_000,
-                                  note=f"{n_keys} rows over 4 partitions: stores → Arrow → DuckDB → Arrow"))
+            # full scans into Arrow are measured at size, against sqlite3 and ADBC, in bench_scans.py
             logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # backlog notes are expected under load
             tune_process_for_serving()  # as `iqgate serve` does
             with ServerThread(create_app(gw), threads=SERVER_THREADS) as server:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import operator
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
@@ -25,7 +25,7 @@ import pyarrow as pa
 from stores.catalog.nested import NestedType
 from stores.catalog.schema import SqlType, StoreKind, StoreSpec
 from stores.engine.arrow_reads import ARROW_TYPES as _STORE_ARROW_TYPES
-from stores.engine.arrow_reads import ArrowRows
+from stores.engine.arrow_reads import ArrowQuery, ArrowRows
 from stores.iqv2.position import Position
 from stores.iqv2.query import ResultOrder, WindowKeyQuery
 from stores.iqv2.request import StateQueryRequest
@@ -338,7 +338,10 @@ def collect(spec: StoreSpec, answers: Sequence[tuple[StateQueryRequest, StateQue
                 continue
             shaped = getattr(result, "shaped_rows", None)
             if shaped is not None:  # a peer's answer (gateway/routing): already the store relation's rows
-                rows.extend([r + tail for r in shaped])
+                if isinstance(request.query, ArrowQuery):  # a streamed scan: the peer's rows become one batch
+                    scan.streams.append((partition, tail[1], _RowsStream(scan.schema(), shaped)))
+                else:
+                    rows.extend([r + tail for r in shaped])
                 continue
             build = _raw_builder(spec, result.row_columns) if hasattr(result, "remaining_rows") else None
             if build is not None:
@@ -357,6 +360,22 @@ def collect(spec: StoreSpec, answers: Sequence[tuple[StateQueryRequest, StateQue
     if limit is not None and len(rows) > limit:
         del rows[limit:]
     return scan
+
+
+class _RowsStream:
+    """Rows already in memory (a peer's answer to a streamed scan) as the one-batch stream the scan expects."""
+
+    def __init__(self, schema: pa.Schema, rows: list[tuple[Any, ...]]) -> None:
+        self._schema = pa.schema(list(schema)[: len(schema) - len(PSEUDO_FIELDS)])
+        self._rows = rows
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        cols = list(zip(*self._rows)) if self._rows else [[] for _ in self._schema]
+        yield pa.RecordBatch.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(cols, self._schema)],
+                                         schema=self._schema)
+
+    def close(self) -> None:
+        self._rows = []
 
 
 def _order_key(spec: StoreSpec):  # noqa: ANN202 - a sort key function

@@ -75,27 +75,15 @@ def _order_keys(spec: StoreSpec, descending: bool) -> list[tuple[str, str]]:
 
 def relation_reader(schema: pa.Schema, spec: StoreSpec, streams: list[tuple[int, str | None, ArrowRows]],
                     failures: pa.Table | None, order: ResultOrder | None, limit: int | None,
-                    extra: pa.Table | None = None) -> pa.RecordBatchReader:
+                    rows: pa.Table | None = None) -> pa.RecordBatchReader:
     """The store relation (``schema``: store columns then pseudo-columns) over the partitions' streams.
 
-    ``extra`` holds rows that did not come as streams (partitions a peer answered: gateway/routing); they
-    are rare, so the relation is then built whole, merged in order and cut as the streams alone would be.
+    ``rows``: partitions answered as rows instead (a peer server answering a
+    partition this one lacks), part of the relation like the streams.
     """
-    ordered = order is not None and order is not ResultOrder.ANY
-    if extra is not None and extra.num_rows:
-        table = (_sorted(schema, spec, streams, None, order, limit) if ordered  # type: ignore[arg-type]
-                 else pa.Table.from_batches(list(_chain(schema, streams, None, None)), schema=schema))
-        table = pa.concat_tables([table, extra.select(schema.names).cast(schema)])
-        if ordered and table.num_rows > 1:
-            table = table.sort_by(_order_keys(spec, order is ResultOrder.DESCENDING))
-        if limit is not None and table.num_rows > limit:
-            table = table.slice(0, limit)
-        if failures is not None and failures.num_rows:
-            table = pa.concat_tables([table, failures])
-        return table.to_reader()
-    if ordered:
-        return _sorted(schema, spec, streams, failures, order, limit).to_reader()
-    return pa.RecordBatchReader.from_batches(schema, _chain(schema, streams, failures, limit))
+    if order is not None and order is not ResultOrder.ANY:
+        return _sorted(schema, spec, streams, failures, order, limit, rows).to_reader()
+    return pa.RecordBatchReader.from_batches(schema, _chain(schema, streams, failures, limit, rows))
 
 
 def _with_pseudo(schema: pa.Schema, batch: pa.RecordBatch, partition: int, position: str | None) -> pa.RecordBatch:
@@ -112,9 +100,14 @@ def _with_pseudo(schema: pa.Schema, batch: pa.RecordBatch, partition: int, posit
 
 
 def _chain(schema: pa.Schema, streams: list[tuple[int, str | None, ArrowRows]], failures: pa.Table | None,
-           limit: int | None) -> Iterator[pa.RecordBatch]:
+           limit: int | None, rows: pa.Table | None = None) -> Iterator[pa.RecordBatch]:
     left = limit
     try:
+        if rows is not None and rows.num_rows:
+            if left is not None:
+                rows = rows.slice(0, left)
+                left -= rows.num_rows
+            yield from rows.to_batches()
         for partition, position, rows in streams:
             if left is not None and left <= 0:
                 break
@@ -134,9 +127,9 @@ def _chain(schema: pa.Schema, streams: list[tuple[int, str | None, ArrowRows]], 
 
 
 def _sorted(schema: pa.Schema, spec: StoreSpec, streams: list[tuple[int, str | None, ArrowRows]],
-            failures: pa.Table | None, order: ResultOrder, limit: int | None) -> pa.Table:
+            failures: pa.Table | None, order: ResultOrder, limit: int | None, rows: pa.Table | None = None) -> pa.Table:
     """Every partition's rows (its first ``limit`` when a limit is pushed) merged in key order, then cut."""
-    parts: list[pa.RecordBatch] = []
+    parts: list[pa.RecordBatch] = list(rows.to_batches()) if rows is not None else []
     try:
         for partition, position, rows in streams:
             got = 0

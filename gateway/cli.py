@@ -22,6 +22,8 @@ from .console import die, print_result, request_stop, reset_stop, wait_for_stop
 from .errors import GatewayError
 from .json_values import dumps
 from .options import config_from_args, config_kwargs, non_negative_int, pg_args, positive_int, server_args
+from .pg.launch import pg_server as _pg_server
+from .pg.launch import start_pg as _start_pg
 from .replica_cmd import add_replica_parser, routing_args
 from .upgrade_cli import add_upgrade_parser
 
@@ -227,29 +229,6 @@ def _workers_note(workers: Any) -> str:
     return "" if workers is None else f" ({workers.count + 1} processes: this one and workers {workers.pids})"
 
 
-def _pg_server(gw: Any, args: argparse.Namespace) -> Any:
-    """The PG port when ``--pg-port`` is given (its token is the HTTP one: one credential per server)."""
-    if getattr(args, "pg_port", None) is None:
-        if getattr(args, "tls_cert", None) or getattr(args, "tls_key", None):
-            raise SystemExit("iqgate: --tls-cert/--tls-key secure the PG port; add --pg-port")
-        return None
-    from .pg import PgServer
-
-    try:
-        return PgServer(gw, args.pg_host, args.pg_port, token=gw.config.auth_token, auth_method=args.pg_auth,
-                        tls_cert=args.tls_cert, tls_key=args.tls_key, max_connections=args.pg_max_connections)
-    except (OSError, ValueError) as exc:
-        raise SystemExit(f"iqgate: cannot serve the PG port on {args.pg_host}:{args.pg_port}: {exc}") from None
-
-
-def _start_pg(pg: Any) -> None:
-    if pg is not None:
-        pg.start()
-        tls = " (TLS available)" if pg.tls is not None else ""
-        print(f"iqgate: PostgreSQL protocol on {pg.host}:{pg.port}{tls}: psql -h {pg.host} -p {pg.port} -U iqgate iqgate",
-              file=sys.stderr, flush=True)
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     from .engine import Gateway
     from .workers import default_workers
@@ -288,7 +267,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 0
     from .hosting import HostedSource, load_pipeline, pipeline_source, start_pipeline
     from .http import create_app
-    from .replica_cmd import routed
+    from .replica_cmd import discover, routed
     from .server import ServerThread, tune_process_for_serving
     from .upgrade_cli import print_plan
 
@@ -306,6 +285,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     pg = _pg_server(gw, args)
     server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die, sock=sock).start()
     _start_membership(gw, args, server)
+    discover(gw.source, args, log, module.APPLICATION_ID)
     print(f"iqgate: serving pipeline {module.APPLICATION_ID} on {server.url}{_workers_note(workers)} (the stores "
           "on disk, read-only, while Spark starts)", file=sys.stderr, flush=True)
     _start_pg(pg)
@@ -340,6 +320,9 @@ def _start_membership(gw: Any, args: argparse.Namespace, server: Any) -> None:
 
 
 def _stop_membership(gw: Any) -> None:
+    from .replica_cmd import stop_discovery
+
+    stop_discovery(gw.source)
     membership = getattr(gw.source, "membership", None)
     if membership is not None:
         membership.close()
@@ -465,6 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="run over a Kafka broker (Tansu, in memory) the demo starts on 127.0.0.1 itself")
     demo.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the pipeline to load")
     server_args(demo)
+    pg_args(demo)
     demo.set_defaults(fn=cmd_demo)
     return parser
 

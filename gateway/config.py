@@ -56,7 +56,7 @@ class GatewayConfig:
     max_response_bytes: int = 256 * 2**20
     max_waiters: int = 2
     arrow_scans: bool = True
-    scan_batch_rows: int = 65_536
+    scan_batch_rows: int = 16_384
 
     def __post_init__(self) -> None:
         for name in ("max_rows", "statement_timeout_ms", "max_wait_ms", "max_request_bytes", "ndjson_batch_rows",

@@ -83,6 +83,7 @@ def _run(args: argparse.Namespace, log: Any, state_name: str = "state", produce_
     from .http import create_app
     from .json_values import dumps
     from .options import config_from_args
+    from .pg.launch import pg_server, start_pg
     from .server import ServerThread, tune_process_for_serving
 
     module = load_pipeline(PIPELINE)
@@ -114,9 +115,11 @@ def _run(args: argparse.Namespace, log: Any, state_name: str = "state", produce_
         wait_caught_up(app, log, args.timeout, progress)
         gw = Gateway(app, config=config_from_args(args))
         tune_process_for_serving()
+        pg = pg_server(gw, args)
         server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die).start()
+        start_pg(pg)
         try:
-            _say(f"\niqgate is serving the shop stores at {server.url}\n")
+            _say(f"\niqgate is serving the shop stores at {server.url} (the query page is at {server.url}/)\n")
             for title, sql in example_queries(orders):
                 print(f"-- {title}\n{sql};", flush=True)
                 res = gw.sql(sql)
@@ -139,5 +142,7 @@ def _run(args: argparse.Namespace, log: Any, state_name: str = "state", produce_
             return 0
         finally:
             server.close()
+            if pg is not None:
+                pg.close()
     finally:
         app.close()

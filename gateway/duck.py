@@ -24,7 +24,7 @@ from .errors import (
     SqlError,
 )
 
-__all__ = ["DuckPool", "SECURITY_SETTINGS", "duck_error", "fetch_chunks", "row_limit_error"]
+__all__ = ["DuckPool", "ThreadCursors", "arrow_batches", "SECURITY_SETTINGS", "duck_error", "fetch_chunks", "row_limit_error"]
 
 # Order matters: lock_configuration last, or the others could not be set.
 SECURITY_SETTINGS: tuple[tuple[str, str], ...] = (
@@ -73,6 +73,71 @@ class DuckPool:
         self._con.close()
 
 
+class _Relation:
+    """What a relation name is registered as, once per cursor: the Arrow data of the statement running now.
+
+    DuckDB reads the object's schema and stream each time a statement binds
+    the name, so one registration serves every statement (registering a
+    table per statement was a catalog write each time).
+    """
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: Any) -> None:
+        self.data = data
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        return self.data.__arrow_c_stream__(requested_schema)
+
+
+class ThreadCursors:
+    """A DuckDB cursor per thread for statements answered as rows at once (issue 14 item 3: cheap residual SQL).
+
+    The cursor and its relation registrations are made once per thread
+    instead of once per statement. After each statement every relation is
+    pointed at an empty table of its schema, so no statement can read another
+    one's rows. Only for results fetched before returning: a streamed result
+    keeps a cursor of its own.
+    """
+
+    def __init__(self, pool: DuckPool) -> None:
+        self._pool = pool
+        self._local = threading.local()
+
+    def run(self, tables: dict[str, Any], sql: str, limit_rows: int, watch: Any,
+            relations: dict[str, str]) -> tuple[list[tuple[str, str]], list[tuple[Any, ...]]]:
+        local = self._local
+        cur = getattr(local, "cursor", None)
+        if cur is None:
+            cur = local.cursor = self._pool.cursor()
+            local.relations = {}
+        held: dict[str, _Relation] = local.relations
+        watch.attach(cur.interrupt)
+        try:
+            for name, table in tables.items():
+                rel = held.get(name)
+                if rel is None:
+                    rel = held[name] = _Relation(table)
+                    cur.register(name, rel)
+                else:
+                    rel.data = table
+            cur.execute(sql)
+            columns = [(str(d[0]), str(d[1])) for d in cur.description or ()]
+            out = cur.fetchmany(limit_rows + 1)
+            if len(out) > limit_rows:
+                raise row_limit_error(limit_rows)
+            watch.check()
+            return columns, out
+        except duckdb.Error as exc:
+            raise duck_error(exc, watch, relations) from exc
+        finally:
+            watch.attach(None)
+            for name in tables:
+                rel = held.get(name)
+                if rel is not None:
+                    rel.data = rel.data.schema.empty_table()
+
+
 def fetch_chunks(cur: duckdb.DuckDBPyConnection, size: int, limit_rows: int, watch: Any,
                  relations: dict[str, str]) -> Iterator[list[tuple[Any, ...]]]:
     """Chunks of rows as DuckDB produces them; past the row limit it is an error, never a silent truncation."""
@@ -91,6 +156,26 @@ def fetch_chunks(cur: duckdb.DuckDBPyConnection, size: int, limit_rows: int, wat
                 cur.abort()
                 raise row_limit_error(limit_rows)
             yield chunk
+    finally:
+        watch.close()
+
+
+def arrow_batches(reader: Any, limit_rows: int, watch: Any, relations: dict[str, str]) -> Iterator[Any]:
+    """Record batches as DuckDB produces them; past the row limit it is an error, never a silent truncation."""
+    seen = 0
+    try:
+        while True:
+            try:
+                batch = reader.read_next_batch()
+            except StopIteration:
+                watch.check()
+                return
+            except duckdb.Error as exc:
+                raise duck_error(exc, watch, relations) from exc
+            seen += batch.num_rows
+            if seen > limit_rows:
+                raise row_limit_error(limit_rows)
+            yield batch
     finally:
         watch.close()
 

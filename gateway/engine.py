@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import pyarrow as pa
 
 import planner
 from planner.plan import Plan, StatementKind, StoreScan
@@ -39,11 +38,12 @@ from .bounds import check_bound_topics
 from .cancel import Cancellation
 from .config import GatewayConfig, Session, as_position
 from .describe import shape_columns
-from .duck import DuckPool, duck_error, fetch_chunks, row_limit_error
+from .duck import DuckPool, ThreadCursors, arrow_batches, duck_error, fetch_chunks, row_limit_error
 from .errors import BadRequest, GatewayInternalError, translate
 from .guards import Guards, StatementWatch
 from .outcomes import partition_error, record_outcomes
 from .result import PartitionOutcome, Result
+from .routing.membership import partition_rows
 from .scans import Waiting, probe_query, run_scan
 from .system_tables import register_system_tables
 from .upgrading import not_yet_available
@@ -60,6 +60,7 @@ class Gateway:
         self.source = source
         self.config = config or GatewayConfig()
         self._pool = DuckPool(memory_limit_bytes=self.config.max_memory_bytes)
+        self._cursors = ThreadCursors(self._pool)
         self._guards = Guards(self.config.max_memory_bytes)
         self._waiters = threading.BoundedSemaphore(self.config.max_waiters)
         self._owns_source = False
@@ -291,7 +292,8 @@ class Gateway:
                     raise row_limit_error(limit_rows)
                 return Result(columns=columns, position=merged, partitions=partitions,
                               statement=StatementKind.SELECT, rows=out, cursor_factory=self._pool.cursor)
-            system = (lambda cur: register_system_tables(cur, plan.system_tables, catalog, context, settings)
+            system = (lambda cur: register_system_tables(cur, plan.system_tables, catalog, context, settings,
+                                                         lambda: partition_rows(self.source))
                       ) if plan.system_tables else None
             streams = [r for _, rows in scans for r in rows.streams]
             result = self._residual(plan, scans, merged, partitions, limit_rows, watch, stream, arrow, system=system,
@@ -314,18 +316,24 @@ class Gateway:
         partitions' Arrow streams (read once, as DuckDB runs), or as a table
         read from them when the SQL names the relation more than once.
         """
-        cur = self._pool.cursor()
         relations = {scan.relation: scan.store for scan, _ in scans}
+        sql = plan.residual_sql or ""
+        if not stream and not arrow and system is None and not streamed:  # small, answered at once: reuse
+            tables = {scan.relation: rows.to_arrow(scan.include_failures) for scan, rows in scans}
+            columns, out = self._cursors.run(tables, sql, limit_rows, watch, relations)
+            return Result(columns=columns, rows=out, position=position, partitions=partitions,
+                          statement=StatementKind.SELECT, residual_sql=sql, rerunnable=False,
+                          cursor_factory=self._pool.cursor)
+        cur = self._pool.cursor()
         watch.attach(cur.interrupt)
         handed_over = False
-        sql = plan.residual_sql or ""
         try:
             for scan, rows in scans:
                 if streamed and scan.relation in streamed:
                     failures = rows.to_arrow(True, with_rows=False) if scan.include_failures and rows.failures else None
-                    extra = rows.to_arrow(False) if rows.rows else None  # partitions a peer answered
+                    answered = rows.to_arrow(False) if rows.rows else None  # partitions a peer answered as rows
                     reader = relation_reader(rows.schema(), rows.spec, list(rows.streams), failures, scan.order,
-                                             scan.limit, extra)
+                                             scan.limit, answered)
                     cur.register(scan.relation, reader if reads_once(sql, scan.relation) else reader.read_all())
                 else:
                     cur.register(scan.relation, rows.to_arrow(scan.include_failures))
@@ -334,20 +342,13 @@ class Gateway:
             common = dict(position=position, partitions=partitions, statement=StatementKind.SELECT, cursor=cur,
                           residual_sql=sql, rerunnable=not streamed,
                           on_close=(lambda: close_streams(streams)) if streams else None)
-            if arrow:
+            if arrow:  # record batches as DuckDB produces them (issue 14: every output streams)
                 rel = cur.sql(sql)
                 columns = [(str(n), str(t)) for n, t in zip(rel.columns, rel.types)]
-                reader = rel.to_arrow_reader(131_072)
-                batches = []
-                seen = 0
-                for batch in reader:
-                    seen += batch.num_rows
-                    if seen > limit_rows:
-                        raise row_limit_error(limit_rows)
-                    batches.append(batch)
-                watch.check()
-                table = pa.Table.from_batches(batches, schema=reader.schema)
-                return Result(columns=columns, table=table, **common)
+                reader = rel.to_arrow_reader(self.config.scan_batch_rows)
+                handed_over = True
+                return Result(columns=columns, arrow_stream=(reader.schema, arrow_batches(
+                    reader, limit_rows, watch, relations)), **common)
             cur.execute(sql)
             columns = [(str(d[0]), str(d[1])) for d in cur.description or ()]
             if stream:

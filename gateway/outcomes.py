@@ -7,6 +7,7 @@ reasons (503 when waiting may help, 404 for partitions that do not exist).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from stores.iqv2.result import FailureReason, StateQueryResult
@@ -14,24 +15,34 @@ from stores.iqv2.result import FailureReason, StateQueryResult
 from .errors import NotUpToBoundError, PartitionFailureError
 from .result import PartitionOutcome
 
-__all__ = ["partition_error", "is_behind", "record_outcomes"]
+__all__ = ["partition_error", "is_behind", "record_outcomes", "retryable"]
+
+# A store file whose tables do not match the store's spec: no retry can fix it (issue 20 item 6).
+_PERMANENT = re.compile(r"no such (column|table)|has no column named|table \S+ has \d+ columns but")
+
+
+def retryable(f: Any) -> bool:
+    """May a retry help this partition failure? A STORE_EXCEPTION of a schema mismatch never does."""
+    if f.reason is FailureReason.STORE_EXCEPTION and _PERMANENT.search(f.message or ""):
+        return False
+    return bool(f.reason.retryable)
 
 
 def partition_error(failures: list[Any], note: str = "") -> PartitionFailureError:
     """One error naming every failed partition, its reason and whether a retry can help (and ``note``: why
     the statement did not wait for its bound, when it did not)."""
     parts = [{"store": f.store, "partition": f.partition, "failure_reason": f.reason.label,
-              "failure_message": f.message, "retryable": f.reason.retryable} for f in failures]
+              "failure_message": f.message, "retryable": retryable(f)} for f in failures]
     text = "; ".join(
         f"store {f.store!r} partition {f.partition}: {f.reason.label} "
-        f"({'retryable' if f.reason.retryable else 'not retryable'}): {f.message}" for f in failures)
+        f"({'retryable' if retryable(f) else 'not retryable'}): {f.message}" for f in failures)
     reasons = {f.reason for f in failures}
     message = f"{len(failures)} store partition(s) the query needs failed: {text}"
     if note:
         message = f"{note}. {message}"
     if reasons == {FailureReason.NOT_UP_TO_BOUND}:
         return NotUpToBoundError(message, partitions=parts)
-    if any(r.retryable for r in reasons):
+    if any(retryable(f) for f in failures):
         return PartitionFailureError(message, partitions=parts, retryable=True, http_status=503)
     if reasons == {FailureReason.DOES_NOT_EXIST}:
         return PartitionFailureError(message, partitions=parts, http_status=404)

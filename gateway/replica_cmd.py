@@ -34,12 +34,15 @@ def routing_args(p: argparse.ArgumentParser) -> None:
                    help="answer from a copy only if its changelog offset lag is at most this (default: any lag; "
                         "a statement's position bound is the exact way to bound staleness)")
     p.add_argument("--heartbeat-ms", type=non_negative_int, default=500, help="how often peers are polled")
+    p.add_argument("--heartbeat-topic", action="store_true",
+                   help="also find peers through the topic <application_id>-iqgate-heartbeats on the log (Kafka or "
+                        "the event log): every server publishes its URL there")
 
 
-def routed(source: Any, args: argparse.Namespace, token: str | None) -> Any:
-    """``source`` wrapped in a RoutedSource when ``--peers`` names any (else ``source`` itself)."""
+def routed(source: Any, args: argparse.Namespace, token: str | None, *, always: bool = False) -> Any:
+    """``source`` wrapped in a RoutedSource when ``--peers`` names any (or ``always``; else ``source`` itself)."""
     peers = [u.strip() for u in (args.peers or "").split(",") if u.strip()]
-    if not peers and args.max_lag is None:
+    if not always and not peers and args.max_lag is None and not getattr(args, "heartbeat_topic", False):
         return source
     from .routing.membership import Membership
     from .routing.source import RoutedSource
@@ -49,7 +52,27 @@ def routed(source: Any, args: argparse.Namespace, token: str | None) -> Any:
             raise SystemExit(f"iqgate: --peers: {u!r} is not an http:// or https:// URL")
     membership = Membership(peers, interval_s=max(args.heartbeat_ms, 50) / 1000, token=token)
     url = args.advertised_url or f"http://{args.host}:{args.port}"
-    return RoutedSource(source, membership, url, max_lag=args.max_lag)
+    return RoutedSource(source, membership, url, max_lag=args.max_lag,
+                        catch_up_wait_ms=getattr(args, "catch_up_wait_ms", 0) or 0)
+
+
+def discover(src: Any, args: argparse.Namespace, log: Any, application_id: str) -> None:
+    """With ``--heartbeat-topic``: publish this server on the log's heartbeat topic and add who else does."""
+    if not getattr(args, "heartbeat_topic", False) or not hasattr(src, "membership"):
+        return
+    from .routing.heartbeats import HeartbeatDiscovery
+
+    try:
+        src.discovery = HeartbeatDiscovery(log, application_id, src.membership, src.self_url).start()
+    except Exception as exc:  # noqa: BLE001 - the log unreachable: serve anyway, say so
+        print(f"iqgate: --heartbeat-topic: cannot use the heartbeat topic on {log.describe()}: {exc}",
+              file=sys.stderr, flush=True)
+
+
+def stop_discovery(src: Any) -> None:
+    d = getattr(src, "discovery", None)
+    if d is not None:
+        d.close()
 
 
 def parse_partitions(items: list[str]) -> dict[str, list[int]]:
@@ -116,7 +139,7 @@ def cmd_replica(args: argparse.Namespace, kafka_options: dict[str, str], pg_serv
     tune_process_for_serving()
     cfg = config_from_args(args)
     local = ReplicaSource(replica)
-    src = routed(local, args, cfg.auth_token)
+    src = routed(local, args, cfg.auth_token, always=True)
     gw = Gateway(src, config=cfg)
     pg = pg_server(gw, args)
     server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die).start()
@@ -124,6 +147,12 @@ def cmd_replica(args: argparse.Namespace, kafka_options: dict[str, str], pg_serv
         if not args.advertised_url:
             src.self_url = server.url.rstrip("/")
         src.membership.start()
+        if args.bootstrap_servers:
+            from stores.log.kafka import KafkaSource
+
+            discover(src, args, KafkaSource(args.bootstrap_servers, kafka_options or None), args.application_id)
+        else:
+            discover(src, args, changelog.log, args.application_id)
     print(f"iqgate: replica of {args.application_id} from {changelog.describe()} into {state_dir}, serving on "
           f"{server.url}", file=sys.stderr, flush=True)
     start_pg(pg)
@@ -134,6 +163,7 @@ def cmd_replica(args: argparse.Namespace, kafka_options: dict[str, str], pg_serv
             pg.close()
         server.close()
         if hasattr(src, "membership"):
+            stop_discovery(src)
             src.membership.close()
         local.close()
         close = getattr(changelog, "close", None)
@@ -153,6 +183,10 @@ def add_replica_parser(sub: Any, kafka_args: Any, fn: Any) -> None:
     rp.add_argument("--stores", help="only these stores (comma-separated; default every store with a changelog)")
     rp.add_argument("--partitions", action="append", default=[], metavar="STORE=P[,P]",
                     help="host only these partitions of STORE (repeatable; default all)")
+    rp.add_argument("--catch-up-wait-ms", type=non_negative_int, default=2000, metavar="MS",
+                    help="a partition behind a statement's position bound while it still has changelog records "
+                         "to apply is asked again for up to this long (default 2000; 0: answer NOT_UP_TO_BOUND "
+                         "at once)")
     server_args(rp)
     pg_args(rp)
     routing_args(rp)

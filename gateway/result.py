@@ -67,7 +67,7 @@ class Result:
     """
 
     __slots__ = ("columns", "position", "partitions", "statement", "settings", "_table", "_rows",
-                 "_cursor_factory", "_cursor", "_relation", "_chunks", "_sql", "_rerunnable", "_on_close")
+                 "_cursor_factory", "_cursor", "_relation", "_chunks", "_sql", "_rerunnable", "_on_close", "_arrow_stream")
 
     def __init__(
         self,
@@ -85,6 +85,7 @@ class Result:
         settings: Mapping[str, Any] | None = None,
         rerunnable: bool = True,
         on_close: Any = None,
+        arrow_stream: tuple[pa.Schema, Iterator[pa.RecordBatch]] | None = None,
     ) -> None:
         self.columns = columns
         self.position = position
@@ -101,9 +102,12 @@ class Result:
         # False when the scans were Arrow streams DuckDB has read: other forms are derived from the rows
         self._rerunnable = rerunnable
         self._on_close = on_close
+        self._arrow_stream = arrow_stream  # (schema, batches still being produced) for Arrow answers
 
     # -- rows -----------------------------------------------------------------
     def rows(self) -> list[tuple[Any, ...]]:
+        if self._rows is None and self._arrow_stream is not None:
+            self._rows = _table_rows(self.to_arrow())
         if self._rows is _STREAMED:
             raise RuntimeError("the rows of this result were streamed already (iter_batches reads them once)")
         if self._rows is None:
@@ -119,7 +123,7 @@ class Result:
     @property
     def streaming(self) -> bool:
         """Rows still coming from a DuckDB cursor (the statement is running until they are read or closed)."""
-        return self._chunks is not None
+        return self._chunks is not None or self._arrow_stream is not None
 
     @property
     def row_count(self) -> int:
@@ -128,6 +132,9 @@ class Result:
         return self.to_arrow().num_rows
 
     def to_arrow(self) -> pa.Table:
+        if self._table is None and self._arrow_stream is not None:
+            schema, batches = self.arrow_batches()
+            self._table = pa.Table.from_batches(list(batches), schema=schema)
         if self._table is None:
             if self._sql is not None and self._cursor is not None and self._rerunnable:
                 self.rows()  # a stream still open on the cursor must end first
@@ -135,6 +142,14 @@ class Result:
             else:
                 self._table = _rows_table(self.columns, self.rows())
         return self._table
+
+    def arrow_batches(self) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+        """The answer as Arrow record batches; for streamed answers as DuckDB produces them (once)."""
+        if self._arrow_stream is not None:
+            stream, self._arrow_stream = self._arrow_stream, None
+            return stream
+        table = self.to_arrow()
+        return table.schema, iter(table.to_batches())
 
     def iter_batches(self, max_rows: int = 1000) -> Iterator[list[tuple[Any, ...]]]:
         """Rows in chunks; for streamed results the chunks come as DuckDB produces them.
@@ -175,6 +190,11 @@ class Result:
         return self._cursor
 
     def close(self) -> None:
+        if self._arrow_stream is not None:
+            close = getattr(self._arrow_stream[1], "close", None)
+            if close is not None:
+                close()
+            self._arrow_stream = None
         if self._chunks is not None:
             close = getattr(self._chunks, "close", None)
             if close is not None:

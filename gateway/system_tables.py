@@ -10,7 +10,7 @@ read) beside the settings the face itself reports (a PG client's
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -43,8 +43,12 @@ def session_settings_text(settings: Mapping[str, Any]) -> dict[str, str]:
 
 
 def register_system_tables(cur: Any, keys: tuple[str, ...], catalog: Mapping[str, StoreSpec],
-                           context: SystemContext | None, settings: Mapping[str, Any]) -> None:
+                           context: SystemContext | None, settings: Mapping[str, Any],
+                           partitions: Callable[[], Iterable[tuple[Any, ...]]] | None = None) -> None:
+    """``partitions``: the rows of ``system.partitions``, asked only when the statement reads it."""
     ctx = (context or SystemContext()).with_settings(session_settings_text(settings))
+    if partitions is not None and "system.partitions" in keys:
+        ctx = ctx.with_partitions(partitions())
     for key in keys:
         table = SYSTEM_TABLES[key]
         rows = table_rows(key, catalog, ctx)

@@ -80,7 +80,8 @@ def _qualifier(table: exp.Table, *, line: int | None, col: int | None) -> str | 
 
 
 def _schema_list() -> str:
-    return (f"{' and '.join(STORE_SCHEMAS)} hold the stores; {' and '.join(SYSTEM_SCHEMAS)} describe them")
+    return (f"{' and '.join(STORE_SCHEMAS)} hold the stores; {', '.join(SYSTEM_SCHEMAS[:-1])} and "
+            f"{SYSTEM_SCHEMAS[-1]} describe them")
 
 
 def resolve_system_table(

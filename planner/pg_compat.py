@@ -117,6 +117,10 @@ def _rewrite(node: exp.Expression) -> exp.Expression:
     if isinstance(node, exp.Dot) and isinstance(node.this, exp.Identifier) and isinstance(node.expression, exp.Func) \
             and node.this.name.lower() in ("pg_catalog", "information_schema"):
         return _rewrite(node.expression)
+    if isinstance(node, exp.Table) and isinstance(node.this, exp.Func) and not _args(node.this) \
+            and node.this.name.lower() == "pg_get_keywords":  # a set-returning function: the system table of its rows
+        return exp.Table(this=exp.to_identifier("pg_get_keywords"), db=exp.to_identifier("pg_catalog"),
+                         alias=node.args.get("alias"))
     if isinstance(node, exp.Table) and not isinstance(node.this, exp.Identifier) and node.args.get("db") is not None \
             and node.args["db"].name.lower() == "pg_catalog":
         bare = node.copy()
@@ -179,6 +183,12 @@ def _kind(datatype: exp.DataType) -> str | None:
 def _cast(node: exp.Cast) -> exp.Expression:
     kind = _kind(node.to)
     inner = node.this
+    if node.to.is_type(exp.DataType.Type.ARRAY) and isinstance(inner, exp.Literal) and inner.is_string:
+        items = _array_literal(inner.name)
+        if items is not None:  # '{a,b}'::text[]: PostgreSQL's array literal, as a list of its elements
+            element = node.to.expressions[0] if node.to.expressions else exp.DataType.build("VARCHAR")
+            return exp.Array(expressions=[exp.null() if v is None else exp.cast(exp.Literal.string(v), element.copy())
+                                          for v in items])
     inner_kind = _kind(inner.to) if isinstance(inner, exp.Cast) else None
     wants_text = kind in _TEXT_TYPES or (kind is None and node.to.is_type(*exp.DataType.TEXT_TYPES))
     if wants_text and inner_kind in ("regclass", "regtype", "regnamespace", "regproc", "regrole"):
@@ -334,6 +344,8 @@ def _function(node: exp.Func) -> exp.Expression:
         return exp.cast(exp.null(), "VARCHAR")
     if name in _ZERO_FUNCTIONS:
         return exp.Literal.number(0)
+    if name == "_pg_expandarray" and len(args) == 1:
+        return _expand_array(args[0])
     if name == "pg_encoding_to_char":
         return exp.Literal.string("UTF8")
     if name == "pg_postmaster_start_time":
@@ -365,3 +377,39 @@ def _function(node: exp.Func) -> exp.Expression:
 REWRITTEN_FUNCTIONS = frozenset(_TRUE_FUNCTIONS | _FALSE_FUNCTIONS | _NULL_TEXT_FUNCTIONS | _ZERO_FUNCTIONS
                                 | _NAMED_FUNCTIONS | {"json_build_object", "to_date", "array_upper", "array_lower",
                                                       "array_length", "quote_ident", "current_version"})
+
+
+def _expand_array(array: exp.Expression) -> exp.Expression:
+    """``information_schema._pg_expandarray(a)``: a row (x, n) per element (pgjdbc's getPrimaryKeys reads it)."""
+    v, i = exp.to_identifier("__iq_v"), exp.to_identifier("__iq_i")
+    struct = exp.Anonymous(this="struct_pack", expressions=[
+        exp.PropertyEQ(this=exp.to_identifier("x"), expression=exp.column(v)),
+        exp.PropertyEQ(this=exp.to_identifier("n"), expression=exp.column(i))])
+    lam = exp.Lambda(this=struct, expressions=[v, i])
+    return exp.Unnest(expressions=[exp.Anonymous(this="list_transform", expressions=[array, lam])])
+
+
+def _array_literal(text: str) -> list[str | None] | None:
+    """The elements of a one-dimensional array literal ``{a,"b c",NULL}`` (None: not one)."""
+    t = text.strip()
+    if not (t.startswith("{") and t.endswith("}")) or "{" in t[1:-1]:
+        return None
+    body, out, i = t[1:-1], [], 0
+    while i < len(body):
+        if body[i] == '"':
+            j, buf = i + 1, []
+            while j < len(body) and body[j] != '"':
+                j += body[j] == "\\"
+                buf.append(body[j] if j < len(body) else "")
+                j += 1
+            out.append("".join(buf))
+            i = j + 1
+        else:
+            j = body.find(",", i)
+            j = len(body) if j == -1 else j
+            item = body[i:j].strip()
+            out.append(None if item.upper() == "NULL" else item)
+            i = j
+        while i < len(body) and body[i] in ", ":
+            i += 1
+    return out

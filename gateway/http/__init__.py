@@ -23,6 +23,7 @@ from ..errors import (
 )
 from .auth import OPEN_PATHS, check_bearer
 from .metrics import Metrics
+from .page import PAGE_PATHS, register_page
 from .renderers import error_response
 from .routing_views import register_routing_views
 from .views import register_views
@@ -42,7 +43,7 @@ def create_app(gateway: Any, config: GatewayConfig | None = None) -> Flask:
     @app.before_request
     def _start() -> None:
         g.t0 = time.perf_counter()
-        if request.path not in OPEN_PATHS:
+        if request.path not in OPEN_PATHS and request.path not in PAGE_PATHS:
             check_bearer(request.headers.get("Authorization"), cfg.auth_token)
 
     @app.after_request
@@ -79,5 +80,6 @@ def create_app(gateway: Any, config: GatewayConfig | None = None) -> Flask:
         return error_response(GatewayInternalError(f"{type(exc).__name__}: {exc}"), cfg.retry_after_s)
 
     register_views(app, gateway, cfg, metrics)
+    register_page(app, gateway, cfg)
     register_routing_views(app, gateway)
     return app

@@ -88,6 +88,7 @@ class Metrics:
                 "# TYPE iqgate_app_state gauge", f'iqgate_app_state{{state="{_label(state)}"}} 1']
         if status is not None:
             out += _health_lines(status)
+            out += _progress_lines(status)
             out += _lag_lines(status)
         out += _file_lines()
         return "\n".join(out) + "\n"
@@ -156,4 +157,28 @@ def _health_lines(status: Mapping[str, Any]) -> list[str]:
             "# TYPE iqgate_store_batches_total counter"]
     for name, s in sorted(status["stores"].items()):
         out.append(f'iqgate_store_batches_total{{store="{_label(name)}"}} {s.batches}')
+    return out
+
+
+_PROGRESS = (("reached", "iqgate_store_progress_records", "Records a catching-up or rebuilding store has applied "
+              "(of iqgate_store_progress_target_records)."),
+             ("target", "iqgate_store_progress_target_records", "Records it must reach: the source's end when its "
+              "query started, or for a rebuild (issue 20) at least the position of the version it replaces."),
+             ("records_per_s", "iqgate_store_progress_records_per_second", "How fast it is getting there."),
+             ("eta_s", "iqgate_store_progress_eta_seconds", "When it should get there at that rate."))
+
+
+def _progress_lines(status: Mapping[str, Any]) -> list[str]:
+    """Catch-up and rebuild progress per store (``phase`` label: catching up / rebuilding), while there is any."""
+    rows = [(name, s.progress) for name, s in sorted(status["stores"].items())
+            if s.progress and s.status in ("starting", "rebuilding")]
+    if not rows:
+        return []
+    out: list[str] = []
+    for key, metric, text in _PROGRESS:
+        out += [f"# HELP {metric} {text}", f"# TYPE {metric} gauge"]
+        for name, pr in rows:
+            value = pr.get(key)
+            if value is not None:
+                out.append(f'{metric}{{store="{_label(name)}",phase="{_label(str(pr.get("phase", "")))}"}} {value}')
     return out

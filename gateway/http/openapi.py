@@ -95,6 +95,22 @@ def openapi_document() -> dict[str, Any]:
             "/v1/openapi.json": {"get": {"summary": "This document", "responses": {"200": {"description": "OK"}}}},
             "/v1/ping": {"get": {"summary": "No-op (load balancer and benchmark baseline)",
                                  "responses": {"200": {"description": "OK"}}}},
+            "/v1/query": {"get": {
+                "summary": "One SQL statement as a link (the query page's JSON/CSV/Arrow links)",
+                "parameters": [
+                    {"name": "sql", "in": "query", "required": True, "schema": {"type": "string"}},
+                    {"name": "format", "in": "query", "schema": {"type": "string",
+                                                                 "enum": ["json", "csv", "arrow", "ndjson"]}},
+                    {"name": "partial", "in": "query", "schema": {"type": "boolean"}},
+                    {"name": "position", "in": "query", "schema": {"type": "string"},
+                     "description": "a position bound as JSON"},
+                ],
+                "responses": {"200": {"description": "as POST /v1/sql; CSV and Arrow as attachments"},
+                              "400": errors["400"], "401": errors["401"]}}},
+            "/": {"get": {"summary": "The query page (no token needed: it asks for one and holds no data)",
+                          "responses": {"200": {"description": "HTML"}}}},
+            "/page/<name>": {"get": {"summary": "The query page's CSS and JS (served here: no CDN)",
+                                     "responses": {"200": {"description": "OK"}, "404": {"description": "no such asset"}}}},
             "/v1/partitions": {"get": {"summary": "Between servers: every store partition this server has, its role "
                                                   "(active, standby, copy), Position and lag (the heartbeat)",
                                        "responses": {"200": {"description": "OK"}}}},

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,6 +23,8 @@ from ..json_values import dumps, json_default
 from ..result import Result
 
 __all__ = ["RENDERERS", "MEDIA_TYPES", "position_header", "error_response"]
+
+log = logging.getLogger(__name__)
 
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
@@ -127,16 +130,71 @@ def render_csv(result: Result, max_bytes: int) -> Response:
     return Response(buf.getvalue(), mimetype=CSV, headers={"Content-Type": "text/csv; charset=utf-8"})
 
 
+class _Pieces:
+    """A write-only file collecting what the IPC writer writes, handed out piece by piece."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        self.parts.append(bytes(data))
+        return len(data)
+
+    def take(self) -> bytes:
+        out, self.parts = b"".join(self.parts), []
+        return out
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
 def render_arrow(result: Result, max_bytes: int) -> Response:
-    table = result.to_arrow()
-    if table.nbytes > max_bytes:
-        raise _too_large(max_bytes)
-    sink = pa.BufferOutputStream()
+    """An Arrow IPC stream written batch by batch as DuckDB produces them (memory: one batch).
+
+    Errors found once the status line went out (row or size limit, timeout)
+    drop the connection before the response's last chunk: the client sees
+    an incomplete response (Arrow IPC has no in-band error).
+    """
+    schema, batches = result.arrow_batches()
     meta = {b"iqgate.position": position_header(result).encode()}
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return Response(sink.getvalue().to_pybytes(), mimetype=ARROW)
+    schema = schema.with_metadata({**(schema.metadata or {}), **meta})
+    try:
+        first = next(batches, None)  # errors before any byte went out still get their status code
+        if first is not None and first.nbytes > max_bytes:
+            raise _too_large(max_bytes)
+    except BaseException:
+        result.close()
+        raise
+
+    def gen() -> Iterator[bytes]:
+        pieces = _Pieces()
+        sent = 0
+        try:
+            with pa.ipc.new_stream(pa.PythonFile(pieces, mode="w"), schema) as writer:
+                yield pieces.take()
+                if first is not None:
+                    writer.write_batch(first.replace_schema_metadata(schema.metadata))
+                    yield pieces.take()
+                for batch in batches:
+                    sent += batch.nbytes
+                    if sent > max_bytes:
+                        raise _too_large(max_bytes)
+                    writer.write_batch(batch.replace_schema_metadata(schema.metadata))
+                    yield pieces.take()
+            yield pieces.take()  # the end-of-stream marker: only after every batch
+        except GatewayError as exc:
+            # IPC has no in-band error and readers accept a stream without its end marker: the connection is
+            # dropped before the last chunk, so the client sees an incomplete response, never a short answer
+            log.warning("an Arrow answer was cut short after its headers went out: %s", exc)
+            raise
+        finally:
+            result.close()
+
+    return Response(gen(), mimetype=ARROW)
 
 
 RENDERERS: dict[str, Callable[[Result, int], Response]] = {

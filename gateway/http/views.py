@@ -65,7 +65,7 @@ def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metric
             metrics.partition_failures(failed)
         resp = RENDERERS[media](result, cfg.max_response_bytes)
         resp.headers["X-IQ-Position"] = position_header(result)
-        if media != NDJSON:
+        if media not in (NDJSON, ARROW):  # streamed answers close when their last byte is out
             result.close()
         return resp
 

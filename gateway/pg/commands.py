@@ -177,8 +177,24 @@ def _set(session: Session, name: str, value: str | None) -> None:
         session.out.parameter_status(report, session.settings.get(name))
 
 
-def run_command(session: Session, cmd: Command) -> Answer:
+def _set_config(session: Session, cmd: Command, params: list[Any]) -> Answer:
+    """``set_config(name, value, is_local)``: SET, answered with the new value (``is_local`` lasts the session)."""
+    values = []
+    for kind, text in cmd.args:
+        value = params[int(text) - 1] if kind == "param" else text
+        values.append(None if value is None else str(value))
+    name, value = values[0], values[1]
+    if not name:
+        raise SqlError("set_config: the setting name must not be NULL", code="INVALID_SETTING")
+    _set(session, name.lower(), value)
+    shown = _show(session, name.lower()).rows[0][0]
+    return Answer([(cmd.name, "VARCHAR")], [(shown,)], "SELECT 1")
+
+
+def run_command(session: Session, cmd: Command, params: list[Any] | None = None) -> Answer:
     kind = cmd.kind
+    if kind == "set_config":
+        return _set_config(session, cmd, params or [])
     notices: list[dict[str, str]] = []
     if kind == "begin":
         if session.tx != "I":

@@ -67,6 +67,7 @@ class PgServer:
         self._sessions: dict[int, tuple[int, Session]] = {}
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(max_connections)
+        self._refusers = threading.BoundedSemaphore(8)
         self._closing = False
         self._thread = threading.Thread(target=self._accept_loop, name="iqgate-pg", daemon=True)
         self._connections: set[socket.socket] = set()
@@ -110,22 +111,37 @@ class PgServer:
                 if self._closing:
                     return
                 continue
-            if not self._slots.acquire(blocking=False):
-                self._refuse(conn)
-                continue
-            threading.Thread(target=self._serve, args=(conn,), name=f"iqgate-pg-{addr[1]}", daemon=True).start()
+            if self._slots.acquire(blocking=False):
+                threading.Thread(target=self._serve, args=(conn,), name=f"iqgate-pg-{addr[1]}", daemon=True).start()
+            elif self._refusers.acquire(blocking=False):
+                threading.Thread(target=self._refuse, args=(conn,), name="iqgate-pg-refuse", daemon=True).start()
+            else:
+                conn.close()  # a flood: not even a refusal is owed
 
     def _refuse(self, conn: socket.socket) -> None:
+        """Every slot is taken: still negotiate (so libpq shows the reason) and still honour a CancelRequest,
+        which is how a client gets out of the very statement that holds a slot; then FATAL 53300."""
         out = Out()
-        out.error({"S": "FATAL", "V": "FATAL", "C": "53300",
-                   "M": f"sorry, too many clients already (the PG port serves {self.max_connections} at once)"})
         try:
-            conn.settimeout(2)
+            conn.settimeout(2.0)
+            reader = MessageReader(conn, self.max_message_bytes, 2.0)
+            for _ in range(3):
+                code, payload = reader.startup()
+                if code in (SSL_REQUEST, GSSENC_REQUEST):
+                    conn.sendall(b"N")
+                    continue
+                if code == CANCEL_REQUEST:
+                    self._cancel(Buffer(payload))
+                    return
+                break
+            out.error({"S": "FATAL", "V": "FATAL", "C": "53300",
+                       "M": f"sorry, too many clients already (the PG port serves {self.max_connections} at once)"})
             out.flush(conn)
-        except (ClientGone, OSError):
+        except (ClientGone, ProtocolError, OSError):
             pass
         finally:
-            conn.close()
+            _close_gently(conn)
+            self._refusers.release()
 
     @contextmanager
     def _tracked(self, conn: socket.socket) -> Iterator[None]:
@@ -136,10 +152,7 @@ class PgServer:
         finally:
             with self._lock:
                 self._connections.discard(conn)
-            try:
-                conn.close()
-            except OSError:
-                pass
+            _close_gently(conn)
             self._slots.release()
 
     def _serve(self, conn: socket.socket) -> None:
@@ -283,7 +296,7 @@ class PgServer:
                 elif kind == b"H":
                     pass
                 elif kind in (b"d", b"c", b"f"):
-                    raise ProtocolError("COPY is not supported: iqgate only reads", "0A000")
+                    pass  # COPY data, done, fail outside COPY: ignored, as PostgreSQL does (a COPY that failed)
                 else:
                     raise ProtocolError(f"invalid frontend message type {kind!r}")
             except ProtocolError as exc:
@@ -298,6 +311,24 @@ class PgServer:
                 session.skip_to_sync = True
             if kind in (b"S", b"Q", b"H") or len(out.buf) > 1 << 16:
                 out.flush(sock)
+
+
+def _close_gently(conn: socket.socket) -> None:
+    """Close so the client reads what was sent: closing with unread input makes the kernel send a reset, and
+    the client would lose the ErrorResponse. Half-close, drain what the client still sends (bounded), close."""
+    try:
+        conn.shutdown(socket.SHUT_WR)
+        conn.settimeout(0.5)
+        for _ in range(64):  # at most 4 MB or half a second per read
+            if not conn.recv(65536):
+                break
+    except OSError:
+        pass
+    finally:
+        try:
+            conn.close()
+        except OSError:
+            pass
 
 
 def _sql_of(session: Session, kind: bytes, payload: bytes) -> str | None:

@@ -25,7 +25,7 @@ from ..errors import GatewayError, GatewayInternalError, translate
 from .answer import Answer, answer_of
 from .commands import ClientSettings, run_command
 from .sqlstate import error_fields
-from .sqltext import Command, classify, highest_parameter, split_statements
+from .sqltext import Command, classify, highest_parameter, quote_label_keywords, split_statements
 from .types import column_type, decode_param, encoder
 from .wire import Buffer, Out, ProtocolError
 
@@ -87,7 +87,7 @@ class Session:
             raise GatewayError("current transaction is aborted, commands ignored until end of transaction block",
                                code="IN_FAILED_TRANSACTION")
         if command is not None:
-            return run_command(self, command)
+            return run_command(self, command, params)
         if not prepared.sql.strip():
             return Answer(columns=None, rows=[], tag="", empty=True)
         self.cancel.reset()
@@ -256,7 +256,8 @@ class Session:
         """What a prepared statement will answer with, for Describe before Bind: no store is read."""
         command = prepared.command
         if command is not None:
-            return Answer(columns=[(command.name, "VARCHAR")] if command.kind == "show" else None, rows=[], tag="")
+            shows = command.kind in ("show", "set_config")
+            return Answer(columns=[(command.name, "VARCHAR")] if shows else None, rows=[], tag="")
         if not prepared.sql.strip():
             return Answer(columns=None, rows=[], tag="")
         cols = self.gateway.result_columns(prepared.sql, session=self.gateway_session, context=self.context())
@@ -279,5 +280,5 @@ def _format(codes: list[int], i: int) -> int:
 def _prepare(sql: str, oids: list[int]) -> Prepared:
     command = classify(sql) if sql.strip() else None
     if command is not None:
-        return Prepared(sql, 0, oids, command)
-    return Prepared(sql, highest_parameter(sql), oids, None)
+        return Prepared(sql, max((int(v) for k, v in command.args if k == "param"), default=0), oids, command)
+    return Prepared(quote_label_keywords(sql), highest_parameter(sql), oids, None)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from .wire import ProtocolError
 
-__all__ = ["split_statements", "highest_parameter", "Command", "classify", "parse_set_value"]
+__all__ = ["split_statements", "highest_parameter", "Command", "classify", "parse_set_value", "quote_label_keywords"]
 
 
 def _scan(text: str) -> list[tuple[str, int, int]]:
@@ -126,11 +126,52 @@ class Command:
     name: str = ""
     value: str | None = None
     tag: str = ""
+    #: ``set_config``'s arguments: ("lit", text) or ("param", n) for name, value, is_local
+    args: tuple[tuple[str, str], ...] = ()
 
 
 _SET = re.compile(r"^SET\s+(?:(?:SESSION|LOCAL)\s+)?(?P<name>[A-Za-z_][\w.]*|\"[^\"]+\")\s*(?:=|\s+TO\s+)\s*(?P<value>.*)$",
                   re.I | re.S)
 _WORDS = re.compile(r"[A-Za-z_]+")
+
+
+_SET_CONFIG = re.compile(r"^SELECT\s+(?:pg_catalog\s*\.\s*)?set_config\s*\((?P<args>.*)\)"
+                         r"(?:\s+(?:AS\s+)?(?P<alias>\w+|\"[^\"]+\"))?$", re.I | re.S)
+
+
+def _set_config(text: str) -> Command | None:
+    """``SELECT set_config('name', 'value', false)`` (BI tools' way to SET in a query), literals or ``$n``."""
+    m = _SET_CONFIG.match(text)
+    if m is None:
+        return None
+    args: list[tuple[str, str]] = []
+    for piece in _split_args(m.group("args")):
+        item = re.sub(r"::\s*[\w ]+$", "", piece.strip()).strip()  # '…'::text, $1::text
+        if re.fullmatch(r"\$\d+", item):
+            args.append(("param", item[1:]))
+        elif re.fullmatch(r"'(?:[^']|'')*'", item, re.S):
+            args.append(("lit", item[1:-1].replace("''", "'")))
+        elif item.lower() in ("true", "false"):
+            args.append(("lit", item.lower()))
+        else:
+            return None  # an expression: not a session command; the engine refuses set_config()
+    if len(args) != 3:
+        return None
+    alias = (m.group("alias") or "set_config").strip('"')
+    return Command("set_config", name=alias, tag="SELECT 1", args=tuple(args))
+
+
+def _split_args(text: str) -> list[str]:
+    """Top-level comma-separated pieces of a function's argument list (commas in strings do not split)."""
+    pieces, start = [], 0
+    for kind, s, _e in _scan(text):
+        if kind == "code":
+            for i in range(s, _e):
+                if text[i] == ",":
+                    pieces.append(text[start:i])
+                    start = i + 1
+    pieces.append(text[start:])
+    return pieces
 
 
 def classify(sql: str) -> Command | None:
@@ -140,6 +181,8 @@ def classify(sql: str) -> Command | None:
     if not words:
         return None
     first = words[0]
+    if first == "SELECT" and "SET_CONFIG" in words[1:4]:
+        return _set_config(text)
     if first in ("BEGIN", "START") and (first == "BEGIN" or words[1:2] == ["TRANSACTION"]):
         return Command("begin", tag="BEGIN")
     if first in ("COMMIT", "END"):
@@ -219,3 +262,23 @@ def parse_set_value(text: str) -> str | None:
             items.append(text[i:j])
             i = j
     return ", ".join(items)
+
+
+#: PostgreSQL takes any keyword as a column label after AS (``SELECT x AS select``); these are the ones the
+#: SQL parser refuses there, so they are quoted (``AS "select"``) before the engine sees the statement.
+_LABEL_KEYWORDS = re.compile(r"(?i)\bAS(\s+)(select|not)\b(?!\s+materialized)")
+
+
+def quote_label_keywords(sql: str) -> str:
+    """``… AS select`` → ``… AS "select"`` outside strings and comments, in queries only (BI tools write these)."""
+    code = _code_only(sql)
+    if not re.match(r"(?i)\s*(select|with|explain|values|\()", code) or not _LABEL_KEYWORDS.search(code):
+        return sql
+    out, last = [], 0
+    for kind, s, e in _scan(sql):
+        if kind == "code":
+            out.append(sql[last:s])
+            out.append(_LABEL_KEYWORDS.sub(lambda m: f'AS{m.group(1)}"{m.group(2).lower()}"', sql[s:e]))
+            last = e
+    out.append(sql[last:])
+    return "".join(out)

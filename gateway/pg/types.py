@@ -213,6 +213,9 @@ def decode_param(raw: bytes | None, oid: int, binary: bool) -> Any:
         return None
     pg = BY_OID.get(oid)
     try:
+        if pg is not None and pg.element:
+            return _binary_array(raw) if binary else [decode_param(None if v is None else v.encode(), pg.element, False)
+                                                      for v in _text_array(raw.decode("utf-8"))]
         if binary:
             if oid in (25, 1043, 19, 114, 0, 705, 18):
                 return raw.decode("utf-8")
@@ -244,3 +247,54 @@ def _numeric_from_binary(raw: bytes) -> decimal.Decimal:
         value += decimal.Decimal(d).scaleb(4 * (weight - i))
     value = value.quantize(decimal.Decimal(1).scaleb(-dscale)) if dscale else value
     return -value if sign == 0x4000 else value
+
+
+def _text_array(text: str) -> list[str | None]:
+    """The elements of a one-dimensional PostgreSQL array literal: ``{1,2}``, ``{"a b",NULL,"x\\"y"}``."""
+    t = text.strip()
+    if t.startswith("[") and "=" in t:  # explicit bounds: [0:2]={…}
+        t = t.split("=", 1)[1].strip()
+    if not (t.startswith("{") and t.endswith("}")):
+        raise ValueError(f"malformed array literal {text[:40]!r}")
+    body, out, i = t[1:-1], [], 0
+    if "{" in body:
+        raise ValueError("multidimensional array parameters are not supported")
+    while i < len(body):
+        if body[i] == '"':
+            j, buf = i + 1, []
+            while j < len(body) and body[j] != '"':
+                if body[j] == "\\":
+                    j += 1
+                buf.append(body[j])
+                j += 1
+            out.append("".join(buf))
+            i = j + 1
+        else:
+            j = body.find(",", i)
+            j = len(body) if j == -1 else j
+            item = body[i:j].strip()
+            out.append(None if item.upper() == "NULL" else item)
+            i = j
+        while i < len(body) and body[i] in ", ":
+            i += 1
+    return out
+
+
+def _binary_array(raw: bytes) -> list[Any]:
+    """A one-dimensional array in PostgreSQL's binary format (``array_send``)."""
+    ndim, _has_null, element = struct.unpack_from("!iiI", raw)
+    if ndim == 0:
+        return []
+    if ndim != 1:
+        raise ValueError("multidimensional array parameters are not supported")
+    size, _lower = struct.unpack_from("!ii", raw, 12)
+    pos, out = 20, []
+    for _ in range(size):
+        (n,) = struct.unpack_from("!i", raw, pos)
+        pos += 4
+        if n < 0:
+            out.append(None)
+            continue
+        out.append(decode_param(raw[pos:pos + n], element, True))
+        pos += n
+    return out

@@ -27,7 +27,7 @@ from stores.iqv2.state import State
 
 from ..scans import probe_query
 
-__all__ = ["PartitionInfo", "Peer", "Membership", "local_partitions", "local_roles"]
+__all__ = ["PartitionInfo", "Peer", "Membership", "local_partitions", "local_roles", "partition_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,23 @@ def local_partitions(source: Any) -> list[PartitionInfo]:
     return out
 
 
+def partition_rows(source: Any) -> list[tuple[Any, ...]]:
+    """``system.partitions``: this server's store partitions, then every peer's as its last heartbeat said."""
+    self_url = getattr(source, "self_url", None)
+    local = getattr(source, "local", source)
+    view = source.local_view().values() if hasattr(source, "local_view") else local_partitions(local)
+    rows = [_row(self_url, i, True) for i in sorted(view, key=lambda i: (i.store, i.partition))]
+    membership = getattr(source, "membership", None)
+    for peer in (membership.peers.values() if membership is not None else ()):
+        rows += [_row(peer.url, i, peer.alive) for _, i in sorted(peer.partitions.items())]
+    return rows
+
+
+def _row(host: str | None, i: PartitionInfo, alive: bool) -> tuple[Any, ...]:
+    return (host, i.store, i.partition, i.role, i.position.to_json(), i.offset_lag, i.time_lag_ms,
+            i.current_offset, i.end_offset, alive)
+
+
 @dataclass
 class Peer:
     url: str
@@ -148,7 +165,7 @@ class Membership:
             self.refresh()
 
     def refresh(self) -> None:
-        threads = [threading.Thread(target=self._poll, args=(peer,), daemon=True) for peer in self.peers.values()]
+        threads = [threading.Thread(target=self._poll, args=(peer,), daemon=True) for peer in list(self.peers.values())]
         for t in threads:
             t.start()
         for t in threads:
@@ -175,7 +192,7 @@ class Membership:
 
     def hosts_of(self, store: str, partition: int) -> list[tuple[Peer, PartitionInfo]]:
         out = []
-        for peer in self.peers.values():
+        for peer in list(self.peers.values()):  # heartbeats may add peers meanwhile
             info = peer.partitions.get((store, partition))
             if peer.alive and info is not None:
                 out.append((peer, info))

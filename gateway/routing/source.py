@@ -47,12 +47,14 @@ class RoutedSource:
     """A Queryable over ``local`` (a StreamsApp, HostedSource, StateDirReader or ReplicaSource) and its peers."""
 
     def __init__(self, local: Any, membership: Membership, self_url: str, *, max_lag: int | None = None,
-                 forward_timeout_s: float = 10.0) -> None:
+                 forward_timeout_s: float = 10.0, catch_up_wait_ms: int = 0, catch_up_waiters: int = 4) -> None:
         self.local = local
         self.membership = membership
         self.self_url = self_url.rstrip("/")
         self.max_lag = max_lag
         self.forward_timeout_s = forward_timeout_s
+        self.catch_up_wait_s = catch_up_wait_ms / 1000
+        self._catch_up_slots = threading.Semaphore(catch_up_waiters)
         self._view: tuple[float, dict[tuple[str, int], PartitionInfo]] = (float("-inf"), {})
         self._view_lock = threading.Lock()
         self.forwarded = 0
@@ -111,7 +113,38 @@ class RoutedSource:
         if pending and self.membership.peers:
             topics = (frozenset(spec.source_topics) or None) if spec is not None else None
             self._forward(request, pending, results, topics)
+        if self.catch_up_wait_s > 0 and not request.active_required:
+            self._catch_up(request, results)
         return StateQueryResult.of(results)
+
+    def _catch_up(self, request: StateQueryRequest, results: dict[int, QueryResult]) -> None:
+        """Local partitions behind the bound that no peer could answer: ask again for a moment (a replica trails
+        its siblings by milliseconds, so a bound one of them gave a client is met soon). At most
+        ``catch_up_waiters`` statements wait at once; the others are answered at once (the gateway's own
+        ``wait_ms`` waiting still applies after this)."""
+        def behind() -> list[int]:
+            return [p for p, qr in results.items()
+                    if qr.is_failure and qr.failure_reason is FailureReason.NOT_UP_TO_BOUND and qr.host == self.self_url]
+
+        todo = behind()
+        if not todo or not self._catch_up_slots.acquire(blocking=False):
+            return
+        try:
+            deadline = time.monotonic() + self.catch_up_wait_s
+            pause = 0.002
+            for _ in range(10_000):  # bounded; the clock ends it
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
+                answer = self.local.query(request.with_partitions(todo))
+                for p, qr in answer.partition_results.items():
+                    if qr.is_success:
+                        info = self.local_view().get((request.store_name, p))
+                        results[p] = qr.served_by(self.self_url, info is not None and info.role == "active")
+                todo = behind()
+                if not todo or time.monotonic() >= deadline:
+                    return
+        finally:
+            self._catch_up_slots.release()
 
     # -- forwarding -------------------------------------------------------------------------------------
     def _candidates(self, request: StateQueryRequest, p: int, topics: frozenset[str] | None,

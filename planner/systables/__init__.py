@@ -17,14 +17,16 @@ from typing import Any
 from stores.catalog.schema import StoreSpec
 
 from .information_schema import TABLES as _INFORMATION_SCHEMA
+from .iqgate_system import TABLES as _SYSTEM
 from .model import SERVER_VERSION, STORE_NAMESPACE_OID, VERSION_STRING, SystemContext, SystemTable
 from .pg_catalog import TABLES as _PG_CATALOG
 
 __all__ = ["SystemContext", "SystemTable", "SYSTEM_SCHEMAS", "SYSTEM_TABLES", "UNQUALIFIED_SYSTEM_TABLES",
            "relation_name", "table_rows", "STORE_NAMESPACE_OID", "SERVER_VERSION", "VERSION_STRING"]
 
-SYSTEM_SCHEMAS = ("information_schema", "pg_catalog")
-SYSTEM_TABLES: dict[str, SystemTable] = {f"{t.schema}.{t.name}": t for t in (*_INFORMATION_SCHEMA, *_PG_CATALOG)}
+SYSTEM_SCHEMAS = ("information_schema", "pg_catalog", "system")
+SYSTEM_TABLES: dict[str, SystemTable] = {f"{t.schema}.{t.name}": t for t in (*_INFORMATION_SCHEMA, *_PG_CATALOG,
+                                                                             *_SYSTEM)}
 #: PostgreSQL looks pg_catalog up first: ``FROM pg_type`` means ``pg_catalog.pg_type`` (psycopg writes that).
 UNQUALIFIED_SYSTEM_TABLES = {k.split(".", 1)[1]: k for k in SYSTEM_TABLES if k.startswith("pg_catalog.")}
 

@@ -32,6 +32,11 @@ class SystemContext:
     settings: Mapping[str, str] = field(default_factory=dict)
     backend_pid: int = 0
     application_name: str = ""
+    #: rows of ``system.partitions`` (host, store, partition, role, position, lags …), filled by the gateway
+    partitions: tuple[tuple[Any, ...], ...] = ()
+
+    def with_partitions(self, rows: Iterable[tuple[Any, ...]]) -> SystemContext:
+        return replace(self, partitions=tuple(rows))
 
     def with_settings(self, extra: Mapping[str, str]) -> SystemContext:
         """The context with ``extra`` settings added beneath its own (its own win)."""

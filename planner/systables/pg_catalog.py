@@ -97,7 +97,24 @@ def _activity(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[
     yield (1, ctx.database, ctx.backend_pid, _ROLE_OID, ctx.user, ctx.application_name, None, "active", "")
 
 
+#: PostgreSQL's reserved key words (``pg_get_keywords()`` category R): SQL editors (DBeaver) highlight them
+_RESERVED = (
+    "all analyse analyze and any array as asc asymmetric both case cast check collate column constraint create "
+    "current_catalog current_date current_role current_time current_timestamp current_user default deferrable "
+    "desc distinct do else end except false fetch for foreign from grant group having in initially intersect "
+    "into lateral leading limit localtime localtimestamp not null offset on only or order placing primary "
+    "references returning select session_user some symmetric system_user table then to trailing true union "
+    "unique user using variadic when where window with").split()
+
+
+def _keywords(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[tuple[Any, ...]]:
+    for word in _RESERVED:
+        yield (word, "R", word not in ("as",), "reserved", "can be bare label" if word != "as" else "requires AS")
+
+
 TABLES = (
+    SystemTable("pg_catalog", "pg_get_keywords", columns(
+        "word varchar, catcode varchar, barelabel boolean, catdesc varchar, baredesc varchar"), _keywords),
     SystemTable("pg_catalog", "pg_namespace", columns("oid bigint, nspname varchar, nspowner bigint, nspacl varchar[]"),
                 _namespaces),
     SystemTable("pg_catalog", "pg_class", columns(

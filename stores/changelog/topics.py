@@ -207,9 +207,22 @@ class KafkaChangelog:
         return self.client.list_topics()
 
     def ensure(self, topic: str, partitions: int) -> None:
-        if topic not in self._ensured:
-            self.client.create_topic(topic, partitions, exist_ok=True)
-            self._ensured.add(topic)
+        """Create the changelog with unlimited retention (a replica started later restores from its first record)."""
+        if topic in self._ensured:
+            return
+        if topic not in self.client.list_topics():
+            from confluent_kafka import KafkaException
+            from confluent_kafka.admin import AdminClient, NewTopic
+
+            admin = AdminClient({**self.conf, "logger": _LOG})
+            future = admin.create_topics([NewTopic(topic, partitions, 1, config={"retention.ms": "-1"})])[topic]
+            try:
+                future.result(timeout=self.timeout_s)
+            except KafkaException as exc:
+                if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                    raise KafkaError(f"cannot create changelog {topic!r} in Kafka at {self.servers}: {exc}") from None
+        self.client.create_topic(topic, partitions, exist_ok=True)  # waits until listed; checks the partitions
+        self._ensured.add(topic)
 
     def prepare(self, topic: str) -> None:
         self._producer(topic)

@@ -37,7 +37,7 @@ from .connections import ReadPool
 from .key_order import sort_order
 from .staging import ADBC_MIN_ROWS, Stager
 
-__all__ = ["PartitionStore", "Handler", "StoreClosedError", "is_permitted", "integrity_problem", "CORRUPTION_TEXTS",
+__all__ = ["PartitionStore", "Handler", "StoreClosedError", "is_permitted", "integrity_problem", "CORRUPTION_TEXTS", "upsert_set",
            "QUICK_CHECK_MAX_BYTES"]
 
 log = logging.getLogger(__name__)
@@ -141,6 +141,11 @@ def no_checkpoint_on_close(conn: sqlite3.Connection, path: Path) -> bool:
         return lib.sqlite3_db_config(handle, _NO_CKPT_ON_CLOSE, 1, None) == 0
     except Exception:  # noqa: BLE001 - best effort: an unknown layout means no change
         return False
+
+
+def upsert_set(columns: Sequence[str]) -> str:
+    """``a = excluded.a, b = excluded.b``: an UPSERT's update of every non-key column (the later change wins)."""
+    return ", ".join(f"{c} = excluded.{c}" for c in columns)
 
 
 class StoreClosedError(RuntimeError):
@@ -581,6 +586,10 @@ class PartitionStore:
         partition's stream time after this batch.
         """
         raise NotImplementedError
+
+    def value_columns(self) -> list[str]:
+        """The table's value columns: v0 … v{n-1}."""
+        return [f"v{i}" for i in range(self.codec.n)]
 
     def stage_columns(self) -> list[str]:
         """The change-table columns a kind's merge reads from the staged rows."""

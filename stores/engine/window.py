@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from ..iqv2.position import Position
 from ..iqv2.query import WindowKeyQuery, WindowRangeQuery
 from ..iqv2.values import KeyValue, TimeWindow, Windowed
-from .base import Handler, PartitionStore
+from .base import Handler, PartitionStore, upsert_set
 from .rows import RowIterator
 
 __all__ = ["WindowStore", "SessionStore"]
@@ -52,8 +52,8 @@ class _WindowTable(PartitionStore):
         deletes = pc.sum(rows.column("del")).as_py() or 0
         if deletes < len(rows):
             c.execute(self.cached_sql(("merge_upsert", src), lambda: (
-                f"INSERT OR REPLACE INTO win (k, ws, we, ts{v}) SELECT k, ws, we, ts{v} FROM {src} WHERE del = 0"
-                " ORDER BY rowid")))
+                f"INSERT INTO win (k, ws, we, ts{v}) SELECT k, ws, we, ts{v} FROM {src} WHERE del = 0"
+                f" ORDER BY rowid ON CONFLICT (k, ws, we) DO UPDATE SET {upsert_set(('ts', *self.value_columns()))}")))
         if deletes:
             c.execute(f"DELETE FROM win WHERE (k, ws, we) IN (SELECT k, ws, we FROM {src} WHERE del = 1)")
 

@@ -138,7 +138,8 @@ class StateQueryResult:
 
     @classmethod
     def of(cls, results: Mapping[int, QueryResult], global_result: QueryResult | None = None) -> StateQueryResult:
-        return cls(MappingProxyType(dict(sorted(results.items()))), global_result)
+        items = dict(results) if len(results) < 2 else dict(sorted(results.items()))  # one partition: no sort
+        return cls(MappingProxyType(items), global_result)
 
     @property
     def position(self) -> Position:

@@ -38,14 +38,18 @@ class SharedQueries:
     def _plan_groups(self) -> None:
         """Stores over the same stream share a query, unless one has a checkpoint of its own."""
         def solo(name: str) -> bool:
+            if name in self.app.upgrades.pending:  # issue 20: a changed store is rebuilt by a query of its own
+                return True
             return has_own_checkpoint(layout.checkpoint_dir(self.state_dir, name, self.app.current_generation(name)))
 
         per = int(getattr(self.topology, "stores_per_query", 1))
         self.groups = plan_groups(self.state_dir, [u.decl for u in self.units.values()], per, solo)
         for g in self.groups:
             for name in g.names:
-                self.units[name].group = g
-            log.info("stores %s share one streaming query (%s)", ", ".join(g.names), g.checkpoint)
+                if name not in g.detached:  # a detached member runs alone; the union keeps its operator
+                    self.units[name].group = g
+            log.info("stores %s share one streaming query (%s)%s", ", ".join(g.names), g.checkpoint,
+                     f"; {', '.join(sorted(g.detached))} left it" if g.detached else "")
 
     def _members(self, u: Any) -> list[Any]:
         """The units a query failure or a pause of ``u``'s query concerns: its group's live members, or itself."""

@@ -5,10 +5,12 @@ a query thread, its own read of the source and its own batch overhead per
 store — ~130 MB and a few threads each, so 100 stores did not fit on a
 small machine. Stores that read the same stream with the same output mode
 are unioned into one query instead: each store's projected rows become a
-struct column ``__s<i>`` tagged by ``__m = i``, the query reads the source
-once per micro-batch, runs every store's aggregation (Spark allows several
-stateful operators in one update-mode query when they are unioned, not
-chained), and one foreachBatch splits the Arrow batch by member and writes
+struct column ``__s<i>`` tagged by ``__m = i``, one source runner plans
+each micro-batch (members with identical partial aggregations, or built on
+one ``repartition`` of the stream, also share its scan through Spark's
+exchange reuse; others scan it each), the query runs every store's
+aggregation (Spark allows several stateful operators in one update-mode
+query when they are unioned, not chained), and one foreachBatch splits the Arrow batch by member and writes
 each store. At most ``stores_per_query`` stores share a query (default 32:
 a wider union makes each micro-batch a long chain of stages).
 
@@ -113,8 +115,13 @@ def _bucket(decl: Any) -> tuple[Any, ...] | None:
     return (mode, tuple(sorted(streams)), tuple(sorted(decl.spec.source_topics))) if streams else None
 
 
-def _gid(names: Sequence[str]) -> str:
-    return hashlib.sha1("\0".join(names).encode()).hexdigest()[:12]
+def _gid(names: Sequence[str], root: Path) -> str:
+    """A new group's id: from its members, but never the directory of another (or an abandoned) group's checkpoint."""
+    for salt in range(1000):
+        gid = hashlib.sha1("\0".join([*names, str(salt)] if salt else names).encode()).hexdigest()[:12]
+        if not (root / gid).exists():
+            return gid
+    raise RuntimeError(f"no free shared-query directory under {root} for {list(names)}")
 
 
 def plan_groups(state_dir: str | Path, decls: Iterable[Any], per_query: int,
@@ -123,13 +130,14 @@ def plan_groups(state_dir: str | Path, decls: Iterable[Any], per_query: int,
 
     Groups recorded under ``checkpoints/@shared`` are kept when every member
     is still declared, shareable and in one bucket (the same plan, so the
-    checkpoint's state is valid); the other shareable stores are chunked in
-    declaration order. ``solo(name)`` says a store must keep its own query.
+    checkpoint's state is valid); a member that has a query of its own by
+    now (``solo(name)``: it was rebuilt) stays in the union, detached, so the
+    others keep their state. The other shareable stores that are not solo are
+    chunked in declaration order.
     """
     if per_query < 2:
         return []
-    by_name = {d.spec.name: d for d in decls}
-    free = {n: d for n, d in by_name.items() if _bucket(d) is not None and not solo(n)}
+    shareable = {d.spec.name: d for d in decls if _bucket(d) is not None}
     root = shared_root(state_dir)
     groups: list[QueryGroup] = []
     for members_file in sorted(root.glob("*/members.json")) if root.is_dir() else ():
@@ -138,17 +146,21 @@ def plan_groups(state_dir: str | Path, decls: Iterable[Any], per_query: int,
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("ignoring shared query %s: %s", members_file.parent, exc)
             continue
-        if len(names) >= 2 and all(n in free for n in names) and len({_bucket(free[n]) for n in names}) == 1:
-            groups.append(QueryGroup(members_file.parent.name, [free.pop(n) for n in names], members_file.parent))
+        if len(names) >= 2 and len(set(names)) == len(names) and all(n in shareable for n in names) \
+                and len({_bucket(shareable[n]) for n in names}) == 1:
+            g = QueryGroup(members_file.parent.name, [shareable.pop(n) for n in names], members_file.parent)
+            g.detached = {n for n in names if solo(n)}
+            groups.append(g)
     buckets: dict[tuple[Any, ...], list[Any]] = {}
-    for d in free.values():
-        buckets.setdefault(_bucket(d), []).append(d)  # type: ignore[arg-type]
+    for d in shareable.values():
+        if not solo(d.spec.name):
+            buckets.setdefault(_bucket(d), []).append(d)  # type: ignore[arg-type]
     for members in buckets.values():
         for i in range(0, len(members), per_query):
             chunk = members[i:i + per_query]
             if len(chunk) < 2:
                 continue
-            gid = _gid([d.spec.name for d in chunk])
+            gid = _gid([d.spec.name for d in chunk], root)
             groups.append(QueryGroup(gid, chunk, root / gid))
     return groups
 

@@ -25,7 +25,6 @@ from typing import Any
 
 from ..app import layout
 from ..app.upgrade import missing_history, partial_history, refusal_message
-from ..iqv2.position import Position
 from .materializer import last_committed_batch, position_from_offsets, read_batch_offsets
 
 __all__ = ["begin_upgrade"]
@@ -52,7 +51,7 @@ def begin_upgrade(runtime: Any, unit: Any) -> bool:
         log.warning("stream-client %s: store %s is rebuilt from what its source still holds (--rebuild-from-"
                     "available): its answers miss the records before %s", app.application_id, unit.name, missing)
     old_gen = app.current_generation(unit.name)
-    target = app.positions().get(unit.name, Position.empty())
+    target = app.max_position(unit.name)
     ck = layout.checkpoint_dir(runtime.state_dir, unit.name, old_gen)
     committed = last_committed_batch(ck)
     if committed is not None:
@@ -64,6 +63,7 @@ def begin_upgrade(runtime: Any, unit: Any) -> bool:
               "has caught up with it")
     if unit.name in app.upgrades.partial:
         reason += " (rebuilt from the records the source still holds: partial history)"
+    runtime._detach(unit)  # never a member of a shared query: its new plan is not the group's checkpointed one
     g = app.begin_rebuild(unit.name, reason, spec=change.new_spec)
     shutil.rmtree(layout.checkpoint_dir(runtime.state_dir, unit.name, g), ignore_errors=True)
     unit.generation = old_gen

@@ -46,7 +46,8 @@ class ReplicaSource:
         return self.reader.source_end_offsets(topics)
 
     def status(self) -> dict[str, Any]:
-        out = self.reader.status()
+        out = dict(self.reader.status())
+        out["partitions"] = [lag.to_json() for lag in self.replica.lags()]  # KIP-535 lags, in health and metrics
         if self.replica.errors:
             out["health"] = {**out["health"], "status": "degraded",
                              "reason": "; ".join(f"store {n}: {e}" for n, e in sorted(self.replica.errors.items()))}

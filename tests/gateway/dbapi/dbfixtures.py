@@ -98,6 +98,9 @@ def serve(gw: Gateway, config: GatewayConfig | None = None) -> Iterator[str]:
             for channel in list(server._map.values()):
                 channel.handle_close()
 
-        server.trigger.pull_trigger(close_all)
+        try:
+            server.trigger.pull_trigger(close_all)
+        except OSError:  # EBADF: the loop woke for another event first, ran close_all and closed the trigger
+            pass
         thread.join(timeout=5)
         server.task_dispatcher.shutdown()

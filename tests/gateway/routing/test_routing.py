@@ -17,7 +17,16 @@ from stores.iqv2.position import Position
 from stores.log.eventlog import EventLog
 from stores.replica import Replica, ReplicaSource
 from tests.gateway.gwfixtures import Http, serve_gateway
-from tests.stores.changelog.helpers import APP, batch, logged_writer, open_app, position
+from tests.stores.changelog.helpers import (
+    APP,
+    batch,
+    kv_spec,
+    logged_writer,
+    open_app,
+    position,
+    window_batch,
+    window_spec,
+)
 
 
 def wait_for(cond, timeout_s: float = 20.0) -> None:
@@ -48,16 +57,20 @@ class Node:
     def close(self) -> None:
         self.membership.close()
         self.server.close()
+        self.local.close()  # its store files: read connections count against the process-wide budget
 
 
 @pytest.fixture
 def cluster(tmp_path: Path):
     log = EventLog(tmp_path / "log")
-    app = open_app(tmp_path / "active")
+    app = open_app(tmp_path / "active", kv_spec(), window_spec())
     w = logged_writer(app, EventLogChangelog(log))
+    ww = logged_writer(app, EventLogChangelog(log), "per_min")
     for i in range(3):
         w.write_batch(i, batch(i), position(i))
-    rep = Replica(EventLogChangelog(log), APP, tmp_path / "replica", partitions={"revenue": [0, 1]}).start()
+        ww.write_batch(i, window_batch(i), position(i))
+    rep = Replica(EventLogChangelog(log), APP, tmp_path / "replica",
+                  partitions={"revenue": [0, 1], "per_min": [0]}).start()
     wait_for(rep.caught_up)
     active = Node(StateDirReader(tmp_path / "active"))
     standby = Node(ReplicaSource(rep))
@@ -87,6 +100,18 @@ def test_any_server_answers_every_partition_and_names_who_did(cluster) -> None:
     # the replica hosts 0 and 1 (standby); partition 2 it lacks, so the active answered it
     assert {p: (o["host"], o["active"]) for p, o in ob.items()} == {
         0: (standby.server.url, False), 1: (standby.server.url, False), 2: (active.server.url, True)}
+
+
+def test_typed_columns_of_a_peers_rows_survive_streamed_and_row_scans(cluster) -> None:
+    """Window stores (timestamps) read from a peer: a streamed full scan and a key lookup equal the active's."""
+    active, standby, _ = cluster
+    for sql, params in (("SELECT * FROM per_min ORDER BY customer, window_start", None),
+                        ("SELECT customer, window_start, n FROM per_min WHERE customer = ?", ["c3"])):
+        s1, _, a = active.http.sql(sql, params=params) if params else active.http.sql(sql)
+        s2, _, b = standby.http.sql(sql, params=params) if params else standby.http.sql(sql)
+        assert s1 == s2 == 200 and a["rows"] == b["rows"] and a["rows"], (a, b)
+    _, _, b = standby.http.sql("SELECT * FROM per_min")
+    assert {o["partition"]: o["host"] for o in b["partitions"]} == {0: standby.server.url, 1: active.server.url}
 
 
 def test_require_active_goes_to_the_active_and_fails_clearly_without_one(cluster) -> None:
@@ -126,7 +151,7 @@ def test_peers_report_roles_positions_and_lags(cluster) -> None:
     body = json.loads(raw)
     assert status == 200 and body["host"] == standby.server.url
     parts = {(p["store"], p["partition"]): p for p in body["partitions"]}
-    assert set(parts) == {("revenue", 0), ("revenue", 1)}
+    assert set(parts) == {("revenue", 0), ("revenue", 1), ("per_min", 0)}
     assert all(p["role"] == "standby" and p["offset_lag"] == 0 for p in parts.values())
     assert body["peers"][0]["url"] == active.server.url and body["peers"][0]["alive"]
     _, _, text = standby.http.request("GET", "/metrics")
@@ -134,7 +159,7 @@ def test_peers_report_roles_positions_and_lags(cluster) -> None:
     assert f'iqgate_peer_up{{peer="{active.server.url}"}} 1'.encode() in text
     _, _, raw = active.http.request("GET", "/v1/partitions")
     roles = {(p["store"], p["partition"]): p["role"] for p in json.loads(raw)["partitions"]}
-    assert roles == {("revenue", p): "active" for p in range(3)}
+    assert roles == {**{("revenue", p): "active" for p in range(3)}, **{("per_min", p): "active" for p in range(2)}}
 
 
 def test_a_malformed_forwarded_request_is_refused_by_name(cluster) -> None:
@@ -143,3 +168,48 @@ def test_a_malformed_forwarded_request_is_refused_by_name(cluster) -> None:
     assert status == 400 and b"Nope" in raw
     status, _, raw = active.http.request("POST", "/v1/iq", raw=b"{not json")
     assert status == 400
+
+
+def test_system_partitions_lists_every_hosts_copies_with_lags(cluster) -> None:
+    active, standby, _ = cluster
+    status, _, body = standby.http.sql("SELECT host, store, partition, role, offset_lag, alive FROM system.partitions "
+                                       "ORDER BY host = ? DESC, store, partition", params=[standby.server.url])
+    assert status == 200, body
+    s, a = standby.server.url, active.server.url
+    assert body["rows"] == [[s, "per_min", 0, "standby", 0, True], [s, "revenue", 0, "standby", 0, True],
+                            [s, "revenue", 1, "standby", 0, True],
+                            [a, "per_min", 0, "active", 0, True], [a, "per_min", 1, "active", 0, True],
+                            [a, "revenue", 0, "active", 0, True], [a, "revenue", 1, "active", 0, True],
+                            [a, "revenue", 2, "active", 0, True]]
+    status, _, body = standby.http.sql("SELECT max(offset_lag) FROM system.partitions WHERE store = 'revenue'")
+    assert status == 200 and body["rows"] == [[0]]
+
+
+def test_a_replica_behind_a_bound_catches_up_for_a_moment_instead_of_failing(tmp_path) -> None:
+    """No peers: a bound the replica reaches a few milliseconds later is answered by it, not NOT_UP_TO_BOUND."""
+    log = EventLog(tmp_path / "log")
+    app = open_app(tmp_path / "active")
+    w = logged_writer(app, EventLogChangelog(log))
+    w.write_batch(0, batch(0), position(0))
+    rep = Replica(EventLogChangelog(log), APP, tmp_path / "replica").start()
+    wait_for(rep.caught_up)
+    routed = RoutedSource(ReplicaSource(rep), Membership([]), "http://replica", catch_up_wait_ms=5_000)
+    gw = Gateway(routed)
+    try:
+        for i in range(1, 6):
+            w.write_batch(i, batch(i), position(i))
+            res = gw.sql("SELECT count(*) FROM revenue", position=position(i))
+            assert res.position == Position.from_map(position(i))
+            assert {p.host for p in res.partitions} == {"http://replica"}
+        short = ReplicaSource(rep)
+        try:
+            with pytest.raises(Exception, match="NOT_UP_TO_BOUND"):  # a bound the changelog never reaches: no hang
+                Gateway(RoutedSource(short, Membership([]), "http://replica", catch_up_wait_ms=300)
+                        ).sql("SELECT count(*) FROM revenue", position=position(99))
+        finally:
+            short.reader.close()
+    finally:
+        gw.close()
+        routed.local.close()
+        rep.close()
+        app.close()

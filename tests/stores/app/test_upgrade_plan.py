@@ -202,3 +202,56 @@ def test_deleted_records_cannot_be_read_and_offsets_stay(tmp_path: Any) -> None:
     assert EventLog(tmp_path).low_offsets(TOPIC) == {0: 6}  # on disk, for every process
     log.append_batch(TOPIC, [("k", {"i": 10}, 2000)])
     assert [r.offset for r in log.read(TOPIC, 0, 9)] == [9, 10]
+
+
+def test_over_http_the_new_column_is_503_and_the_rebuild_progress_is_in_stores_and_metrics(tmp_path: Any) -> None:
+    import json
+
+    from tests.gateway.gwfixtures import Http, serve_gateway
+
+    app = _start(Pipeline([kv("revenue", "revenue")]), tmp_path)
+    _fill(app, "revenue", {"c1": (10,)}, 5)
+    assert app.close(10)
+    app = _start(Pipeline([kv("revenue", "revenue", "avg")]), tmp_path)
+    try:
+        app.begin_rebuild("revenue", "its definition changed", spec=app.upgrades.pending["revenue"].new_spec)
+        app.health.progress("revenue", {"phase": "rebuilding", "reached": 4, "target": 10, "records_per_s": 2.0,
+                                        "eta_s": 3.0})
+        with serve_gateway(Gateway(app)) as srv:
+            http = Http(srv.url)
+            st, _, body = http.sql("SELECT k, avg FROM revenue")
+            assert st == 503 and body["error"]["code"] == "COLUMN_NOT_YET_AVAILABLE" and body["error"]["retryable"]
+            assert "rebuild progress: 4 of 10 records at 2 records/s, ETA 3 s" in body["error"]["message"]
+            st, _, body = http.sql("SELECT k, revenue FROM revenue")
+            assert st == 200 and body["rows"] == [["c1", 10]]
+            _, _, raw = http.request("GET", "/v1/stores")
+            store = json.loads(raw)["stores"][0]
+            assert [c["name"] for c in store["columns"]][:2] == ["k", "revenue"]
+            assert store["status"]["status"] == "rebuilding" and store["status"]["progress"]["target"] == 10
+            st, _, raw = http.request("GET", "/v1/health")
+            assert st == 200 and json.loads(raw)["healthy"] is False
+            _, _, raw = http.request("GET", "/metrics")
+            text = raw.decode()
+            assert 'iqgate_store_progress_records{store="revenue",phase="rebuilding"} 4' in text
+            assert 'iqgate_store_progress_target_records{store="revenue",phase="rebuilding"} 10' in text
+            assert 'iqgate_store_progress_eta_seconds{store="revenue",phase="rebuilding"} 3.0' in text
+    finally:
+        assert app.close(10)
+
+
+def test_a_store_file_that_does_not_match_its_spec_is_not_retryable(tmp_path: Any) -> None:
+    """The failure issue 20 found (``no such column`` as a retryable STORE_EXCEPTION): no retry can fix it."""
+    from gateway.errors import PartitionFailureError
+
+    app = _start(Pipeline([kv("s", "a")]), tmp_path)
+    _fill(app, "s", {"x": (1,)}, 2)
+    assert app.close(10)
+    layout.write_store(tmp_path, "s", kv("s", "a", "b"))  # a spec the files were not built for
+    gw = Gateway.open(tmp_path)
+    try:
+        with pytest.raises(PartitionFailureError, match="STORE_EXCEPTION \\(not retryable\\).*no such column") as err:
+            gw.sql("SELECT k, b FROM s")
+        assert err.value.retryable is False and err.value.http_status != 503
+        assert all(p["retryable"] is False for p in err.value.partitions)
+    finally:
+        gw.close()

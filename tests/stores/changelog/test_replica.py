@@ -56,15 +56,23 @@ def test_restores_tails_and_answers_at_the_positions_it_applied(active, tmp_path
         wait_for(lambda: same_as_active(active_dir, tmp_path / "replica", kv_spec(), range(3))
                  and same_as_active(active_dir, tmp_path / "replica", window_spec(), range(2)))
         src = ReplicaSource(rep)
-        res = src.query(StateQueryRequest.in_store("revenue").with_query(RangeQuery.with_no_bounds()))
-        assert res.position == Position.from_map(position(5))
-        assert all(qr.is_success for qr in res.partition_results.values())
-        active_only = src.query(StateQueryRequest.in_store("revenue").with_query(RangeQuery.with_no_bounds())
-                                .require_active())
-        assert {qr.failure_reason for qr in active_only.partition_results.values()} == {FailureReason.NOT_ACTIVE}
+        try:
+            _check_source(src)
+        finally:
+            src.reader.close()
         lags = {(lag.store, lag.partition): lag for lag in rep.lags()}
         assert lags[("revenue", 0)].offset_lag == 0 and lags[("revenue", 0)].current_offset == 5
         assert lags[("revenue", 0)].role == "standby"
+
+
+def _check_source(src: ReplicaSource) -> None:
+    """Answers at the Position of the last record applied; require_active is NOT_ACTIVE on a standby."""
+    res = src.query(StateQueryRequest.in_store("revenue").with_query(RangeQuery.with_no_bounds()))
+    assert res.position == Position.from_map(position(5))
+    assert all(qr.is_success for qr in res.partition_results.values())
+    active_only = src.query(StateQueryRequest.in_store("revenue").with_query(RangeQuery.with_no_bounds())
+                            .require_active())
+    assert {qr.failure_reason for qr in active_only.partition_results.values()} == {FailureReason.NOT_ACTIVE}
 
 
 def test_a_restarted_replica_resumes_without_applying_twice(active, tmp_path) -> None:

@@ -90,3 +90,50 @@ def test_kill_9_mid_stream_then_restart_matches_the_oracle(spark, tmp_path, sour
         assert sizes["orders"] == total  # every record counted exactly once
     finally:
         assert app.close(60)
+
+
+def test_kill_9_while_a_big_batch_is_staged_then_restart_matches_the_oracle(spark, tmp_path):
+    """A big batch takes the columnar path's ADBC staging (``partition-<n>.db.stage``): kill -9 right in it.
+
+    20,000 orders in one append give ``last_order`` (versioned: a version per
+    order) ~5,000 rows per partition in one micro-batch, above ADBC_MIN_ROWS;
+    the pipeline process is killed as soon as a staging file appears, then a
+    new app on the same state dir must catch up to exactly the oracle.
+    """
+    log = EventLog(tmp_path / "log")
+    log.create_topic("orders", partitions=shop.TOPICS["orders"])
+    log.append_batch("orders", shop.generate_orders(300, customers=50, seed=11))
+    state = tmp_path / "state"
+    child = subprocess.Popen([sys.executable, str(Path(__file__).with_name("pipeline_child.py")), str(tmp_path / "log"),
+                              str(state)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    caught = False
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        assert line.strip() == "RUNNING", f"child did not reach RUNNING (exit {child.poll()})"
+        log.append_batch("orders", shop.generate_orders(20_000, customers=500, seed=12, start_ts=1_700_050_000_000))
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and child.poll() is None:
+            if any(state.glob("stores/*/*/partition-*.db.stage")) or any(state.glob("stores/*/partition-*.db.stage")):
+                caught = True
+                break
+            time.sleep(0.003)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(30)
+    assert caught, "the big batch was never seen staging"
+    assert child.returncode == -signal.SIGKILL
+    total = sum(log.end_offsets("orders").values())
+    app = StreamsApp(shop.build(spark, log), application_id="shop-restarted", state_dir=state)
+    try:
+        app.start()
+        wait_for_state(app, State.RUNNING, 300)  # a busy machine's Python workers may need the fault retries
+        wait_until(lambda: caught_up(app, log, SHOP_STORES), "the restarted stores to catch up", 300)
+        sizes = check_all(app, log, profiles=False)
+        assert sizes["orders"] == total  # every record counted exactly once
+        assert not any(state.glob("stores/**/*.db.stage"))
+    finally:
+        assert app.close(60)

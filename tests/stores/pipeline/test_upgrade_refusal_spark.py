@@ -55,8 +55,8 @@ def test_a_rebuild_from_a_source_that_lost_records_is_refused_unless_asked_for(s
     state = tmp_path / "state"
     app = StreamsApp(shop.build(spark, log), application_id="shop", state_dir=state)
     app.start()
-    wait_for_state(app, State.RUNNING)
-    wait_until(lambda: caught_up(app, log, STORES), "the first load", 90)
+    wait_for_state(app, State.RUNNING, 240)  # a loaded machine: Python workers can take long
+    wait_until(lambda: caught_up(app, log, STORES), "the first load", 240)
     assert app.close(60)
     before = _revenue(state)
     log.delete_records("orders", DELETED)
@@ -75,9 +75,9 @@ def test_a_rebuild_from_a_source_that_lost_records_is_refused_unless_asked_for(s
     app = StreamsApp(v2.build(spark, log), application_id="shop", state_dir=state)
     try:
         app.start()
-        wait_for_state(app, State.RUNNING)  # the refused store does not hold the others back
+        wait_for_state(app, State.RUNNING, 240)  # the refused store does not hold the others back
         wait_until(lambda: caught_up(app, log, ("revenue_per_min", "last_order", "orders_per_item")),
-                   "the other stores", 90)
+                   "the other stores", 180)
         st = app.status()
         assert st["stores"]["revenue"].status == "failed"
         assert st["stores"]["revenue"].reason.startswith("REBUILD_REFUSED: store 'revenue'")

@@ -25,7 +25,7 @@ import pyspark  # noqa: E402,F401 - Spark tests run or fail, never skip quietly
 
 from gateway.engine import Gateway  # noqa: E402
 from gateway.errors import ColumnNotYetAvailableError, SqlError  # noqa: E402
-from stores import State, StreamsApp  # noqa: E402
+from stores import Position, State, StreamsApp  # noqa: E402
 from stores.app import layout  # noqa: E402
 from stores.app.reader import StateDirReader  # noqa: E402
 from stores.app.upgrade import drop_removed, plan_upgrade  # noqa: E402
@@ -123,7 +123,7 @@ def _inodes(state: Path, store: str, partitions: int) -> list[int]:
     return [layout.partition_path(state, store, p).stat().st_ino for p in range(partitions)]
 
 
-def _check_revenue_v2(gw: Gateway, log: EventLog) -> int:
+def _check_revenue_v2(gw: Gateway, log: Any) -> int:
     """``revenue`` with its new column against DuckDB over the log up to the answer's Position."""
     res = gw.sql("SELECT key, revenue, orders, avg_amount FROM revenue")
     con = duckdb.connect()
@@ -142,8 +142,8 @@ def test_a_changed_store_is_rebuilt_beside_the_old_one_and_swapped_without_faile
     state = tmp_path / "state"
     app = StreamsApp(shop.build(spark, log), application_id="shop", state_dir=state)
     app.start()
-    wait_for_state(app, State.RUNNING)
-    wait_until(lambda: caught_up(app, log, STORES), "the first load", 90)
+    wait_for_state(app, State.RUNNING, 240)  # a loaded machine: Python workers can take long
+    wait_until(lambda: caught_up(app, log, STORES), "the first load", 240)
     assert [c.action for c in app.upgrades.plan.changes] == ["new", "new", "new"]
     assert app.close(60)
     before = {s: _metadata(state, s) for s in ("revenue_per_min", "last_order")}
@@ -170,13 +170,13 @@ def test_a_changed_store_is_rebuilt_beside_the_old_one_and_swapped_without_faile
             with pytest.raises(SqlError, match="unknown column 'no_such_column'"):
                 gw.sql("SELECT no_such_column FROM revenue")
             with SqlClient(gw, QUERIES) as client:
-                wait_until(lambda: app.current_generation("revenue") == 1, "the rebuilt revenue swapped in", 120)
+                wait_until(lambda: app.current_generation("revenue") == 1, "the rebuilt revenue swapped in", 240)
                 wait_until(lambda: client.answers >= 30, "answers after the swap", 60)
                 assert app.status()["stores"]["revenue"].status == "running"
             assert producer.sent > 0
         assert client.failures == [], client.failures[:5]
         assert client.went_back == [], client.went_back[:5]
-        wait_until(lambda: caught_up(app, log, (*STORES, "orders_per_item")), "catching up after the swap", 90)
+        wait_until(lambda: caught_up(app, log, (*STORES, "orders_per_item")), "catching up after the swap", 180)
         assert _check_revenue_v2(gw, log) == 150
         sizes = check_all(app, log, profiles=False)
         assert sizes["orders"] == 3300 + producer.sent
@@ -204,7 +204,7 @@ def test_a_changed_store_is_rebuilt_beside_the_old_one_and_swapped_without_faile
         assert [c.store for c in app.upgrades.plan.of("removed")] == ["orders_per_item"]
         assert [c.action for c in app.upgrades.plan.changes if c.store != "orders_per_item"] == ["unchanged"] * 3
         assert "orders_per_item" not in app.catalog()
-        wait_for_state(app, State.RUNNING)
+        wait_for_state(app, State.RUNNING, 240)  # a loaded machine: Python workers can take long
     finally:
         assert app.close(60)
     assert layout.partition_path(state, "orders_per_item", 0).exists()
@@ -218,3 +218,92 @@ def test_a_changed_store_is_rebuilt_beside_the_old_one_and_swapped_without_faile
     assert drop_removed(state, plan) == ["orders_per_item"]
     assert not layout.store_dir(state, "orders_per_item").exists()
     assert not layout.checkpoint_dir(state, "orders_per_item").exists()
+
+
+def test_an_upgrade_over_kafka_swaps_at_the_broker_offsets(spark, tmp_path):
+    """The same upgrade with a real Kafka-protocol broker (Tansu) as the source: positions are broker offsets."""
+    from stores.log.broker import LocalBroker
+    from stores.log.kafka import KafkaSource
+
+    with LocalBroker(log_path=tmp_path / "broker.log") as broker:
+        src = KafkaSource(broker.bootstrap_servers)
+        try:
+            src.create_topic("orders", 4)
+            src.append_batch("orders", shop.generate_orders(600, customers=30, seed=24))
+            state = tmp_path / "state"
+            app = StreamsApp(shop.build(spark, src), application_id="shop-kafka", state_dir=state)
+            app.start()
+            wait_for_state(app, State.RUNNING, 240)  # a loaded machine: Python workers can take long
+            wait_until(lambda: caught_up(app, src, STORES), "the first load", 240)
+            assert app.close(60)
+            src.append_batch("orders", shop.generate_orders(100, customers=30, seed=25, start_ts=1_700_050_000_000))
+
+            app = StreamsApp(v2.build(spark, src, new_store=False), application_id="shop-kafka", state_dir=state)
+            gw = Gateway(app)
+            try:
+                app.start()
+                assert [(c.store, c.action) for c in app.upgrades.plan.changes] == [
+                    ("revenue", "changed"), ("revenue_per_min", "unchanged"), ("last_order", "unchanged")]
+                with SqlClient(gw, {"revenue": QUERIES["revenue"]}) as client:
+                    wait_until(lambda: app.current_generation("revenue") == 1, "the swap", 240)
+                    src.append_batch("orders", shop.generate_orders(50, customers=30, seed=26,
+                                                                    start_ts=1_700_060_000_000))
+                    wait_until(lambda: caught_up(app, src, STORES), "catching up after the swap", 180)
+                assert client.failures == [] and client.went_back == [], (client.failures + client.went_back)[:5]
+                assert client.answers > 0
+                assert _check_revenue_v2(gw, src) == 30
+                assert check_all(app, src, profiles=False)["orders"] == 750
+                assert app.positions()["revenue"] == Position.from_map({"orders": src.last_offsets("orders")})
+            finally:
+                gw.close()
+                assert app.close(60)
+        finally:
+            src.close()
+
+
+def test_a_changed_store_that_shared_a_query_is_rebuilt_alone_and_its_query_mate_stays_right(spark, tmp_path):
+    """``revenue`` and ``orders_per_item`` share one streaming query (issue 23); then ``revenue`` changes.
+
+    The changed store is rebuilt by a query of its own; its former query-mate cannot keep the shared
+    checkpoint (the union's plan changed), so it is rebuilt beside itself too; both answer throughout and
+    equal the oracle afterwards.
+    """
+    from pyspark.sql import functions as F
+
+    from stores.pipeline.shared_query import shared_root
+
+    log = EventLog(tmp_path / "log")
+    log.create_topic("orders", partitions=4)
+    log.append_batch("orders", shop.generate_orders(600, customers=30, seed=27))
+    state = tmp_path / "state"
+    app = StreamsApp(v2.build(spark, log), application_id="shop", state_dir=state)
+    app.start()
+    wait_for_state(app, State.RUNNING, 240)  # a loaded machine: Python workers can take long
+    wait_until(lambda: caught_up(app, log, (*STORES, "orders_per_item")), "the first load", 240)
+    assert app.close(60)
+    assert any(shared_root(state).glob("*/members.json"))  # they did share a query
+
+    t = shop.build(spark, log)
+    t.table("orders_per_item", t.stream("orders", value_schema=shop.VALUE_SCHEMA).groupBy("item")
+            .agg(F.count("*").alias("orders")), key="item")
+    app = StreamsApp(t, application_id="shop", state_dir=state)
+    gw = Gateway(app)
+    try:
+        app.start()
+        assert {c.store: c.action for c in app.upgrades.plan.changes} == {
+            "revenue": "changed", "revenue_per_min": "unchanged", "last_order": "unchanged",
+            "orders_per_item": "unchanged"}
+        with SqlClient(gw, {"revenue": QUERIES["revenue"],
+                            "orders_per_item": "SELECT item, orders FROM orders_per_item"}) as client:
+            wait_until(lambda: app.current_generation("revenue") == 1, "the swap", 240)
+            log.append_batch("orders", shop.generate_orders(40, customers=30, seed=28, start_ts=1_700_060_000_000))
+            wait_until(lambda: caught_up(app, log, (*STORES, "orders_per_item")), "catching up", 180)
+        assert client.failures == [] and client.went_back == [], (client.failures + client.went_back)[:5]
+        assert check_all(app, log, profiles=False)["orders"] == 640
+        items = dict(gw.sql("SELECT item, orders FROM orders_per_item").rows())
+        con = duckdb.connect()
+        log_table(con, log, "orders", app.positions()["orders_per_item"], ("amount", "item"), "orders_log")
+        assert items == dict(con.execute("SELECT item, count(*) FROM orders_log GROUP BY item").fetchall())
+    finally:
+        gw.close()
+        assert app.close(60)

@@ -1,0 +1,80 @@
+"""The query page (``GET /``) and the result links it makes (``GET /v1/query?sql=…&format=csv``).
+
+In the spirit of datasette: the stores with their kinds, keys, partitions and
+positions, a SQL box (Ctrl-Enter), the answer as a table with its Position and
+per-partition outcomes, EXPLAIN, errors inline with line and column, links to
+the same result as JSON/CSV/Arrow, and a token prompt when the server has one.
+Every asset is a file of this package served from here: iqgate often runs
+where there is no internet, so nothing comes from a CDN. The page and its
+assets need no token (they hold no data); every data request sends it.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Any
+
+from flask import Flask, Response, request
+
+from ..config import GatewayConfig
+from ..errors import BadRequest, RouteNotFound
+from .limits import parse_sql_request
+from .renderers import ARROW, CSV, JSON, NDJSON, RENDERERS, position_header
+
+__all__ = ["register_page", "PAGE_PATHS"]
+
+_ASSETS = {"page.css": "text/css; charset=utf-8", "page.js": "text/javascript; charset=utf-8"}
+#: paths served without the bearer token: the page and its assets (no data in them)
+PAGE_PATHS = frozenset({"/", *(f"/page/{name}" for name in _ASSETS)})
+_FORMATS = {"json": JSON, "csv": CSV, "arrow": ARROW, "ndjson": NDJSON}
+_EXTENSIONS = {CSV: "csv", ARROW: "arrow"}
+_SECURITY = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+             "Content-Security-Policy": "default-src 'self'; style-src 'self'; script-src 'self'; "
+                                        "connect-src 'self'; img-src 'self' data: blob:; frame-ancestors 'none'"}
+
+
+def _asset(name: str) -> bytes:
+    return resources.files(__package__).joinpath("static", name).read_bytes()
+
+
+def register_page(app: Flask, gateway: Any, cfg: GatewayConfig) -> None:
+    page = _asset("page.html")
+    assets = {name: _asset(name) for name in _ASSETS}
+
+    @app.get("/")
+    def index() -> Response:
+        return Response(page, mimetype="text/html", headers=_SECURITY)
+
+    @app.get("/page/<name>")
+    def asset(name: str) -> Response:
+        if name not in assets:
+            raise RouteNotFound(f"no page asset {name!r}")
+        return Response(assets[name], headers={"Content-Type": _ASSETS[name], **_SECURITY})
+
+    @app.get("/v1/query")
+    def sql_link() -> Response:
+        """The POST endpoint as a link: ``sql``, ``format`` (json, csv, arrow, ndjson), ``partial``, ``position``."""
+        args = request.args
+        fmt = args.get("format", "json")
+        if fmt not in _FORMATS:
+            raise BadRequest(f"format must be one of {', '.join(_FORMATS)}, got {fmt!r}")
+        body: dict[str, Any] = {"sql": args.get("sql", "")}
+        if args.get("partial") in ("true", "1"):
+            body["partial"] = True
+        if "position" in args:
+            try:
+                body["position"] = json.loads(args["position"])
+            except ValueError as exc:
+                raise BadRequest(f"position is not JSON: {exc}") from None
+        req = parse_sql_request(json.dumps(body).encode(), cfg.max_request_bytes)
+        media = _FORMATS[fmt]
+        result = gateway.sql(req.sql, None, req.position, partial=req.partial, stream=media == NDJSON,
+                             arrow=media == ARROW, cancelled=request.environ.get("waitress.client_disconnected"))
+        resp = RENDERERS[media](result, cfg.max_response_bytes)
+        resp.headers["X-IQ-Position"] = position_header(result)
+        if media in _EXTENSIONS:
+            resp.headers["Content-Disposition"] = f'attachment; filename="iqgate-result.{_EXTENSIONS[media]}"'
+        if media != NDJSON:
+            result.close()
+        return resp

@@ -1,0 +1,56 @@
+"""The PG port over the no-Spark shop (every store kind), with a token, beside HTTP on the same Gateway.
+
+Answers through PG clients are compared with the same statement over HTTP
+(the ``server`` fixture of tests/gateway) or with the rows written
+(``shop``), never with values typed in by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from gateway.engine import Gateway
+from gateway.pg import PgServer
+
+TOKEN = "pg-s3cret token"
+
+
+@dataclass
+class Pg:
+    host: str
+    port: int
+    token: str | None
+
+    def conninfo(self, **extra: Any) -> str:
+        parts = {"host": self.host, "port": self.port, "user": "iqgate", "dbname": "iqgate", "connect_timeout": 10}
+        if self.token is not None:
+            parts["password"] = self.token
+        parts.update(extra)
+        return " ".join(f"{k}='{str(v)}'" for k, v in parts.items())
+
+    def connect(self, **kw: Any) -> Any:
+        import psycopg
+
+        return psycopg.connect(self.conninfo(), **kw)
+
+    def libpq_env(self) -> dict[str, str]:
+        env = {"PGHOST": self.host, "PGPORT": str(self.port), "PGUSER": "iqgate", "PGDATABASE": "iqgate",
+               "PGCONNECT_TIMEOUT": "10", "PGSSLMODE": "prefer"}
+        if self.token is not None:
+            env["PGPASSWORD"] = self.token
+        return env
+
+
+@pytest.fixture(scope="module")
+def pg_server(gw: Gateway) -> Iterator[PgServer]:
+    with PgServer(gw, token=TOKEN, body_timeout_s=5.0) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def pg(pg_server: PgServer) -> Pg:
+    return Pg(pg_server.host, pg_server.port, TOKEN)

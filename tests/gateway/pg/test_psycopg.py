@@ -1,0 +1,228 @@
+"""psycopg 3 against the PG port: the extended protocol with bound parameters (text and binary), prepared
+statements, IQv2 session settings, and every failure as an ErrorResponse with a stable SQLSTATE."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import psycopg
+import pytest
+from psycopg import errors as pe
+
+from gateway.config import GatewayConfig
+from gateway.engine import Gateway
+from gateway.pg import PgServer
+from tests.gateway.gwfixtures import Http, Shop
+from tests.gateway.pg.conftest import Pg
+
+HEAVY = ("SELECT count(*) FROM revenue a, revenue b, revenue c, revenue d, revenue e, revenue f, revenue g "
+         "WHERE a.revenue + b.revenue + c.revenue + d.revenue + e.revenue + f.revenue + g.revenue > -1")
+
+
+def _http_rows(server: Http, sql: str, **fields: object) -> list[tuple[object, ...]]:
+    status, _, body = server.sql(sql, **fields)
+    assert status == 200, body
+    return [tuple(r) for r in body["rows"]]
+
+
+def test_point_lookups_with_bound_parameters_match_http(pg: Pg, server: Http, shop: Shop) -> None:
+    customers = sorted(shop.revenue)[:6]
+    with pg.connect(autocommit=True) as con:
+        for c in customers:
+            got = con.execute("SELECT customer, revenue, orders FROM revenue WHERE customer = %s", [c]).fetchall()
+            want = _http_rows(server, "SELECT customer, revenue, orders FROM revenue WHERE customer = ?", params=[c])
+            assert got == want
+            assert got == [(c, pytest.approx(shop.revenue[c][0]), shop.revenue[c][1])]
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
+def test_values_of_every_type_in_text_and_binary(pg: Pg, server: Http, shop: Shop, binary: bool) -> None:
+    ids = sorted(shop.accounts)[:10]
+    with pg.connect(autocommit=True) as con:
+        cur = con.cursor(binary=binary)
+        marks = ", ".join(["%s"] * len(ids))
+        got = cur.execute(f"SELECT id, name, balance, active, opened FROM accounts WHERE id IN ({marks}) ORDER BY id",
+                          ids).fetchall()
+    assert [r[0] for r in got] == ids
+    for (id_, name, balance, active, opened) in got:
+        want_name, want_balance, want_active, want_opened_ms = shop.accounts[id_]
+        assert (name, balance, active) == (want_name, want_balance, want_active)
+        assert int(opened.timestamp() * 1000) == want_opened_ms and opened.utcoffset().total_seconds() == 0
+    assert [d.name for d in cur.description] == ["id", "name", "balance", "active", "opened"]
+    assert [d.type_code for d in cur.description] == [20, 25, 701, 16, 1184]  # int8 text float8 bool timestamptz
+
+
+def test_array_parameters_are_refused_clearly(pg: Pg) -> None:
+    with pg.connect(autocommit=True) as con, pytest.raises(pe.UndefinedParameter) as info:
+        con.execute("SELECT * FROM accounts WHERE id = ANY(%s)", [[1, 2]])
+    assert "parameters are single values" in str(info.value)
+
+
+def test_prepared_statement_reused_with_new_parameters(pg: Pg, shop: Shop) -> None:
+    with pg.connect(autocommit=True, prepare_threshold=0) as con:  # server-side prepared from the first run
+        for c in sorted(shop.revenue)[:8]:
+            row = con.execute("SELECT orders FROM revenue WHERE customer = %s", [c]).fetchone()
+            assert row == (shop.revenue[c][1],)
+
+
+def test_aggregates_and_windows_match_http(pg: Pg, server: Http) -> None:
+    sql = ("SELECT customer, count(*) AS windows, sum(orders) AS orders FROM per_min GROUP BY customer "
+           "ORDER BY orders DESC, customer LIMIT 5")
+    with pg.connect(autocommit=True) as con:
+        assert con.execute(sql).fetchall() == _http_rows(server, sql)
+
+
+@pytest.mark.parametrize("sql, sqlstate, error", [
+    ("SELECT * FROM no_such_store", "42P01", pe.UndefinedTable),
+    ("SELECT no_such_column FROM revenue", "42703", pe.UndefinedColumn),
+    ("SELEC customer FROM revenue", "42601", pe.SyntaxError),
+    ("INSERT INTO revenue VALUES ('x', 1.0, 1)", "25006", pe.ReadOnlySqlTransaction),
+    ("DELETE FROM revenue", "25006", pe.ReadOnlySqlTransaction),
+    ("SELECT * FROM read_csv('/etc/passwd')", "42501", pe.InsufficientPrivilege),
+])
+def test_failures_have_stable_sqlstates(pg: Pg, sql: str, sqlstate: str, error: type) -> None:
+    with pg.connect(autocommit=True) as con:
+        with pytest.raises(error) as info:
+            con.execute(sql)
+        assert info.value.sqlstate == sqlstate
+        assert con.execute("SELECT 1").fetchone() == (1,)  # the connection goes on
+
+
+def test_syntax_error_has_a_position(pg: Pg) -> None:
+    with pg.connect(autocommit=True) as con, pytest.raises(pe.UndefinedColumn) as info:
+        con.execute("SELECT customer,\n       nope FROM revenue")
+    assert info.value.diag.statement_position == str(len("SELECT customer,\n       ") + 1)
+
+
+def test_position_bound_not_reached_is_retryable_and_names_reason_and_partitions(pg: Pg, shop: Shop) -> None:
+    ahead = {"orders": {"1": shop.position.offset("orders", 1) + 5}}
+    with pg.connect(autocommit=True) as con:
+        con.execute(f"SET position_bound = '{json.dumps(ahead)}'")
+        assert json.loads(con.execute("SHOW position_bound").fetchone()[0]) == ahead
+        with pytest.raises(pe.SerializationFailure) as info:
+            con.execute("SELECT * FROM revenue WHERE customer = %s", [sorted(shop.revenue)[0]])
+        err = info.value
+        assert err.sqlstate == "40001"
+        assert err.diag.message_primary.startswith("NOT_UP_TO_BOUND")
+        assert "NOT_UP_TO_BOUND" in err.diag.message_detail and "store revenue partition" in err.diag.message_detail
+        assert err.diag.message_hint and "wait_for_bound_ms" in err.diag.message_hint
+        # a full scan: every partition named in DETAIL
+        with pytest.raises(pe.SerializationFailure) as info:
+            con.execute("SELECT count(*) FROM revenue")
+        detail = info.value.diag.message_detail
+        assert all(f"store revenue partition {p}: NOT_UP_TO_BOUND" in detail for p in range(4))
+        con.execute("RESET position_bound")
+        assert con.execute("SELECT count(*) FROM revenue").fetchone() == (len(shop.revenue),)
+
+
+def test_show_last_position_is_the_position_of_the_last_answer(pg: Pg, server: Http, shop: Shop) -> None:
+    with pg.connect(autocommit=True) as con:
+        assert json.loads(con.execute("SHOW last_position").fetchone()[0]) == {}
+        con.execute("SELECT * FROM revenue WHERE customer = %s", [sorted(shop.revenue)[0]]).fetchall()
+        got = json.loads(con.execute("SHOW last_position").fetchone()[0])
+    _, _, body = server.sql("SELECT * FROM revenue WHERE customer = ?", params=[sorted(shop.revenue)[0]])
+    assert got == body["position"] == {"orders": {str(p): o for p, o in shop.position.to_json_map()["orders"].items()}}
+
+
+def test_bound_reached_answers_and_set_config_sets_it(pg: Pg, shop: Shop) -> None:
+    reached = {"orders": {"0": shop.position.offset("orders", 0)}}
+    with pg.connect(autocommit=True) as con:
+        row = con.execute("SELECT set_config('position_bound', %s, false)", [json.dumps(reached)]).fetchone()
+        assert json.loads(row[0]) == reached
+        assert con.execute("SELECT count(*) FROM revenue").fetchone() == (len(shop.revenue),)
+        assert con.execute("SELECT set_config('search_path', 'public', false)").fetchone() == ("public",)
+        assert con.execute("SHOW search_path").fetchone() == ("public",)
+
+
+def test_partial_results_failures_come_as_a_notice(pg: Pg, shop: Shop) -> None:
+    ahead = {"orders": {"1": shop.position.offset("orders", 1) + 5}}
+    notices: list[dict[str, str | None]] = []  # a Diagnostic is only valid inside the handler
+    with pg.connect(autocommit=True) as con:
+        con.add_notice_handler(lambda d: notices.append({"severity": d.severity, "sqlstate": d.sqlstate,
+                                                         "message": d.message_primary, "detail": d.message_detail}))
+        con.execute("SET partial_results = true")
+        con.execute(f"SET position_bound = '{json.dumps(ahead)}'")
+        assert con.execute("SELECT customer FROM revenue").fetchall() == []  # every partition is behind
+    assert len(notices) == 1
+    n = notices[0]
+    assert n["severity"] == "WARNING" and n["sqlstate"] == "01000" and "partial result" in str(n["message"])
+    assert all(f"store revenue partition {p}: NOT_UP_TO_BOUND" in str(n["detail"]) for p in range(4))
+
+
+def test_statement_timeout_is_57014(pg: Pg) -> None:
+    with pg.connect(autocommit=True) as con:
+        con.execute("SET statement_timeout = 100")
+        assert con.execute("SHOW statement_timeout").fetchone() == ("100ms",)
+        with pytest.raises(pe.QueryCanceled) as info:
+            con.execute(HEAVY)
+        assert info.value.sqlstate == "57014" and "STATEMENT_TIMEOUT" in str(info.value)
+        con.execute("RESET statement_timeout")
+        assert con.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_cancel_request_stops_the_running_statement(pg: Pg) -> None:
+    with pg.connect(autocommit=True) as con:
+        timer = threading.Timer(0.5, con.cancel_safe)  # cancel() blocks holding the GIL: the server runs in this process
+        timer.start()
+        try:
+            with pytest.raises(pe.QueryCanceled) as info:
+                con.execute(HEAVY)
+        finally:
+            timer.cancel()
+        assert info.value.sqlstate == "57014"
+        assert con.execute("SELECT 2").fetchone() == (2,)
+
+
+def test_out_of_memory_is_53200(shop_app: object) -> None:
+    gw = Gateway(shop_app, config=GatewayConfig(max_memory_bytes=16 * 2**20))
+    try:
+        with PgServer(gw) as srv, psycopg.connect(host=srv.host, port=srv.port, user="u", dbname="iqgate",
+                                                  autocommit=True, connect_timeout=10) as con:
+            with pytest.raises(pe.OutOfMemory) as info:
+                con.execute("SELECT count(DISTINCT a.customer || b.customer || c.customer || d.customer) "
+                            "FROM revenue a, revenue b, revenue c, revenue d")
+            assert info.value.sqlstate == "53200"
+            assert con.execute("SELECT count(*) FROM revenue").fetchone()[0] > 0
+    finally:
+        gw.close()
+
+
+def test_transactions_are_read_only_groupings(pg: Pg, shop: Shop) -> None:
+    with pg.connect() as con:  # psycopg's default: BEGIN before the first statement
+        assert con.execute("SELECT count(*) FROM revenue").fetchone() == (len(shop.revenue),)
+        assert con.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        assert con.execute("SHOW transaction_read_only").fetchone() == ("on",)
+        con.commit()
+        with pytest.raises(pe.UndefinedTable):
+            con.execute("SELECT * FROM nope")
+        with pytest.raises(pe.InFailedSqlTransaction):
+            con.execute("SELECT 1")
+        con.rollback()
+        assert con.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_what_clients_send_on_connect(pg: Pg) -> None:
+    with pg.connect(autocommit=True) as con:
+        assert con.execute("SELECT version()").fetchone()[0].startswith("PostgreSQL 16")
+        assert con.info.parameter_status("server_version") == "16.4"
+        assert con.execute("SHOW transaction isolation level").fetchone() == ("read committed",)
+        assert con.execute("SELECT current_setting('DateStyle')").fetchone() == ("ISO, MDY",)
+        con.execute("SET application_name = 'pg-tests'")
+        assert con.info.parameter_status("application_name") == "pg-tests"
+        assert con.execute("SELECT current_schema(), current_database()").fetchone() == ("public", "iqgate")
+        # BI tools alias with keywords PostgreSQL allows after AS
+        assert con.execute("SELECT 1 AS select, 2 AS \"from\"").fetchone() == (1, 2)
+        assert [d.name for d in con.execute("SELECT customer AS select FROM revenue LIMIT 1").description] == ["select"]
+
+
+def test_bad_password_is_28P01_for_every_method(gw: Gateway) -> None:
+    for method in ("scram-sha-256", "md5", "password"):
+        with PgServer(gw, token="right", auth_method=method) as srv:
+            with pytest.raises(psycopg.OperationalError) as info:
+                psycopg.connect(host=srv.host, port=srv.port, user="u", password="wrong", dbname="iqgate",
+                                connect_timeout=10)
+            assert "password authentication failed" in str(info.value), method
+            with psycopg.connect(host=srv.host, port=srv.port, user="u", password="right", dbname="iqgate",
+                                 connect_timeout=10, autocommit=True) as con:
+                assert con.execute("SELECT 1").fetchone() == (1,)

@@ -1,0 +1,78 @@
+"""Which stores share a streaming query (issue 23 item 4): buckets, the per-query cap, groups kept across restarts.
+
+No Spark: ``plan_groups`` only reads declarations and ``checkpoints/@shared``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stores import Column, SqlType, StoreKind, StoreSpec
+from stores.pipeline.shared_query import has_own_checkpoint, plan_groups, shared_root
+from stores.pipeline.topology import StoreDecl
+
+
+def decl(name: str, shape: str = "aggregate", mode: str = "update", streams: tuple[str, ...] = ("1",),
+         topics: tuple[str, ...] = ("orders",)) -> StoreDecl:
+    spec = StoreSpec(name, StoreKind.TIMESTAMPED_KEY_VALUE, Column("key", SqlType.VARCHAR),
+                     (Column("v", SqlType.DOUBLE),), partitions=4, source_topics=topics)
+    return StoreDecl(spec, None, shape, mode, "key", ("v",), None, None, frozenset(streams))
+
+
+def names(groups) -> list[list[str]]:
+    return [g.names for g in groups]
+
+
+def test_stores_over_one_stream_and_mode_share_up_to_the_cap(tmp_path: Path) -> None:
+    decls = [decl(f"a{i}") for i in range(7)] + [
+        decl("l0", "latest", "append"), decl("l1", "versioned", "append"),  # append: a group of their own
+        decl("w0", "window"), decl("s0", "session", "append"),  # windows and sessions keep their own query
+        decl("o0", streams=("2",)),  # another stream: alone, so no group
+        decl("x0", "aggregate", "append"),  # an aggregate in a mode it cannot share in
+    ]
+    groups = plan_groups(tmp_path, decls, 3, lambda n: False)
+    assert names(groups) == [["a0", "a1", "a2"], ["a3", "a4", "a5"], ["l0", "l1"]]  # a6 alone: its own query
+    assert len({g.gid for g in groups}) == 3 and all(g.checkpoint.parent == shared_root(tmp_path) for g in groups)
+    assert plan_groups(tmp_path, decls, 1, lambda n: False) == []  # stores_per_query=1: no sharing
+
+
+def test_a_store_with_its_own_checkpoint_keeps_its_own_query(tmp_path: Path) -> None:
+    def solo(n: str) -> bool:
+        return has_own_checkpoint(tmp_path / "checkpoints" / n)
+
+    own = tmp_path / "checkpoints" / "a1"
+    assert not has_own_checkpoint(own)
+    (own / "offsets").mkdir(parents=True)
+    (own / "offsets" / "0").write_text("v1\n{}\n")
+    assert has_own_checkpoint(own)
+    [g] = plan_groups(tmp_path, [decl("a0"), decl("a1"), decl("a2")], 32, solo)
+    assert g.names == ["a0", "a2"] and not g.detached
+    g.save()
+    # a member rebuilt on its own query later stays in the recorded union, detached: the others keep their state
+    (tmp_path / "checkpoints" / "a2" / "commits").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "a2" / "commits" / "3").write_text("v1\n{}\n")
+    [again] = plan_groups(tmp_path, [decl("a0"), decl("a1"), decl("a2")], 32, solo)
+    assert again.gid == g.gid and again.names == ["a0", "a2"] and again.detached == {"a2"}
+
+
+def test_recorded_groups_are_kept_in_their_order_and_new_stores_form_new_groups(tmp_path: Path) -> None:
+    decls = [decl(n) for n in ("a", "b", "c")]
+    [g] = plan_groups(tmp_path, decls, 32, lambda n: False)
+    g.save()
+    again = plan_groups(tmp_path, [decl(n) for n in ("c", "b", "a", "d", "e")], 32, lambda n: False)
+    assert names(again) == [["a", "b", "c"], ["d", "e"]] and again[0].gid == g.gid  # same union, same checkpoint
+    # a recorded group whose members are no longer all there (or not shareable) is not reused
+    (g.checkpoint / "members.json").write_text(json.dumps({"members": ["a", "b", "gone"]}))
+    assert names(plan_groups(tmp_path, decls, 32, lambda n: False)) == [["a", "b", "c"]]
+    assert plan_groups(tmp_path, decls, 32, lambda n: False)[0].gid != g.gid
+
+
+@pytest.mark.parametrize("text", ["not json", '{"members": 3}', "{}"])
+def test_a_damaged_member_list_is_ignored(tmp_path: Path, text: str) -> None:
+    bad = shared_root(tmp_path) / "0123456789ab"
+    bad.mkdir(parents=True)
+    (bad / "members.json").write_text(text)
+    assert names(plan_groups(tmp_path, [decl("a"), decl("b")], 32, lambda n: False)) == [["a", "b"]]
