@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import json
 import math
 import struct
 import uuid
@@ -22,6 +21,7 @@ from typing import Any
 
 from planner.systables.pg_types import BY_OID, PgType, pg_type_for_duck
 
+from ..json_values import dumps as json_dumps
 from .wire import ProtocolError
 
 __all__ = ["column_type", "encoder", "decode_param", "BINARY_OIDS"]
@@ -98,7 +98,7 @@ def _text(v: Any) -> bytes:
     if isinstance(v, (list, tuple)):
         return ("{" + ",".join(_array_item(x) for x in v) + "}").encode()
     if isinstance(v, dict):
-        return json.dumps(v, default=str, separators=(",", ":")).encode()
+        return json_dumps(v).encode()  # a MAP's date/time/BLOB keys as text, like every other face
     return str(v).encode()
 
 
