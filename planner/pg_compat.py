@@ -19,7 +19,7 @@ from sqlglot import exp
 from .systables.model import STORE_NAMESPACE_OID, VERSION_STRING
 from .systables.pg_types import BY_NAME, PG_TYPES
 
-__all__ = ["rewrite_pg_compat", "REWRITTEN_FUNCTIONS"]
+__all__ = ["rewrite_pg_compat", "REWRITTEN_FUNCTIONS", "array_literal"]
 
 _REG_TYPES = frozenset({"regclass", "regtype", "regproc", "regprocedure", "regnamespace", "regrole", "regoper",
                         "regoperator", "regconfig", "regdictionary", "oid", "xid", "xid8", "cid", "tid"})
@@ -184,7 +184,7 @@ def _cast(node: exp.Cast) -> exp.Expression:
     kind = _kind(node.to)
     inner = node.this
     if node.to.is_type(exp.DataType.Type.ARRAY) and isinstance(inner, exp.Literal) and inner.is_string:
-        items = _array_literal(inner.name)
+        items = array_literal(inner.name)
         if items is not None:  # '{a,b}'::text[]: PostgreSQL's array literal, as a list of its elements
             element = node.to.expressions[0] if node.to.expressions else exp.DataType.build("VARCHAR")
             return exp.Array(expressions=[exp.null() if v is None else exp.cast(exp.Literal.string(v), element.copy())
@@ -389,7 +389,7 @@ def _expand_array(array: exp.Expression) -> exp.Expression:
     return exp.Unnest(expressions=[exp.Anonymous(this="list_transform", expressions=[array, lam])])
 
 
-def _array_literal(text: str) -> list[str | None] | None:
+def array_literal(text: str) -> list[str | None] | None:
     """The elements of a one-dimensional array literal ``{a,"b c",NULL}`` (None: not one)."""
     t = text.strip()
     if not (t.startswith("{") and t.endswith("}")) or "{" in t[1:-1]:

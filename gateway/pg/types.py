@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from planner.pg_compat import array_literal
 from planner.systables.pg_types import BY_OID, PgType, pg_type_for_duck
 
 from ..json_values import dumps as json_dumps
@@ -256,28 +257,12 @@ def _text_array(text: str) -> list[str | None]:
         t = t.split("=", 1)[1].strip()
     if not (t.startswith("{") and t.endswith("}")):
         raise ValueError(f"malformed array literal {text[:40]!r}")
-    body, out, i = t[1:-1], [], 0
-    if "{" in body:
+    if "{" in t[1:-1]:
         raise ValueError("multidimensional array parameters are not supported")
-    while i < len(body):
-        if body[i] == '"':
-            j, buf = i + 1, []
-            while j < len(body) and body[j] != '"':
-                if body[j] == "\\":
-                    j += 1
-                buf.append(body[j])
-                j += 1
-            out.append("".join(buf))
-            i = j + 1
-        else:
-            j = body.find(",", i)
-            j = len(body) if j == -1 else j
-            item = body[i:j].strip()
-            out.append(None if item.upper() == "NULL" else item)
-            i = j
-        while i < len(body) and body[i] in ", ":
-            i += 1
-    return out
+    items = array_literal(t)  # the planner reads '{…}'::type[] literals the same way
+    if items is None:
+        raise ValueError(f"malformed array literal {text[:40]!r}")
+    return items
 
 
 def _binary_array(raw: bytes) -> list[Any]:
