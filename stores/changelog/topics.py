@@ -162,7 +162,16 @@ class _EventLogTail:
         return []
 
     def ends(self) -> dict[int, int]:
-        return dict(self._ends)
+        """Where each partition ends for a read_committed reader.
+
+        A partition at EOF has been read to its last stable offset: the high watermark beyond it holds an
+        open transaction (a pipeline killed mid-batch leaves one open until its transactional.id is reused),
+        which is not readable yet and so is not lag.
+        """
+        out = dict(self._ends)
+        for p in self.eof:
+            out[p] = self._next.get(p, out.get(p, 0))
+        return out
 
     def positions(self) -> dict[int, int]:
         return dict(self.next)
@@ -380,7 +389,16 @@ class _KafkaTail:
         return out
 
     def ends(self) -> dict[int, int]:
-        return dict(self._ends)
+        """Where each partition ends for a read_committed reader.
+
+        A partition at EOF has been read to its last stable offset: the high watermark beyond it holds an
+        open transaction (a pipeline killed mid-batch leaves one open until its transactional.id is reused),
+        which is not readable yet and so is not lag.
+        """
+        out = dict(self._ends)
+        for p in self.eof:
+            out[p] = self._next.get(p, out.get(p, 0))
+        return out
 
     def positions(self) -> dict[int, int]:
         return dict(self._next)
