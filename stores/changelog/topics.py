@@ -162,16 +162,7 @@ class _EventLogTail:
         return []
 
     def ends(self) -> dict[int, int]:
-        """Where each partition ends for a read_committed reader.
-
-        A partition at EOF has been read to its last stable offset: the high watermark beyond it holds an
-        open transaction (a pipeline killed mid-batch leaves one open until its transactional.id is reused),
-        which is not readable yet and so is not lag.
-        """
-        out = dict(self._ends)
-        for p in self.eof:
-            out[p] = self._next.get(p, out.get(p, 0))
-        return out
+        return dict(self._ends)
 
     def positions(self) -> dict[int, int]:
         return dict(self.next)
