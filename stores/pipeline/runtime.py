@@ -102,6 +102,7 @@ class SparkRuntime(SharedQueries):
         self._failed: set[str] = set()
         self._member_failures: dict[str, BaseException] = {}  # members a shared query's sink gave up on
         self.groups: list[QueryGroup] = []
+        self.abandoned_members: dict[str, str] = {}
         self._writers = ChangelogWriters(topology, app)  # store changelogs (issue 17)
 
     # -- Runtime protocol ----------------------------------------------------------
@@ -340,6 +341,8 @@ class SparkRuntime(SharedQueries):
         ck = self.checkpoint(u)
         if reason is None and u.group is not None and u.name in u.group.detached:
             reason = "it left its shared query after a failed write"
+        if reason is None:
+            reason = self.abandoned_members.pop(u.name, None)
         committed = last_committed_batch(ck)
         if reason is None:
             applied = self.app.writer(u.name).last_batch_id()

@@ -32,6 +32,7 @@ class SharedQueries:
     state_dir: Path
     units: dict[str, Any]
     groups: list[QueryGroup]
+    abandoned_members: dict[str, str]  # store → why it is rebuilt: its shared query was abandoned (see plan_groups)
     app: Any
     topology: Any
 
@@ -42,8 +43,14 @@ class SharedQueries:
                 return True
             return has_own_checkpoint(layout.checkpoint_dir(self.state_dir, name, self.app.current_generation(name)))
 
+        def fingerprint(name: str) -> str | None:
+            change = self.app.upgrades.plan.get(name)
+            definition = change.new_definition if change is not None else None
+            return str(definition["fingerprint"]) if definition and definition.get("fingerprint") else None
+
         per = int(getattr(self.topology, "stores_per_query", 1))
-        self.groups = plan_groups(self.state_dir, [u.decl for u in self.units.values()], per, solo)
+        self.groups = plan_groups(self.state_dir, [u.decl for u in self.units.values()], per, solo, fingerprint,
+                                  self.abandoned_members)
         for g in self.groups:
             for name in g.names:
                 if name not in g.detached:  # a detached member runs alone; the union keeps its operator

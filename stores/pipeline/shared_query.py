@@ -29,6 +29,14 @@ state. What stays per store:
 
 A store with a checkpoint of its own (it was rebuilt, or its state dir
 predates sharing) keeps its own query.
+
+``members.json`` also records each member's definition fingerprint (issue
+20). When a member's definition changed, the union is a different plan and
+the checkpointed state no longer fits it (Spark refuses it with
+``STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE``), so the group is *abandoned*:
+its checkpoint is deleted, the changed store is rebuilt by its upgrade and
+every other member is rebuilt beside its current version, which answers
+until the rebuild has caught up.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import reduce
@@ -76,11 +85,13 @@ def has_own_checkpoint(checkpoint: Path) -> bool:
 class QueryGroup:
     """Stores that share one streaming query: their order (the union's), the checkpoint, the query."""
 
-    def __init__(self, gid: str, decls: Sequence[Any], checkpoint: Path) -> None:
+    def __init__(self, gid: str, decls: Sequence[Any], checkpoint: Path,
+                 fingerprints: dict[str, str] | None = None) -> None:
         self.gid = gid
         self.decls = list(decls)
         self.names = [d.spec.name for d in self.decls]
         self.checkpoint = checkpoint
+        self.fingerprints = dict(fingerprints or {})  # member → its definition's fingerprint (when known)
         self.detached: set[str] = set()  # members the sink no longer writes (they run alone now)
         self.query: Any = None
 
@@ -104,7 +115,8 @@ class QueryGroup:
         return self.decls[0].output_mode
 
     def save(self) -> None:
-        layout.write_json_atomic(self.checkpoint / "members.json", {"members": self.names})
+        layout.write_json_atomic(self.checkpoint / "members.json",
+                                 {"members": self.names, "fingerprints": self.fingerprints})
 
 
 def _bucket(decl: Any) -> tuple[Any, ...] | None:
@@ -125,44 +137,72 @@ def _gid(names: Sequence[str], root: Path) -> str:
 
 
 def plan_groups(state_dir: str | Path, decls: Iterable[Any], per_query: int,
-                solo: Callable[[str], bool]) -> list[QueryGroup]:
+                solo: Callable[[str], bool], fingerprint: Callable[[str], str | None] = lambda name: None,
+                abandoned: dict[str, str] | None = None) -> list[QueryGroup]:
     """Groups of ≥ 2 stores that share a query; stores left out run alone.
 
     Groups recorded under ``checkpoints/@shared`` are kept when every member
-    is still declared, shareable and in one bucket (the same plan, so the
-    checkpoint's state is valid); a member that has a query of its own by
-    now (``solo(name)``: it was rebuilt) stays in the union, detached, so the
-    others keep their state. The other shareable stores that are not solo are
-    chunked in declaration order.
+    is still declared, shareable and in one bucket, and no member's
+    definition (``fingerprint(name)``, None when unknown) differs from the
+    recorded one (the same plan, so the checkpoint's state is valid); a
+    member that has a query of its own by now (``solo(name)``: it was
+    rebuilt) stays in the union, detached, so the others keep their state.
+    A group whose member changed is abandoned (see the module docstring):
+    its checkpoint is deleted and ``abandoned`` gets, for each of its other
+    members, why it must be rebuilt. The other shareable stores that are not
+    solo are chunked in declaration order.
     """
     if per_query < 2:
         return []
     shareable = {d.spec.name: d for d in decls if _bucket(d) is not None}
     root = shared_root(state_dir)
     groups: list[QueryGroup] = []
+    rebuilt: set[str] = set()  # members of abandoned groups: each is rebuilt by a query of its own
     for members_file in sorted(root.glob("*/members.json")) if root.is_dir() else ():
         try:
-            names = [str(n) for n in json.loads(members_file.read_text(encoding="utf-8"))["members"]]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            recorded = json.loads(members_file.read_text(encoding="utf-8"))
+            names = [str(n) for n in recorded["members"]]
+            prints = {str(k): str(v) for k, v in (recorded.get("fingerprints") or {}).items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("ignoring shared query %s: %s", members_file.parent, exc)
+            continue
+        changed = [n for n in names if prints.get(n) and fingerprint(n) not in (None, prints[n])]
+        if changed:
+            _abandon(members_file.parent, names, changed, abandoned)
+            rebuilt.update(names)
             continue
         if len(names) >= 2 and len(set(names)) == len(names) and all(n in shareable for n in names) \
                 and len({_bucket(shareable[n]) for n in names}) == 1:
-            g = QueryGroup(members_file.parent.name, [shareable.pop(n) for n in names], members_file.parent)
+            g = QueryGroup(members_file.parent.name, [shareable.pop(n) for n in names], members_file.parent, prints)
             g.detached = {n for n in names if solo(n)}
             groups.append(g)
     buckets: dict[tuple[Any, ...], list[Any]] = {}
     for d in shareable.values():
-        if not solo(d.spec.name):
+        if not solo(d.spec.name) and d.spec.name not in rebuilt:
             buckets.setdefault(_bucket(d), []).append(d)  # type: ignore[arg-type]
     for members in buckets.values():
         for i in range(0, len(members), per_query):
             chunk = members[i:i + per_query]
             if len(chunk) < 2:
                 continue
-            gid = _gid([d.spec.name for d in chunk], root)
-            groups.append(QueryGroup(gid, chunk, root / gid))
+            names = [d.spec.name for d in chunk]
+            gid = _gid(names, root)
+            prints = {n: fp for n in names if (fp := fingerprint(n))}
+            groups.append(QueryGroup(gid, chunk, root / gid, prints))
     return groups
+
+
+def _abandon(checkpoint: Path, names: Sequence[str], changed: Sequence[str], abandoned: dict[str, str] | None) -> None:
+    """Delete a shared query whose member changed; its other members must be rebuilt (their state was in it)."""
+    reason = (f"it shared a streaming query with {', '.join(changed)}, whose definition changed, and that query's "
+              "state no longer fits; the current version answers until the rebuild has caught up")
+    log.warning("shared query %s (%s) is abandoned: the definition of %s changed; %s rebuilt beside themselves",
+                checkpoint.name, ", ".join(names), ", ".join(changed),
+                ", ".join(n for n in names if n not in changed) or "no other member is")
+    if abandoned is not None:
+        abandoned.update({n: reason for n in names if n not in changed})
+    (checkpoint / "members.json").unlink(missing_ok=True)  # first: a crash mid-delete leaves no group behind
+    shutil.rmtree(checkpoint, ignore_errors=True)
 
 
 class SharedBatchSink:

@@ -76,3 +76,31 @@ def test_a_damaged_member_list_is_ignored(tmp_path: Path, text: str) -> None:
     bad.mkdir(parents=True)
     (bad / "members.json").write_text(text)
     assert names(plan_groups(tmp_path, [decl("a"), decl("b")], 32, lambda n: False)) == [["a", "b"]]
+
+
+def test_a_group_whose_member_changed_is_abandoned_and_its_mates_are_rebuilt_alone(tmp_path: Path) -> None:
+    """Issue 20: the union of a changed member is another plan; the recorded state cannot be kept."""
+    prints = {"a0": "f0", "a1": "f1", "a2": "f2"}
+    decls = [decl("a0"), decl("a1"), decl("a2")]
+    [g] = plan_groups(tmp_path, decls, 32, lambda n: False, prints.get)
+    assert g.fingerprints == prints
+    g.save()
+    (g.checkpoint / "state").mkdir()
+    [kept] = plan_groups(tmp_path, decls, 32, lambda n: False, prints.get)  # nothing changed: the same group
+    assert kept.gid == g.gid and kept.fingerprints == prints
+    why: dict[str, str] = {}
+    changed = {**prints, "a1": "f1-new"}
+    groups = plan_groups(tmp_path, decls, 32, lambda n: n == "a1", changed.get, why)
+    assert groups == []  # a0 and a2 are rebuilt by queries of their own, a1 by its upgrade
+    assert set(why) == {"a0", "a2"} and "shared a streaming query with a1, whose definition changed" in why["a0"]
+    assert not g.checkpoint.exists()  # the abandoned state is deleted
+    assert plan_groups(tmp_path, decls, 32, lambda n: True, changed.get) == []
+
+
+def test_recorded_groups_without_fingerprints_or_unknown_definitions_are_kept(tmp_path: Path) -> None:
+    decls = [decl("a0"), decl("a1")]
+    [g] = plan_groups(tmp_path, decls, 32, lambda n: False)  # no definitions known (a hand-written topology)
+    assert g.fingerprints == {}
+    g.save()
+    [again] = plan_groups(tmp_path, decls, 32, lambda n: False, {"a0": "x", "a1": "y"}.get)
+    assert again.gid == g.gid
