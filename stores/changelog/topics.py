@@ -95,10 +95,14 @@ class ChangelogLog(Protocol):
         ...
 
 
-def changelog_log_for(source: Any) -> ChangelogLog | None:
-    """The changelog log that goes with a pipeline's source log: the same EventLog, or the same Kafka cluster."""
+def changelog_log_for(source: Any, *, fsync: bool = True) -> ChangelogLog | None:
+    """The changelog log that goes with a pipeline's source log: the same EventLog, or the same Kafka cluster.
+
+    ``fsync=False`` (the stores are not synced per commit either) makes embedded-log appends crash-safe
+    but not power-loss-safe; Kafka's durability is the brokers' (acks=all), whatever this says.
+    """
     if isinstance(source, EventLog):
-        return EventLogChangelog(source)
+        return EventLogChangelog(source, fsync=fsync)
     if isinstance(source, KafkaSource):
         return KafkaChangelog(source.bootstrap_servers, source.options)
     return None
@@ -110,8 +114,9 @@ def _lazy_value(record: ChangelogRecord) -> Iterator[tuple[str, dict[str, Any], 
 
 
 class EventLogChangelog:
-    def __init__(self, log_: EventLog) -> None:
+    def __init__(self, log_: EventLog, *, fsync: bool = True) -> None:
         self.log = log_
+        self.fsync = fsync
 
     def describe(self) -> str:
         return self.log.describe()
@@ -127,7 +132,8 @@ class EventLogChangelog:
 
     def append(self, topic: str, records: Mapping[int, ChangelogRecord]) -> dict[int, int]:
         # one partition's value at a time: only the encoded lines are kept (a big batch's value is large)
-        return self.log.append_to_partitions(topic, {p: _lazy_value(r) for p, r in records.items()})
+        return self.log.append_to_partitions(topic, {p: _lazy_value(r) for p, r in records.items()},
+                                             fsync=self.fsync)
 
     def last(self, topic: str, partition: int) -> Item | None:
         end = self.log.end_offsets(topic).get(partition, 0)

@@ -147,3 +147,22 @@ def test_records_are_compressed_and_records_of_the_first_format_still_read(env) 
     # the fresh record's rows are in key order: what the store's merge sorts into, so it is applied as it is
     keys = rec.rows.column("k").to_pylist()
     assert keys == sorted(keys)
+
+
+@pytest.mark.parametrize(("synchronous", "fsync"), [("FULL", True), ("NORMAL", False), ("EXTRA", True)])
+def test_the_pipelines_changelog_is_as_durable_as_its_stores(tmp_path, synchronous, fsync) -> None:
+    """SQLite NORMAL does not sync each commit: the changelog record of that commit is not synced either."""
+    from stores.app.streams import StoreTopology, StreamsApp
+    from stores.pipeline.changelogs import ChangelogWriters
+
+    class PipelineTopology(StoreTopology):  # what ChangelogWriters reads of a pipeline's Topology
+        log = EventLog(tmp_path / "log")
+        changelogs = True
+
+    app = StreamsApp(PipelineTopology([kv_spec()]), application_id=APP, state_dir=str(tmp_path / "state"),
+                     synchronous=synchronous)
+    try:
+        writers = ChangelogWriters(PipelineTopology([kv_spec()]), app)
+        assert writers._log is not None and writers._log.fsync is fsync
+    finally:
+        app.close()
