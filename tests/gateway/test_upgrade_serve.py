@@ -30,10 +30,11 @@ pytestmark = [pytest.mark.spark]
 import pyspark  # noqa: E402,F401 - Spark tests run or fail, never skip quietly
 
 from gateway.cli import main, request_stop  # noqa: E402
-from stores import Position, State, StreamsApp  # noqa: E402
+from stores import Position  # noqa: E402
 from stores.log.eventlog import EventLog  # noqa: E402
+from tests.background import Background  # noqa: E402
 from tests.gateway.gwfixtures import Http  # noqa: E402
-from tests.stores.pipeline.oracle import caught_up, log_table, wait_for_state, wait_until  # noqa: E402
+from tests.stores.pipeline.oracle import first_load, log_table, wait_until  # noqa: E402
 from tests.stores.pipeline.test_pipeline_spark import shop  # noqa: E402
 from tests.stores.pipeline.test_upgrade_spark import Producer  # noqa: E402
 
@@ -49,22 +50,21 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class HttpClient:
+class HttpClient(Background):
     """Queries each store over HTTP in a loop with its last Position as the bound; records failures and regressions."""
 
     def __init__(self, http: Http) -> None:
+        super().__init__()
         self.http = http
         self.failures: list[str] = []
         self.went_back: list[str] = []
         self.answers = 0
         self.health: set[tuple[str, bool]] = set()
         self.last: dict[str, dict[str, dict[str, int]]] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         for _ in range(100_000):  # bounded; stop() ends it
-            if self._stop.wait(0.02):
+            if self.stopped(0.02):
                 return
             for store, text in QUERIES.items():
                 bound = self.last.get(store)
@@ -79,14 +79,6 @@ class HttpClient:
                         if now.get(t, {}).get(p, -1) < o:
                             self.went_back.append(f"{store} went back in time at {t}/{p}: {o} -> {now.get(t)}")
                 self.last[store] = now
-
-    def __enter__(self) -> HttpClient:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
 
 
 def _stores(http: Http) -> dict[str, Any]:
@@ -103,11 +95,7 @@ def test_serve_on_a_changed_pipeline_rebuilds_beside_and_swaps_without_failed_qu
     log = EventLog(tmp_path / "log")
     log.create_topic("orders", partitions=shop.TOPICS["orders"])
     log.append_batch("orders", shop.generate_orders(2000, customers=120, seed=50))
-    app = StreamsApp(shop.build(spark, log), application_id=shop.APPLICATION_ID, state_dir=tmp_path / "state")
-    app.start()
-    wait_for_state(app, State.RUNNING, 240)  # a loaded machine: Python workers can take long
-    wait_until(lambda: caught_up(app, log, tuple(QUERIES)), "the first load", 240)
-    assert app.close(60)
+    first_load(shop.build(spark, log), log, shop.APPLICATION_ID, tmp_path / "state", tuple(QUERIES))
     capsys.readouterr()
 
     port = _free_port()

@@ -19,6 +19,7 @@ from stores import (
     RangeQuery,
     State,
     StateQueryRequest,
+    StreamsApp,
     TimestampedRangeQuery,
     WindowRangeQuery,
 )
@@ -160,3 +161,14 @@ def check_all(app: Any, log: SourceLog, *, profiles: bool = True) -> dict[str, i
         assert prof == expected_profiles(con), "profiles differs from the oracle"
     return {"revenue": len(rev), "per_min": len(per_min), "orders": sum(n for _, n, _ in rev.values()),
             "profiles": len(prof)}
+
+
+def first_load(topology: Any, source: SourceLog, application_id: str, state_dir: Any, stores: tuple[str, ...]
+               ) -> StreamsApp:
+    """Run a pipeline until it has caught up with ``source`` and close it: the "before" of an upgrade test."""
+    app = StreamsApp(topology, application_id=application_id, state_dir=state_dir)
+    app.start()
+    wait_for_state(app, State.RUNNING, 240)  # a loaded machine: Python workers can take long
+    wait_until(lambda: caught_up(app, source, stores), "the first load", 240)
+    assert app.close(60)
+    return app

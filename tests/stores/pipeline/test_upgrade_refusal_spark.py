@@ -29,7 +29,7 @@ from gateway.engine import Gateway  # noqa: E402
 from stores import State, StreamsApp  # noqa: E402
 from stores.app import layout  # noqa: E402
 from stores.log.eventlog import EventLog  # noqa: E402
-from tests.stores.pipeline.oracle import caught_up, wait_for_state, wait_until  # noqa: E402
+from tests.stores.pipeline.oracle import caught_up, first_load, wait_for_state, wait_until  # noqa: E402
 from tests.stores.pipeline.test_pipeline_spark import shop  # noqa: E402
 from tests.stores.pipeline.test_upgrade_spark import v2  # noqa: E402
 
@@ -53,11 +53,7 @@ def test_a_rebuild_from_a_source_that_lost_records_is_refused_unless_asked_for(s
     log.create_topic("orders", partitions=shop.TOPICS["orders"])
     log.append_batch("orders", shop.generate_orders(800, customers=40, seed=30))
     state = tmp_path / "state"
-    app = StreamsApp(shop.build(spark, log), application_id="shop", state_dir=state)
-    app.start()
-    wait_for_state(app, State.RUNNING, 240)  # a loaded machine: Python workers can take long
-    wait_until(lambda: caught_up(app, log, STORES), "the first load", 240)
-    assert app.close(60)
+    first_load(shop.build(spark, log), log, "shop", state, STORES)
     before = _revenue(state)
     log.delete_records("orders", DELETED)
     capsys.readouterr()

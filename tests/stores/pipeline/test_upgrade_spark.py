@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,15 @@ from stores.app import layout  # noqa: E402
 from stores.app.reader import StateDirReader  # noqa: E402
 from stores.app.upgrade import drop_removed, plan_upgrade  # noqa: E402
 from stores.log.eventlog import EventLog  # noqa: E402
-from tests.stores.pipeline.oracle import caught_up, check_all, log_table, wait_for_state, wait_until  # noqa: E402
+from tests.background import Background  # noqa: E402
+from tests.stores.pipeline.oracle import (  # noqa: E402
+    caught_up,
+    check_all,
+    first_load,
+    log_table,
+    wait_for_state,
+    wait_until,
+)  # noqa: E402
 from tests.stores.pipeline.test_pipeline_spark import shop  # noqa: E402
 
 
@@ -51,22 +58,21 @@ QUERIES = {"revenue": "SELECT key, revenue, orders FROM revenue",
            "last_order": "SELECT count(*) FROM last_order"}
 
 
-class SqlClient:
+class SqlClient(Background):
     """Runs SQL on every store in a loop, each with the last Position it saw as its bound; records problems."""
 
     def __init__(self, gw: Gateway, queries: dict[str, str]) -> None:
+        super().__init__()
         self.gw = gw
         self.queries = queries
         self.failures: list[str] = []
         self.went_back: list[str] = []
         self.answers = 0
         self.last: dict[str, dict[tuple[str, int], int]] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         for _ in range(100_000):  # bounded; stop() ends it
-            if self._stop.wait(0.02):
+            if self.stopped(0.02):
                 return
             for store, text in self.queries.items():
                 seen = self.last.get(store, {})
@@ -83,37 +89,22 @@ class SqlClient:
                         self.went_back.append(f"{store} went back in time at {k}: {o} -> {now.get(k)}")
                 self.last[store] = {k: max(o, seen.get(k, -1)) for k, o in now.items()}
 
-    def __enter__(self) -> SqlClient:
-        self._thread.start()
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
-
-
-class Producer:
+class Producer(Background):
     """Appends a few orders every 100 ms until stopped (the pipeline never pauses for an upgrade)."""
 
+    join_s = 10.0
+
     def __init__(self, log: EventLog, seed: int) -> None:
+        super().__init__()
         self.log = log
         self.orders = shop.generate_orders(4000, customers=150, seed=seed, start_ts=1_700_100_000_000)
         self.sent = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        while self.sent < len(self.orders) and not self._stop.wait(0.1):
+        while self.sent < len(self.orders) and not self.stopped(0.1):
             self.log.append_batch("orders", self.orders[self.sent:self.sent + 20])
             self.sent += 20
-
-    def __enter__(self) -> Producer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
 
 
 def _metadata(state: Path, store: str) -> str:
@@ -146,12 +137,8 @@ def test_a_changed_store_is_rebuilt_beside_the_old_one_and_swapped_without_faile
     log.create_topic("orders", partitions=shop.TOPICS["orders"])
     log.append_batch("orders", shop.generate_orders(3000, customers=150, seed=20))
     state = tmp_path / "state"
-    app = StreamsApp(shop.build(spark, log), application_id="shop", state_dir=state)
-    app.start()
-    wait_for_state(app, State.RUNNING, 240)  # a loaded machine: Python workers can take long
-    wait_until(lambda: caught_up(app, log, STORES), "the first load", 240)
+    app = first_load(shop.build(spark, log), log, "shop", state, STORES)
     assert [c.action for c in app.upgrades.plan.changes] == ["new", "new", "new"]
-    assert app.close(60)
     before = {s: _metadata(state, s) for s in ("revenue_per_min", "last_order")}
     inodes = {s: _inodes(state, s, 4) for s in ("revenue_per_min", "last_order")}
     log.append_batch("orders", shop.generate_orders(300, customers=150, seed=22, start_ts=1_700_050_000_000))
@@ -237,11 +224,7 @@ def test_an_upgrade_over_kafka_swaps_at_the_broker_offsets(spark, tmp_path):
             src.create_topic("orders", 4)
             src.append_batch("orders", shop.generate_orders(600, customers=30, seed=24))
             state = tmp_path / "state"
-            app = StreamsApp(shop.build(spark, src), application_id="shop-kafka", state_dir=state)
-            app.start()
-            wait_for_state(app, State.RUNNING, 240)  # a loaded machine: Python workers can take long
-            wait_until(lambda: caught_up(app, src, STORES), "the first load", 240)
-            assert app.close(60)
+            first_load(shop.build(spark, src), src, "shop-kafka", state, STORES)
             src.append_batch("orders", shop.generate_orders(100, customers=30, seed=25, start_ts=1_700_050_000_000))
 
             app = StreamsApp(v2.build(spark, src, new_store=False), application_id="shop-kafka", state_dir=state)
@@ -282,11 +265,7 @@ def test_a_changed_store_that_shared_a_query_is_rebuilt_alone_and_its_query_mate
     log.create_topic("orders", partitions=4)
     log.append_batch("orders", shop.generate_orders(600, customers=30, seed=27))
     state = tmp_path / "state"
-    app = StreamsApp(v2.build(spark, log), application_id="shop", state_dir=state)
-    app.start()
-    wait_for_state(app, State.RUNNING, 240)  # a loaded machine: Python workers can take long
-    wait_until(lambda: caught_up(app, log, (*STORES, "orders_per_item")), "the first load", 240)
-    assert app.close(60)
+    first_load(v2.build(spark, log), log, "shop", state, (*STORES, "orders_per_item"))
     assert any(shared_root(state).glob("*/members.json"))  # they did share a query
 
     t = shop.build(spark, log)
