@@ -31,9 +31,10 @@ A store with a checkpoint of its own (it was rebuilt, or its state dir
 predates sharing) keeps its own query.
 
 ``members.json`` also records each member's definition fingerprint (issue
-20). When a member's definition changed, the union is a different plan and
-the checkpointed state no longer fits it (Spark refuses it with
-``STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE``), so the group is *abandoned*:
+20). When a member's definition changed, or a member left the pipeline,
+the union is a different plan and the checkpointed state no longer fits it
+(Spark refuses it with ``STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE``), so the
+group is *abandoned*:
 its checkpoint is deleted, the changed store is rebuilt by its upgrade and
 every other member is rebuilt beside its current version, which answers
 until the rebuild has caught up.
@@ -166,16 +167,20 @@ def plan_groups(state_dir: str | Path, decls: Iterable[Any], per_query: int,
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("ignoring shared query %s: %s", members_file.parent, exc)
             continue
+        if len(names) < 2 or len(set(names)) != len(names):
+            log.warning("ignoring shared query %s: its member list %s is damaged", members_file.parent, names)
+            continue
         changed = [n for n in names if prints.get(n) and fingerprint(n) not in (None, prints[n])]
-        if changed:
-            _abandon(members_file.parent, names, changed, abandoned)
+        gone = [n for n in names if n not in shareable]  # removed from the pipeline, or no longer shareable
+        if not changed and not gone and len({_bucket(shareable[n]) for n in names}) != 1:
+            changed = list(names)  # the members no longer read one stream in one mode: another plan
+        if changed or gone:
+            _abandon(members_file.parent, names, changed, gone, abandoned)
             rebuilt.update(names)
             continue
-        if len(names) >= 2 and len(set(names)) == len(names) and all(n in shareable for n in names) \
-                and len({_bucket(shareable[n]) for n in names}) == 1:
-            g = QueryGroup(members_file.parent.name, [shareable.pop(n) for n in names], members_file.parent, prints)
-            g.detached = {n for n in names if solo(n)}
-            groups.append(g)
+        g = QueryGroup(members_file.parent.name, [shareable.pop(n) for n in names], members_file.parent, prints)
+        g.detached = {n for n in names if solo(n)}
+        groups.append(g)
     buckets: dict[tuple[Any, ...], list[Any]] = {}
     for d in shareable.values():
         if not solo(d.spec.name) and d.spec.name not in rebuilt:
@@ -192,15 +197,19 @@ def plan_groups(state_dir: str | Path, decls: Iterable[Any], per_query: int,
     return groups
 
 
-def _abandon(checkpoint: Path, names: Sequence[str], changed: Sequence[str], abandoned: dict[str, str] | None) -> None:
-    """Delete a shared query whose member changed; its other members must be rebuilt (their state was in it)."""
-    reason = (f"it shared a streaming query with {', '.join(changed)}, whose definition changed, and that query's "
-              "state no longer fits; the current version answers until the rebuild has caught up")
-    log.warning("shared query %s (%s) is abandoned: the definition of %s changed; %s rebuilt beside themselves",
-                checkpoint.name, ", ".join(names), ", ".join(changed),
-                ", ".join(n for n in names if n not in changed) or "no other member is")
+def _abandon(checkpoint: Path, names: Sequence[str], changed: Sequence[str], gone: Sequence[str],
+             abandoned: dict[str, str] | None) -> None:
+    """Delete a shared query whose plan no longer holds; its other members must be rebuilt (their state was in it)."""
+    why = "; ".join(part for part in (
+        f"{', '.join(changed)} changed its definition" if changed else "",
+        f"{', '.join(gone)} is no longer a shareable store of the pipeline" if gone else "") if part)
+    reason = (f"its shared streaming query was abandoned ({why}): that query's state no longer fits; the current "
+              "version answers until the rebuild has caught up")
+    others = [n for n in names if n not in changed and n not in gone]
+    log.warning("shared query %s (%s) is abandoned (%s); %s rebuilt beside themselves", checkpoint.name,
+                ", ".join(names), why, ", ".join(others) or "no other member is")
     if abandoned is not None:
-        abandoned.update({n: reason for n in names if n not in changed})
+        abandoned.update({n: reason for n in others})
     (checkpoint / "members.json").unlink(missing_ok=True)  # first: a crash mid-delete leaves no group behind
     shutil.rmtree(checkpoint, ignore_errors=True)
 

@@ -64,10 +64,12 @@ def test_recorded_groups_are_kept_in_their_order_and_new_stores_form_new_groups(
     g.save()
     again = plan_groups(tmp_path, [decl(n) for n in ("c", "b", "a", "d", "e")], 32, lambda n: False)
     assert names(again) == [["a", "b", "c"], ["d", "e"]] and again[0].gid == g.gid  # same union, same checkpoint
-    # a recorded group whose members are no longer all there (or not shareable) is not reused
+    # a recorded group whose members are no longer all there (or not shareable) is abandoned: the members left
+    # are rebuilt by queries of their own (their state was in it), so none of them joins a group this time
     (g.checkpoint / "members.json").write_text(json.dumps({"members": ["a", "b", "gone"]}))
-    assert names(plan_groups(tmp_path, decls, 32, lambda n: False)) == [["a", "b", "c"]]
-    assert plan_groups(tmp_path, decls, 32, lambda n: False)[0].gid != g.gid
+    why: dict[str, str] = {}
+    assert plan_groups(tmp_path, decls, 32, lambda n: False, abandoned=why) == [] and set(why) == {"a", "b"}
+    assert not g.checkpoint.exists()
 
 
 @pytest.mark.parametrize("text", ["not json", '{"members": 3}', "{}"])
@@ -92,7 +94,7 @@ def test_a_group_whose_member_changed_is_abandoned_and_its_mates_are_rebuilt_alo
     changed = {**prints, "a1": "f1-new"}
     groups = plan_groups(tmp_path, decls, 32, lambda n: n == "a1", changed.get, why)
     assert groups == []  # a0 and a2 are rebuilt by queries of their own, a1 by its upgrade
-    assert set(why) == {"a0", "a2"} and "shared a streaming query with a1, whose definition changed" in why["a0"]
+    assert set(why) == {"a0", "a2"} and "shared streaming query was abandoned (a1 changed its definition)" in why["a0"]
     assert not g.checkpoint.exists()  # the abandoned state is deleted
     assert plan_groups(tmp_path, decls, 32, lambda n: True, changed.get) == []
 
@@ -104,3 +106,16 @@ def test_recorded_groups_without_fingerprints_or_unknown_definitions_are_kept(tm
     g.save()
     [again] = plan_groups(tmp_path, decls, 32, lambda n: False, {"a0": "x", "a1": "y"}.get)
     assert again.gid == g.gid
+
+
+def test_a_group_whose_member_left_the_pipeline_is_abandoned(tmp_path: Path) -> None:
+    decls = [decl("a0"), decl("a1"), decl("a2")]
+    [g] = plan_groups(tmp_path, decls, 32, lambda n: False)
+    g.save()
+    why: dict[str, str] = {}
+    # a2 removed from the pipeline: the union without it is another plan
+    assert plan_groups(tmp_path, decls[:2], 32, lambda n: False, abandoned=why) == []
+    assert set(why) == {"a0", "a1"} and "a2 is no longer a shareable store of the pipeline" in why["a1"]
+    assert not g.checkpoint.exists()
+    # the next start: the rebuilt stores have checkpoints of their own by then and keep their own queries
+    assert plan_groups(tmp_path, decls[:2], 32, lambda n: True) == []
