@@ -14,9 +14,11 @@ from datetime import date, datetime
 from typing import Any
 
 from ..iqv2.timeutil import to_epoch_ms
+from .decimals import DecimalType, encode_decimal, parse_decimal
 from .nested import NestedType, NestedValueError, encode_nested, is_nested_text, parse_nested
 
-__all__ = ["SqlType", "StoreKind", "Column", "StoreSpec", "coerce_key", "KeyTypeError", "parse_type"]
+__all__ = ["SqlType", "StoreKind", "Column", "StoreSpec", "coerce_key", "KeyTypeError", "parse_type", "parse_scalar",
+           "DecimalType"]
 
 
 class SqlType(str, enum.Enum):
@@ -51,11 +53,17 @@ class SqlType(str, enum.Enum):
         return self.value
 
 
-def parse_type(text: str) -> SqlType | NestedType:
-    """A column type from its text: a scalar (``SqlType.parse``) or ARRAY/STRUCT/MAP (``nested.parse_nested``)."""
+def parse_scalar(text: str) -> SqlType | DecimalType:
+    """A scalar column type from its text: ``DECIMAL(p,s)`` (``decimals.parse_decimal``) or a ``SqlType``."""
+    dec = parse_decimal(text)
+    return dec if dec is not None else SqlType.parse(text)
+
+
+def parse_type(text: str) -> SqlType | DecimalType | NestedType:
+    """A column type from its text: a scalar (``parse_scalar``) or ARRAY/STRUCT/MAP (``nested.parse_nested``)."""
     if is_nested_text(text):
         return parse_nested(text, SqlType.parse)
-    return SqlType.parse(text)
+    return parse_scalar(text)
 
 
 class StoreKind(str, enum.Enum):
@@ -72,13 +80,13 @@ class StoreKind(str, enum.Enum):
 @dataclass(frozen=True, slots=True)
 class Column:
     name: str
-    type: SqlType | NestedType
+    type: SqlType | DecimalType | NestedType
     nullable: bool = True
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
             raise ValueError(f"column name must be a non-empty string, got {self.name!r}")
-        if not isinstance(self.type, (SqlType, NestedType)):
+        if not isinstance(self.type, (SqlType, DecimalType, NestedType)):
             object.__setattr__(self, "type", parse_type(str(self.type)))
 
     @property
@@ -191,9 +199,9 @@ class StoreSpec:
     def from_json(cls, text: str) -> StoreSpec:
         d = json.loads(text)
         d["kind"] = StoreKind(d["kind"])
-        d["key"] = Column(d["key"]["name"], SqlType.parse(d["key"]["type"]), d["key"].get("nullable", True))
+        d["key"] = Column(d["key"]["name"], parse_scalar(d["key"]["type"]), d["key"].get("nullable", True))
         d["values"] = tuple(Column(c["name"], parse_type(c["type"]), c.get("nullable", True)) for c in d["values"])
-        d["key_parts"] = tuple(Column(c["name"], SqlType.parse(c["type"]), c.get("nullable", False))
+        d["key_parts"] = tuple(Column(c["name"], parse_scalar(c["type"]), c.get("nullable", False))
                                for c in d.get("key_parts", ()))
         d["source_topics"] = tuple(d.get("source_topics", ()))
         return cls(**d)
@@ -203,14 +211,20 @@ class KeyTypeError(TypeError):
     """A key value that cannot be coerced to the key column's SQL type."""
 
 
-def coerce_key(sql_type: SqlType, value: Any) -> Any:
+def coerce_key(sql_type: SqlType | DecimalType | NestedType, value: Any) -> Any:
     """The canonical Python form of a key of ``sql_type`` (ints, floats, str, bool, epoch ms, days).
 
     Stores order keys by this form, so integers compare numerically and
     strings by code point; the planner coerces SQL literals the same way.
+    A DECIMAL's form is its 16 order-preserving bytes (``decimals.py``).
     """
     if value is None:
         raise KeyTypeError("the key should not be null")
+    if isinstance(sql_type, DecimalType):
+        try:
+            return encode_decimal(sql_type, value)
+        except ValueError as exc:
+            raise KeyTypeError(f"{value!r} cannot be converted to {sql_type.value}: {exc}") from None
     if isinstance(sql_type, NestedType):
         try:
             return encode_nested(sql_type, value, coerce_key)

@@ -18,6 +18,7 @@ from pyspark.sql.types import (
     BooleanType,
     DataType,
     DateType,
+    DecimalType,
     DoubleType,
     FloatType,
     IntegerType,
@@ -31,6 +32,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from ..catalog import decimals
 from ..catalog.nested import NestedType
 from ..catalog.schema import SqlType, parse_type
 
@@ -47,9 +49,9 @@ METADATA_COLUMNS = ("timestamp", "topic", "partition", "offset")
 SPLIT = 200_000  # records per Spark task: bounds a task's memory and spreads a backlog over cores
 
 _SUPPORTED = (BooleanType, DateType, DoubleType, FloatType, IntegerType, LongType, ShortType,
-              StringType, TimestampType, TimestampNTZType, ArrayType, StructType, MapType)
+              StringType, TimestampType, TimestampNTZType, ArrayType, StructType, MapType, DecimalType)
 #: Key types a stream can declare (``key_type=``): the log's key (text, or Kafka's bytes) read as that type.
-KEY_TYPES = ("string", "int", "bigint", "double", "boolean", "date", "timestamp", "binary")
+KEY_TYPES = ("string", "int", "bigint", "double", "boolean", "date", "timestamp", "binary", "decimal(p,s)")
 
 
 def parse_value_schema(ddl: str | StructType) -> StructType:
@@ -63,8 +65,8 @@ def parse_value_schema(ddl: str | StructType) -> StructType:
     for f in schema.fields:
         if not isinstance(f.dataType, _SUPPORTED) or not _nested_ok(f.dataType):
             raise ValueError(f"value field {f.name!r}: type {f.dataType.simpleString()} is not supported; "
-                             "use boolean, int, bigint, double, string, date, timestamp, or array<…>, "
-                             "struct<…>, map<string,…> of them")
+                             "use boolean, int, bigint, double, decimal(p,s), string, date, timestamp, or "
+                             "array<…>, struct<…>, map<string,…> of them (but decimal)")
         if f.name in ("key",) + METADATA_COLUMNS:
             raise ValueError(f"value field {f.name!r} clashes with a column the stream adds "
                              f"(key, {', '.join(METADATA_COLUMNS)})")
@@ -100,19 +102,35 @@ def _nested_spark_type(t: Any) -> DataType:
     return StructType([StructField(n, _nested_spark_type(ft), True) for n, ft in t.fields])
 
 
-def _nested_ok(dt: DataType) -> bool:
-    """Nested value fields hold the scalar types JSON can carry; a JSON object's keys are text (MAP<string, …>)."""
+def _nested_ok(dt: DataType, top: bool = True) -> bool:
+    """Nested value fields hold the scalar types JSON can carry; a JSON object's keys are text (MAP<string, …>).
+
+    DECIMAL is a top-level field only (a nested value is stored as JSON, whose numbers are not exact)."""
+    if isinstance(dt, DecimalType):
+        return top
     if isinstance(dt, ArrayType):
-        return _nested_ok(dt.elementType) and isinstance(dt.elementType, _SUPPORTED)
+        return _nested_ok(dt.elementType, False) and isinstance(dt.elementType, _SUPPORTED)
     if isinstance(dt, MapType):
-        return isinstance(dt.keyType, StringType) and isinstance(dt.valueType, _SUPPORTED) and _nested_ok(dt.valueType)
+        return (isinstance(dt.keyType, StringType) and isinstance(dt.valueType, _SUPPORTED)
+                and _nested_ok(dt.valueType, False))
     if isinstance(dt, StructType):
-        return all(isinstance(f.dataType, _SUPPORTED) and _nested_ok(f.dataType) for f in dt.fields)
+        return all(isinstance(f.dataType, _SUPPORTED) and _nested_ok(f.dataType, False) for f in dt.fields)
     return True
+
+
+def _decimal_type(text: str) -> DataType | None:
+    """``decimal(10,2)`` → Spark's DecimalType(10, 2) (``decimal``: Spark's default (10, 0)); ValueError past 38."""
+    d = decimals.parse_decimal(text)
+    return None if d is None else DecimalType(d.precision, d.scale)
 
 
 def _type_of(text: str, where: str) -> DataType:
     t = _TYPES.get(text.strip().lower())
+    if t is None:
+        try:
+            t = _decimal_type(text)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
     if t is None and ("<" in text or "(" in text):  # array<…>, struct<…>, map<…> (no JVM in the source's workers)
         try:
             t = _nested_spark_type(parse_type(text))
@@ -120,7 +138,7 @@ def _type_of(text: str, where: str) -> DataType:
             t = None
     if t is None:
         raise ValueError(f"{where}: type {text.strip()!r} is not supported; use one of "
-                         "boolean, int, bigint, double, string, date, timestamp")
+                         "boolean, int, bigint, double, decimal(p,s), string, date, timestamp")
     return t
 
 
@@ -169,8 +187,10 @@ def stream_schema(value_schema: StructType, key_type: str = "string") -> StructT
     kt = _TYPES.get(key_type.strip().lower()) if isinstance(key_type, str) else None
     if key_type.strip().lower() in ("binary", "bytes"):
         kt = BinaryType()
+    if kt is None:
+        kt = _decimal_type(key_type)  # ValueError past precision 38, saying so
     if kt is None or not isinstance(kt, (StringType, LongType, IntegerType, DoubleType, BooleanType, DateType,
-                                         TimestampType, BinaryType)):
+                                         TimestampType, BinaryType, DecimalType)):
         raise ValueError(f"key type {key_type!r} is not supported; use one of {', '.join(KEY_TYPES)}")
     return StructType(
         [StructField("key", kt, True)] + list(value_schema.fields) + [
@@ -269,6 +289,11 @@ def _caster(dt: DataType, name: str) -> Any:
         return guard(to_ts)
     if isinstance(dt, DateType):
         return guard(lambda v: v if isinstance(v, date) else date.fromisoformat(str(v)[:10]))
+    if isinstance(dt, DecimalType):
+        exact = decimals.DecimalType(dt.precision, dt.scale)
+        # a JSON number (a float: its shortest repr, exact for up to 15 digits) or a JSON string for longer
+        # ones; a value with more places than the scale or digits than the precision is null, never rounded
+        return guard(lambda v: decimals.to_decimal(exact, v))
     if isinstance(dt, ArrayType):
         item = _caster(dt.elementType, name)
         return guard(lambda v: [item(x) for x in v] if isinstance(v, list) else None)

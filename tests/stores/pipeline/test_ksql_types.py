@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from datetime import date, datetime, timezone
+from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
@@ -45,10 +46,28 @@ def test_keys_of_every_type_from_text_or_kafka_bytes(key_type: str, raw: object,
     assert row_converter(stream_schema(SCHEMA, key_type))(raw, None, 5, "t", 0, 1)[0] == want
 
 
-@pytest.mark.parametrize("key_type", ["decimal(3,1)", "array<int>", "uuid"])
+@pytest.mark.parametrize("key_type", ["array<int>", "uuid"])
 def test_unsupported_key_types_name_the_supported_ones(key_type: str) -> None:
-    with pytest.raises(ValueError, match="use one of string, int, bigint, double, boolean, date, timestamp, binary"):
+    with pytest.raises(ValueError, match="use one of string, int, bigint, double, boolean, date, timestamp, binary, "
+                                         "decimal"):
         stream_schema(SCHEMA, key_type)
+
+
+def test_decimal_keys_and_values_from_the_log_are_exact_or_null() -> None:
+    """JSON numbers by their shortest repr (0.1 is 0.1, not 0.1000000000000000055…), long ones as JSON text."""
+    schema = parse_value_schema("price DECIMAL(10,2), big DECIMAL(38,10), n DECIMAL")
+    assert schema.simpleString() == "struct<price:decimal(10,2),big:decimal(38,10),n:decimal(10,0)>"
+    conv = row_converter(stream_schema(schema, "decimal(4,1)"))
+    row = conv(b"-12.5", {"price": 0.1, "big": "1234567890123456789012345678.0123456789", "n": 7}, 5, "t", 0, 1)
+    assert row[:4] == (Decimal("-12.5"), Decimal("0.10"), Decimal("1234567890123456789012345678.0123456789"),
+                       Decimal("7"))
+    assert str(row[1]) == "0.10"
+    # more places than the scale, more digits than the precision, not a number: null (never rounded)
+    assert conv("123.45", {"price": 0.125, "big": True, "n": 1e12}, 5, "t", 0, 1)[:4] == (None,) * 4
+    with pytest.raises(ValueError, match="precision 39 is not supported"):
+        stream_schema(schema, "decimal(39,1)")
+    with pytest.raises(ValueError, match="not supported"):  # inside a nested value JSON numbers are not exact
+        parse_value_schema("prices ARRAY<DECIMAL(4,2)>")
 
 
 @pytest.mark.parametrize("ddl, message", [
