@@ -121,6 +121,9 @@ class StoreSpec:
     history_retention_ms: int | None = None
     options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     key_parts: tuple[Column, ...] = ()
+    # Columns the store keeps after the values for its own upkeep, never read by queries (a table aggregate's
+    # min/max multisets and avg sums/counts, so retraction stays exact): stored as v{n}, v{n+1}, …
+    internal: tuple[Column, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.key, (tuple, list)):
@@ -146,7 +149,8 @@ class StoreSpec:
             object.__setattr__(self, "kind", StoreKind(self.kind))
         if self.partitions < 1:
             raise ValueError(f"store {self.name!r}: partitions must be >= 1, got {self.partitions}")
-        names = [c.name for c in self.key_columns()] + [c.name for c in self.values]
+        object.__setattr__(self, "internal", tuple(self.internal))
+        names = [c.name for c in self.key_columns()] + [c.name for c in self.values] + [c.name for c in self.internal]
         reserved = set(self.system_columns()) | {"_partition", "_position", "_failure_reason", "_failure_message"}
         for n in names:
             if n in reserved:
@@ -183,6 +187,10 @@ class StoreSpec:
     def value_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.values)
 
+    def stored_values(self) -> tuple[Column, ...]:
+        """Every value column the engine stores: the values, then the internal ones (``internal``)."""
+        return self.values + self.internal
+
     # -- persistence ---------------------------------------------------------
     def to_json(self) -> str:
         d = asdict(self)
@@ -192,6 +200,9 @@ class StoreSpec:
         d["key_parts"] = [{"name": c.name, "type": c.type.value, "nullable": c.nullable} for c in self.key_parts]
         if not self.key_parts:
             del d["key_parts"]  # files stay readable by versions without composite keys
+        d["internal"] = [{"name": c.name, "type": c.type.value, "nullable": c.nullable} for c in self.internal]
+        if not self.internal:
+            del d["internal"]
         d["source_topics"] = list(self.source_topics)
         return json.dumps(d, indent=2, sort_keys=True)
 
@@ -204,6 +215,8 @@ class StoreSpec:
         d["key_parts"] = tuple(Column(c["name"], parse_scalar(c["type"]), c.get("nullable", False))
                                for c in d.get("key_parts", ()))
         d["source_topics"] = tuple(d.get("source_topics", ()))
+        d["internal"] = tuple(Column(c["name"], parse_type(c["type"]), c.get("nullable", True))
+                              for c in d.get("internal", ()))
         return cls(**d)
 
 

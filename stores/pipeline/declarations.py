@@ -87,12 +87,13 @@ def _split_having(store: str, df: DataFrame, plan: str) -> tuple[DataFrame, str 
 
 
 def number_kind(store: str, out: str, col: str, spark_type: str) -> str:
-    """``int`` or ``float``: how a summed column adds up (exact int64, or double)."""
+    """``int`` or ``float``: how an aggregated column adds up (exact int64, or double)."""
     if spark_type in ("bigint", "int", "smallint", "tinyint"):
         return "int"
     if spark_type in ("double", "float"):
         return "float"
-    raise TopologyError(f"store {store!r}: sums[{out!r}] column {col!r} is {spark_type}, not a number")
+    raise TopologyError(f"store {store!r}: aggregate {out!r}: column {col!r} is {spark_type}, not a number "
+                        "(sum, min, max and avg take integers or doubles)")
 
 
 def duration_ms(store: str, value: str | int, what: str) -> int:

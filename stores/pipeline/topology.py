@@ -245,23 +245,27 @@ class Topology:
                                    key_cols=keys))
 
     def table_aggregate(self, name: str, df: DataFrame, *, key: str = "key", group_by: str, count: str = "count",
-                        sums: dict[str, str] | None = None, partitions: int | None = None) -> StoreSpec:
-        """Counts (and sums) per ``group_by`` value over the TABLE ``df`` is the changelog of (issue 16 item 6).
-
-        See ``stateful_tables.table_aggregate_decl``.
+                        sums: dict[str, str] | None = None, mins: dict[str, str] | None = None,
+                        maxs: dict[str, str] | None = None, avgs: dict[str, str] | None = None,
+                        partitions: int | None = None) -> StoreSpec:
+        """Count, sums, mins, maxs, avgs per ``group_by`` value over the TABLE ``df`` is the changelog of
+        (issue 16 item 6), with retraction. See ``stateful_tables.table_aggregate_decl``.
         """
         self._check_new(name, df)
         return self._add(table_aggregate_decl(name, df, key=key, group_by=group_by, count=count, sums=sums,
-                                              topics=self._topics_of(df), partitions=self._partitions(df, partitions)))
+                                              mins=mins, maxs=maxs, avgs=avgs, topics=self._topics_of(df),
+                                              partitions=self._partitions(df, partitions)))
 
     def session_table(self, name: str, df: DataFrame, *, key: str = "key", gap: str | int,
                       timestamp: str = "timestamp", count: str = "count", sums: dict[str, str] | None = None,
-                      retention_ms: int | None = None, partitions: int | None = None) -> StoreSpec:
+                      mins: dict[str, str] | None = None, maxs: dict[str, str] | None = None,
+                      avgs: dict[str, str] | None = None, retention_ms: int | None = None,
+                      partitions: int | None = None) -> StoreSpec:
         """Session windows visible while open (issue 16 item 4); see ``stateful_tables.session_table_decl``."""
         self._check_new(name, df)
         return self._add(session_table_decl(name, df, key=key, gap=gap, timestamp=timestamp, count=count, sums=sums,
-                                            retention_ms=retention_ms, topics=self._topics_of(df),
-                                            partitions=self._partitions(df, partitions)))
+                                            mins=mins, maxs=maxs, avgs=avgs, retention_ms=retention_ms,
+                                            topics=self._topics_of(df), partitions=self._partitions(df, partitions)))
 
     def _partitions(self, df: DataFrame, partitions: int | None) -> int:
         if partitions is not None:
