@@ -37,7 +37,8 @@ from ..catalog.nested import NestedType
 from ..catalog.schema import SqlType, parse_type
 
 __all__ = [
-    "MISSING_SOURCE_TOPIC", "SOURCE_TRUNCATED", "METADATA_COLUMNS", "SPLIT", "parse_value_schema", "stream_schema", "row_converter", "admit", "slices",
+    "MISSING_SOURCE_TOPIC", "SOURCE_TRUNCATED", "METADATA_COLUMNS", "SPLIT", "parse_value_schema", "stream_schema",
+    "row_converter", "admit", "slices", "HEADERS", "HEADERS_TYPE", "has_headers",
 ]
 
 # Errors raised in a source reach the app only as text inside a Spark error (spark-notes.md), so each
@@ -46,6 +47,11 @@ MISSING_SOURCE_TOPIC = "MISSING_SOURCE_TOPIC"  # → MissingSourceTopicException
 SOURCE_TRUNCATED = "SOURCE_TRUNCATED"  # records the checkpoint has seen are gone (truncated, recreated, retention)
 
 METADATA_COLUMNS = ("timestamp", "topic", "partition", "offset")
+#: The record headers column a stream adds when asked (``include_headers``), typed as Spark's Kafka source
+#: types it with ``includeHeaders=true``: ARRAY<STRUCT<key: STRING, value: BINARY>>, in record order.
+HEADERS = "headers"
+HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType(), True), StructField("value", BinaryType(), True)]),
+                         True)
 SPLIT = 200_000  # records per Spark task: bounds a task's memory and spreads a backlog over cores
 
 _SUPPORTED = (BooleanType, DateType, DoubleType, FloatType, IntegerType, LongType, ShortType,
@@ -67,9 +73,9 @@ def parse_value_schema(ddl: str | StructType) -> StructType:
             raise ValueError(f"value field {f.name!r}: type {f.dataType.simpleString()} is not supported; "
                              "use boolean, int, bigint, double, decimal(p,s), string, date, timestamp, or "
                              "array<…>, struct<…>, map<string,…> of them (but decimal)")
-        if f.name in ("key",) + METADATA_COLUMNS:
+        if f.name in ("key", HEADERS) + METADATA_COLUMNS:
             raise ValueError(f"value field {f.name!r} clashes with a column the stream adds "
-                             f"(key, {', '.join(METADATA_COLUMNS)})")
+                             f"(key, {', '.join(METADATA_COLUMNS)}, {HEADERS})")
     return schema
 
 
@@ -182,8 +188,8 @@ def _top_level_split(ddl: str) -> list[str]:
     return parts
 
 
-def stream_schema(value_schema: StructType, key_type: str = "string") -> StructType:
-    """The stream's columns: key, the value fields, timestamp, topic, partition, offset."""
+def stream_schema(value_schema: StructType, key_type: str = "string", include_headers: bool = False) -> StructType:
+    """The stream's columns: key, the value fields, timestamp, topic, partition, offset (then headers if asked)."""
     kt = _TYPES.get(key_type.strip().lower()) if isinstance(key_type, str) else None
     if key_type.strip().lower() in ("binary", "bytes"):
         kt = BinaryType()
@@ -198,7 +204,7 @@ def stream_schema(value_schema: StructType, key_type: str = "string") -> StructT
             StructField("topic", StringType(), False),
             StructField("partition", IntegerType(), False),
             StructField("offset", LongType(), False),
-        ])
+        ] + ([StructField(HEADERS, HEADERS_TYPE, True)] if include_headers else []))
 
 
 def admit(avail: dict[tuple[str, int], tuple[int, int]], budget: int) -> dict[tuple[str, int], tuple[int, int]]:
@@ -213,9 +219,19 @@ def admit(avail: dict[tuple[str, int], tuple[int, int]], budget: int) -> dict[tu
     return out
 
 
+def has_headers(schema: StructType) -> bool:
+    """Does a stream schema (``stream_schema``) carry the headers column?"""
+    return schema.fields[-1].name == HEADERS
+
+
 def row_converter(schema: StructType) -> Any:
-    """A function from one log record to a row tuple in ``schema``'s order (value fields by name)."""
-    value_fields = [(f.name, _caster(f.dataType, f.name)) for f in schema.fields[1:-4]]
+    """A function from one log record to a row tuple in ``schema``'s order (value fields by name).
+
+    With a headers column the function takes the record's headers too: ``(name, bytes or None)`` pairs
+    (confluent-kafka's ``Message.headers()``, the EventLog's), or None for none.
+    """
+    tail = 5 if has_headers(schema) else 4
+    value_fields = [(f.name, _caster(f.dataType, f.name)) for f in schema.fields[1:-tail]]
     key_cast = _key_caster(schema.fields[0].dataType)
 
     def convert(key: Any, value: Any, ts: int, topic: str, partition: int, offset: int) -> tuple:
@@ -225,7 +241,15 @@ def row_converter(schema: StructType) -> Any:
             vals = [c(value.get(n)) for n, c in value_fields]
         return (key_cast(key), *vals, _ts(ts), topic, partition, offset)
 
-    return convert
+    if tail == 4:
+        return convert
+
+    def convert_with_headers(key: Any, value: Any, ts: int, topic: str, partition: int, offset: int,
+                             headers: Any = None) -> tuple:
+        hs = [(str(n), None if v is None else bytes(v)) for n, v in headers] if headers else []
+        return (*convert(key, value, ts, topic, partition, offset), hs)
+
+    return convert_with_headers
 
 
 def _ts(ms: Any) -> datetime | None:

@@ -98,12 +98,15 @@ class Topology:
     # -- sources ------------------------------------------------------
     def stream(self, topic: str | Sequence[str], value_schema: str | StructType = "value STRING", *,
                key_type: str = "string", max_records_per_batch: int | None = None,
-               starting_offsets: str = "earliest") -> DataFrame:
+               starting_offsets: str = "earliest", include_headers: bool = False) -> DataFrame:
         """A streaming DataFrame over ``topic`` (or several): key, value fields, timestamp, topic, partition, offset.
 
         ``value_schema`` is the DDL of the JSON value's fields (``"amount
         DOUBLE, item STRING"``); missing or mistyped fields read as null, a
         tombstone as all-null. ``max_records_per_batch`` caps a micro-batch.
+        ``include_headers`` adds ``headers`` ARRAY<STRUCT<key: STRING, value:
+        BINARY>> (the record's headers in order, as Spark's Kafka source with
+        ``includeHeaders=true``; the EventLog's records carry them too).
         The same arguments give the same DataFrame: stores built on it read
         the source once, in one shared query.
         """
@@ -112,36 +115,42 @@ class Topology:
             raise TopologyError(f"stream: topic must be a name or a list of names, got {topic!r}")
         schema = parse_value_schema(value_schema)
         ddl = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields)
-        key = (topics, ddl, key_type, max_records_per_batch, starting_offsets)
+        headers = bool(include_headers)
+        key = (topics, ddl, key_type, max_records_per_batch, starting_offsets) + ((True,) if headers else ())
         if key not in self._frames:
             self._frames[key] = self._new_stream(topics, schema, ddl, key_type, max_records_per_batch,
-                                                 starting_offsets)
+                                                 starting_offsets, headers)
         return self._frames[key]
 
     def _new_stream(self, topics: tuple[str, ...], schema: StructType, ddl: str, key_type: str,
-                    max_records_per_batch: int | None, starting_offsets: str) -> DataFrame:
+                    max_records_per_batch: int | None, starting_offsets: str, headers: bool = False) -> DataFrame:
         sid = str(next(_STREAM_IDS))
         self._streams[sid] = topics
         if isinstance(self.log, KafkaSource):
-            return self._kafka_stream(topics, schema, key_type, max_records_per_batch, starting_offsets, sid)
+            return self._kafka_stream(topics, schema, key_type, max_records_per_batch, starting_offsets, sid,
+                                      headers)
         reader = (self.spark.readStream.format("iqlog").option("path", str(self.log.root))
                   .option("topics", ",".join(topics)).option("valueSchema", ddl).option("keyType", key_type)
                   .option("startingOffsets", starting_offsets).option(_STREAM_OPT, sid))
+        if headers:
+            reader = reader.option("includeHeaders", "true")
         if max_records_per_batch is not None:
             reader = reader.option("maxRecordsPerBatch", str(int(max_records_per_batch)))
         return reader.load()
 
     def _kafka_stream(self, topics: tuple[str, ...], schema: StructType, key_type: str,
-                      max_records: int | None, starting: str, sid: str) -> DataFrame:
+                      max_records: int | None, starting: str, sid: str, headers: bool = False) -> DataFrame:
         """Kafka through Spark's own source when its jar is on the classpath, else through ``iqkafka``."""
         src = self.log
         assert isinstance(src, KafkaSource)
         if _native_kafka_available(self.spark):
-            return self._native_kafka_stream(src, topics, schema, key_type, max_records, starting, sid)
+            return self._native_kafka_stream(src, topics, schema, key_type, max_records, starting, sid, headers)
         ddl = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields)
         reader = (self.spark.readStream.format("iqkafka").option("topics", ",".join(topics))
                   .option("valueSchema", ddl).option("keyType", key_type).option("startingOffsets", starting)
                   .option(_STREAM_OPT, sid))
+        if headers:
+            reader = reader.option("includeHeaders", "true")
         for k, v in source_options(src.bootstrap_servers, dict(src.options or {})).items():
             reader = reader.option(k, v)
         if max_records is not None:
@@ -149,10 +158,12 @@ class Topology:
         return reader.load()
 
     def _native_kafka_stream(self, src: KafkaSource, topics: tuple[str, ...], schema: StructType, key_type: str,
-                             max_records: int | None, starting: str, sid: str) -> DataFrame:
+                             max_records: int | None, starting: str, sid: str, headers: bool = False) -> DataFrame:
         reader = (self.spark.readStream.format("kafka").option("kafka.bootstrap.servers", src.bootstrap_servers)
                   .option("subscribe", ",".join(topics)).option("startingOffsets", starting)
                   .option("failOnDataLoss", "true").option(_STREAM_OPT, sid))
+        if headers:
+            reader = reader.option("includeHeaders", "true")
         for k, v in (src.options or {}).items():
             reader = reader.option(k if k.startswith("kafka.") else f"kafka.{k}", str(v))
         if max_records is not None:
@@ -162,7 +173,7 @@ class Topology:
         key_col = F.col("key") if key_type.strip().lower() in ("binary", "bytes") else F.col("key").cast("string").cast(key_type)
         return raw.select(key_col.alias("key"),
                           *[value[f.name].alias(f.name) for f in schema.fields],
-                          "timestamp", "topic", "partition", "offset")
+                          "timestamp", "topic", "partition", "offset", *(["headers"] if headers else []))
 
     # -- stores -------------------------------------------------------
     def table(self, name: str, df: DataFrame, *, key: str | Sequence[str], window: str | None = None,
