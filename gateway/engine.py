@@ -45,7 +45,7 @@ from .outcomes import partition_error, record_outcomes
 from .result import PartitionOutcome, Result
 from .routing.membership import partition_rows
 from .scans import Waiting, probe_query, run_scan
-from .system_tables import register_system_tables
+from .system_tables import register_system_tables, store_rows
 from .upgrading import not_yet_available
 
 __all__ = ["Gateway", "Session"]
@@ -293,7 +293,8 @@ class Gateway:
                 return Result(columns=columns, position=merged, partitions=partitions,
                               statement=StatementKind.SELECT, rows=out, cursor_factory=self._pool.cursor)
             system = (lambda cur: register_system_tables(cur, plan.system_tables, catalog, context, settings,
-                                                         lambda: partition_rows(self.source))
+                                                         lambda: partition_rows(self.source),
+                                                         lambda: store_rows(self.source, catalog))
                       ) if plan.system_tables else None
             streams = [r for _, rows in scans for r in rows.streams]
             result = self._residual(plan, scans, merged, partitions, limit_rows, watch, stream, arrow, system=system,
