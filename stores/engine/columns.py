@@ -207,7 +207,7 @@ def _decimal(arr: pa.Array, t: DecimalType) -> pa.Array:
     or already-stored 16-byte values → the stored bytes (``catalog/decimals.py``). Floats are refused: they
     are not exact (cast to DECIMAL in Spark)."""
     ty = arr.type
-    if pa.types.is_null(ty):
+    if pa.types.is_null(ty) or len(arr) == 0:  # an empty batch's placeholder columns carry no values
         return pa.nulls(len(arr), pa.binary())
     if pa.types.is_binary(ty) or pa.types.is_large_binary(ty) or pa.types.is_fixed_size_binary(ty):
         raw = arr.cast(pa.binary())
