@@ -45,7 +45,7 @@ def build(spark, src, state_dir, handler=None):
     events = t.stream("events", value_schema="n BIGINT", include_headers=True)
     t.table("event_counts", events.groupBy("key").agg(F.count("*").alias("records"), F.sum("n").alias("total")),
             key="key")
-    source = F.expr("CAST(filter(headers, h -> h.key = 'src')[0].value AS STRING)")  # issue 16: a Kafka header
+    source = F.expr("CAST(get(filter(headers, h -> h.key = 'src'), 0).value AS STRING)")  # issue 16: a Kafka header
     t.table("events_by_source", events.groupBy(F.coalesce(source, F.lit("none")).alias("src"))
             .agg(F.count("*").alias("records"), F.sum("n").alias("total")), key="src")
     app = StreamsApp(t, application_id=f"kafka-{state_dir.name}", state_dir=state_dir)
