@@ -86,14 +86,18 @@ def _split_having(store: str, df: DataFrame, plan: str) -> tuple[DataFrame, str 
     return DataFrame(jds, session), " AND ".join(f"({c})" for c in reversed(conds))
 
 
-def number_kind(store: str, out: str, col: str, spark_type: str) -> str:
-    """``int`` or ``float``: how an aggregated column adds up (exact int64, or double)."""
+def number_kind(store: str, out: str, col: str, spark_type: str, decimals: bool = False) -> str:
+    """``int``, ``float`` or (with ``decimals``) ``decimal(p,s)``: how an aggregated column adds up (exact int64,
+    double, or exact decimal)."""
     if spark_type in ("bigint", "int", "smallint", "tinyint"):
         return "int"
     if spark_type in ("double", "float"):
         return "float"
+    if decimals and spark_type.startswith("decimal("):
+        return spark_type.replace(" ", "")
+    takes = "integers, doubles or decimals" if decimals else "integers or doubles"
     raise TopologyError(f"store {store!r}: aggregate {out!r}: column {col!r} is {spark_type}, not a number "
-                        "(sum, min, max and avg take integers or doubles)")
+                        f"(sum, min, max and avg take {takes})")
 
 
 def duration_ms(store: str, value: str | int, what: str) -> int:

@@ -30,7 +30,7 @@ from .declarations import (
 )
 from .open_sessions import open_session_rows, session_output_columns
 from .stream_rows import METADATA_COLUMNS
-from .table_aggregate import needs_state, retract_rows, retraction_columns
+from .table_aggregate import needs_state, result_decimal, retract_rows, retraction_columns
 
 __all__ = ["table_aggregate_decl", "session_table_decl"]
 
@@ -42,7 +42,8 @@ STATE_COLUMN = Column("__aggregate_state", SqlType.VARCHAR)
 
 
 def _aggregates(name: str, cols: dict[str, str], sums: dict[str, str] | None, mins: dict[str, str] | None,
-                maxs: dict[str, str] | None, avgs: dict[str, str] | None) -> list[tuple[str, str, str, str]]:
+                maxs: dict[str, str] | None, avgs: dict[str, str] | None, decimals: bool = False
+                ) -> list[tuple[str, str, str, str]]:
     """``sums``/``mins``/``maxs``/``avgs`` (output name → column) → ``[(output, function, column, kind)]``."""
     out = []
     for fn, given in (("sum", sums), ("min", mins), ("max", maxs), ("avg", avgs)):
@@ -50,14 +51,18 @@ def _aggregates(name: str, cols: dict[str, str], sums: dict[str, str] | None, mi
             raise TopologyError(f"store {name!r}: {fn}s must map output column names to columns, got {given!r}")
         for o, c in (given or {}).items():
             _require_col(name, cols, c, f"{fn}s")
-            out.append((o, fn, c, number_kind(name, o, c, cols[c])))
+            out.append((o, fn, c, number_kind(name, o, c, cols[c], decimals)))
     return out
 
 
 def _values(count: str, aggs: list[tuple[str, str, str, str]]) -> tuple[Column, ...]:
-    """count BIGINT, then per aggregate: sum/min/max BIGINT (integers) or DOUBLE, avg DOUBLE."""
-    return (Column(count, SqlType.BIGINT),
-            *(Column(o, SqlType.BIGINT if k == "int" and fn != "avg" else SqlType.DOUBLE) for o, fn, _c, k in aggs))
+    """count BIGINT, then per aggregate: sum/min/max BIGINT (integers) or DOUBLE, avg DOUBLE; over a DECIMAL(p,s)
+    column Spark's result types: sum DECIMAL(p+10,s), min/max DECIMAL(p,s), avg DECIMAL(p+4,s+4) (capped at 38)."""
+    def typ(fn: str, kind: str) -> Any:
+        if kind.startswith("decimal("):
+            return result_decimal(fn, kind)
+        return SqlType.BIGINT if kind == "int" and fn != "avg" else SqlType.DOUBLE
+    return (Column(count, SqlType.BIGINT), *(Column(o, typ(fn, k)) for o, fn, _c, k in aggs))
 
 
 def _out_type(fn: str, kind: str) -> Any:
@@ -82,7 +87,7 @@ def table_aggregate_decl(name: str, df: DataFrame, *, key: str, group_by: str, c
     cols = dict(df.dtypes)
     for c, role in [(key, "key"), (group_by, "group_by")]:
         _require_col(name, cols, c, role)
-    aggs = _aggregates(name, cols, sums, mins, maxs, avgs)
+    aggs = _aggregates(name, cols, sums, mins, maxs, avgs, decimals=True)
     sources = [c for _o, _fn, c, _k in aggs]
     types = tuple(f"{fn}:{k}" for _o, fn, _c, k in aggs)
     value_cols = tuple(c for c in df.columns if c not in (key, *METADATA_COLUMNS))

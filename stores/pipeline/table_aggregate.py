@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..catalog.decimals import EXACT, DecimalType, decode_decimal, parse_decimal
 from ..catalog.partitioner import partition_for_key
 from ..catalog.schema import coerce_key
 
@@ -101,6 +103,30 @@ def parse_aggregates(sum_types: Sequence[str]) -> list[tuple[str, str]]:
     return out
 
 
+def result_decimal(fn: str, kind: str) -> DecimalType:
+    """The DECIMAL an aggregate of a ``decimal(p,s)`` column has, as Spark types it (``DecimalType.bounded``):
+    sum (p+10, s), min/max (p, s), avg (p+4, s+4), precision and scale each capped at 38."""
+    d = parse_decimal(kind)
+    assert d is not None
+    p, s = {"sum": (d.precision + 10, d.scale), "avg": (d.precision + 4, d.scale + 4)}.get(fn, (d.precision, d.scale))
+    return DecimalType(min(p, 38), min(s, 38))
+
+
+def _arrow_kind(kind: str) -> pa.DataType:
+    """The Arrow type deltas of a kind add up in: int64, float64, or decimal128(38, s) (exact)."""
+    if kind == "int":
+        return pa.int64()
+    if kind.startswith("decimal("):
+        d = parse_decimal(kind)
+        assert d is not None
+        return pa.decimal128(38, d.scale)
+    return pa.float64()
+
+
+def _jsonable(v: Any) -> Any:
+    return str(v) if isinstance(v, Decimal) else v
+
+
 def needs_state(sum_types: Sequence[str]) -> bool:
     """Does the store keep an internal state column (min/max multisets, avg sums and counts)?"""
     return any(fn != "sum" for fn, _k in parse_aggregates(sum_types))
@@ -121,9 +147,10 @@ def group_deltas(table: pa.Table, sum_types: Sequence[str]) -> pa.Table:
         cols = {"g": pc.filter(g, keep), "dc": pa.array(np.full(pc.sum(keep.cast(pa.int64())).as_py() or 0, sign,
                                                                dtype=np.int64))}
         for i, (fn, kind) in enumerate(aggs):
-            t = pa.int64() if kind == "int" else pa.float64()
+            t = _arrow_kind(kind)
             raw = pc.filter(table.column(f"{side}_s{i}"), keep).cast(t)
-            cols[f"d{i}"] = pc.multiply_checked(pc.fill_null(raw, 0), pa.scalar(sign, t))
+            filled = pc.fill_null(raw, pa.scalar(0, pa.int64()).cast(t))
+            cols[f"d{i}"] = filled if sign > 0 else pc.negate_checked(filled)
             if fn == "avg":
                 cols[f"n{i}"] = pc.multiply(pc.is_valid(raw).cast(pa.int64()), pa.scalar(sign, pa.int64()))
         parts.append(pa.table(cols))
@@ -148,7 +175,7 @@ def _multiset_deltas(table: pa.Table, groups: list[Any], aggs: Sequence[int]) ->
                 if g is not None and v is not None and v == v:  # NaN is no value (as a null)
                     d = acc[index[g]]
                     d[v] = d.get(v, 0) + sign
-        out[f"m{i}"] = pa.array([json.dumps([[v, c] for v, c in d.items() if c]) for d in acc], pa.string())
+        out[f"m{i}"] = pa.array([json.dumps([[_jsonable(v), c] for v, c in d.items() if c]) for d in acc], pa.string())
     return out
 
 
@@ -183,6 +210,11 @@ def aggregate_rows(spec: Any, store_of: Callable[[int], Any], deltas: pa.Table, 
     dc = deltas.column("dc").to_pylist()
     ds = [deltas.column(f"d{i}").to_pylist() for i in range(n_aggs)]
     extra = {n: deltas.column(n).to_pylist() for n in deltas.column_names if n[0] in "nm" and n[1:].isdigit()}
+    types = [c.type for c in spec.values[1:1 + n_aggs]]
+    for g, cur in list(current.items()):  # stored DECIMALs are their 16 bytes: the numbers, to add to
+        if any(isinstance(t, DecimalType) for t in types):
+            current[g] = (cur[0], *(decode_decimal(t, v) if isinstance(t, DecimalType) and v is not None else v
+                                    for t, v in zip(types, cur[1:1 + n_aggs])), *cur[1 + n_aggs:])
     for j, g in enumerate(groups):
         cur = current.get(g)
         count = (cur[0] if cur is not None else 0) + dc[j]
@@ -195,9 +227,16 @@ def aggregate_rows(spec: Any, store_of: Callable[[int], Any], deltas: pa.Table, 
                 outs[i].append(None)
             elif fn == "sum":
                 base = (cur[1 + i] or 0) if cur is not None else 0
-                outs[i].append(base + ds[i][j])
+                outs[i].append(EXACT.add(base, ds[i][j]) if isinstance(ds[i][j], Decimal) else base + ds[i][j])
             elif fn == "avg":
                 total, n = state.get(str(i), (0, 0))
+                if isinstance(types[i], DecimalType):  # exact: the sum as text, the mean rounded half up, as Spark
+                    total = EXACT.add(Decimal(total), ds[i][j])
+                    n = n + extra[f"n{i}"][j]
+                    state[str(i)] = [str(total), n]
+                    step = Decimal(1).scaleb(-types[i].scale, EXACT)
+                    outs[i].append(EXACT.divide(total, n).quantize(step, ROUND_HALF_UP, EXACT) if n > 0 else None)
+                    continue
                 total, n = total + ds[i][j], n + extra[f"n{i}"][j]
                 state[str(i)] = [total, n]
                 outs[i].append(total / n if n > 0 else None)
@@ -207,7 +246,10 @@ def aggregate_rows(spec: Any, store_of: Callable[[int], Any], deltas: pa.Table, 
     n = len(groups)
     cols: dict[str, Any] = {"k": deltas.column("g"), "v0": pa.array(counts, pa.int64())}
     for i, (fn, kind) in enumerate(aggs):
-        cols[f"v{i + 1}"] = pa.array(outs[i], pa.int64() if kind == "int" and fn != "avg" else pa.float64())
+        t = types[i]
+        at = (pa.decimal128(t.precision, t.scale) if isinstance(t, DecimalType)
+              else pa.int64() if kind == "int" and fn != "avg" else pa.float64())
+        cols[f"v{i + 1}"] = pa.array(outs[i], at)
     if stateful:
         cols[f"v{n_aggs + 1}"] = pa.array(states, pa.string())
     ts = pa.nulls(n, pa.int64()) if batch_ts is None else pa.array(np.full(n, batch_ts, dtype=np.int64))
@@ -218,7 +260,7 @@ def aggregate_rows(spec: Any, store_of: Callable[[int], Any], deltas: pa.Table, 
 
 def _apply_multiset(spec: Any, group: Any, i: int, fn: str, kind: str, state: dict[str, Any], delta: str) -> Any:
     """A min/max's multiset (in ``state[str(i)]``) plus this batch's delta → the new min or max (None: empty)."""
-    cast = int if kind == "int" else float
+    cast: Callable[[Any], Any] = int if kind == "int" else Decimal if kind.startswith("decimal(") else float
     bag = {cast(v): c for v, c in state.get(str(i), ())}
     for v, c in json.loads(delta):
         v = cast(v)
@@ -232,7 +274,7 @@ def _apply_multiset(spec: Any, group: Any, i: int, fn: str, kind: str, state: di
             f"store {spec.name!r}: group {group!r}: {fn} of value column {spec.values[1 + i].name!r} would keep "
             f"{len(bag)} distinct values (at most {MAX_DISTINCT}): a min/max under retraction must remember every "
             "current value of its group; aggregate a coarser column, or use a windowed or append-only aggregate")
-    state[str(i)] = [[v, c] for v, c in sorted(bag.items())]
+    state[str(i)] = [[_jsonable(v), c] for v, c in sorted(bag.items())]
     if not bag:
         return None
     return min(bag) if fn == "min" else max(bag)

@@ -224,3 +224,24 @@ def test_precision_over_38_is_refused_clearly() -> None:
         Column("x", "DECIMAL(39,2)")
     with pytest.raises(ValueError, match="scale 7 must be between 0 and the precision 5"):
         Column("x", "DECIMAL(5,7)")
+
+
+def test_decimals_cross_to_peers_exactly() -> None:
+    """A forwarded request's DECIMAL key and a peer's DECIMAL cells travel as text, never as JSON floats."""
+    import json
+
+    from gateway.json_values import dumps
+    from gateway.routing.codec import CodecError, decode_answer, decode_request, encode_answer, encode_request
+    from stores.iqv2.result import QueryResult
+
+    big = Decimal("1234567890123456789012345678.0123456789")
+    req = StateQueryRequest.in_store("prices").with_query(RangeQuery.with_range(Decimal("-1.50"), big))
+    back = decode_request(json.loads(dumps(encode_request(req))))
+    assert back.query.lower_bound == Decimal("-1.50") and back.query.upper_bound == big
+    pos = Position.from_map({"orders": {0: 1}})
+    raw = json.loads(dumps(encode_answer(2, QueryResult.for_result(None, pos), [[Decimal("0.10"), 3, None, big]])))
+    _p, qr = decode_answer(raw, "http://peer", True)
+    assert qr.result.shaped_rows == [(Decimal("0.10"), 3, None, big)]
+    raw["rows"][0][0] = {"$dec": "x"}
+    with pytest.raises(CodecError, match="DECIMAL cell"):
+        decode_answer(raw, "http://peer", True)

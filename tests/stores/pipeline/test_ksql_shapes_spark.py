@@ -75,9 +75,10 @@ def build(spark, log: EventLog) -> Topology:  # noqa: ANN001
     channel = F.expr("CAST(get(filter(headers, h -> h.key = 'channel'), 0).value AS STRING)")
     t.table("by_channel", sales.withColumn("channel", F.coalesce(channel, F.lit("none")))
             .groupBy("channel").agg(F.count("*").alias("n")), key="channel")
-    users = t.stream("users", value_schema="category STRING, amount BIGINT")
-    t.table_aggregate("per_category", users, group_by="category", count="users", sums={"total": "amount"},
-                      mins={"lo": "amount"}, maxs={"hi": "amount"}, avgs={"mean": "amount"})
+    users = t.stream("users", value_schema="category STRING, amount BIGINT, price DECIMAL(6,2)")
+    t.table_aggregate("per_category", users, group_by="category", count="users",
+                      sums={"total": "amount", "spend": "price"}, mins={"lo": "amount"}, maxs={"hi": "amount"},
+                      avgs={"mean": "amount", "avg_price": "price"})
     clicks = t.stream("clicks", value_schema="n BIGINT")
     t.session_table("sessions", clicks, gap="30 seconds", count="clicks", sums={"total": "n"}, maxs={"top": "n"},
                     avgs={"mean": "n"})
@@ -133,24 +134,29 @@ def user_events(n: int, seed: int, start_ts: int) -> list[tuple]:
     out = []
     for i in range(n):
         r = rnd.random()
-        value = None if r < 0.15 else {"category": None if r < 0.2 else rnd.choice("abc"), "amount": rnd.randrange(100)}
+        value = None if r < 0.15 else {"category": None if r < 0.2 else rnd.choice("abc"), "amount": rnd.randrange(100),
+                                       "price": rnd.choice([0.1, 0.2, 1.05, -3.3])}
         out.append((f"u{rnd.randrange(15)}", value, start_ts + i))
     return out
 
 
 def _users_oracle(log: EventLog, position) -> dict:  # noqa: ANN001
     con = duckdb.connect()
-    con.execute("CREATE TABLE ev (k VARCHAR, category VARCHAR, amount BIGINT, dead BOOLEAN, p INT, off BIGINT)")
+    con.execute("CREATE TABLE ev (k VARCHAR, category VARCHAR, amount BIGINT, price_text VARCHAR, dead BOOLEAN, "
+                "p INT, off BIGINT)")
     rows = []
     for p in range(log.partitions("users")):
         last = position.offset("users", p)
         if last is not None:
-            rows += [(r.key, (r.value or {}).get("category"), (r.value or {}).get("amount"), r.value is None, p, r.offset)
+            rows += [(r.key, (r.value or {}).get("category"), (r.value or {}).get("amount"),
+                      None if r.value is None else str(r.value["price"]), r.value is None, p, r.offset)
                      for r in log.read("users", p, 0, last + 1)]
     if rows:
-        con.executemany("INSERT INTO ev VALUES (?, ?, ?, ?, ?, ?)", rows)
-    got = con.execute("""SELECT category, count(*), coalesce(sum(amount), 0), min(amount), max(amount), avg(amount)
-                         FROM (SELECT * FROM ev QUALIFY row_number() OVER (PARTITION BY k ORDER BY p, off DESC) = 1)
+        con.executemany("INSERT INTO ev VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+    got = con.execute("""SELECT category, count(*), coalesce(sum(amount), 0), coalesce(sum(price), 0), min(amount),
+                                max(amount), avg(amount), round(avg(price), 6)::DECIMAL(10,6)
+                         FROM (SELECT *, CAST(price_text AS DECIMAL(6,2)) AS price FROM ev
+                               QUALIFY row_number() OVER (PARTITION BY k ORDER BY p, off DESC) = 1)
                          WHERE NOT dead AND category IS NOT NULL GROUP BY category""").fetchall()
     return {c: tuple(rest) for c, *rest in got}
 
@@ -258,8 +264,9 @@ def test_composite_keys_and_nested_values_match_the_oracle(spark, tmp_path: Path
             # item 6: the table aggregate equals GROUP BY over each user's latest row, at the store's Position
             upos, per_cat = _all_rows(app, "per_category")
             want_cat = _users_oracle(log, upos)
-            assert {c: v[:4] for c, v in per_cat.items()} == {c: w[:4] for c, w in want_cat.items()}
-            assert all(per_cat[c][4] == pytest.approx(w[4], abs=1e-9) for c, w in want_cat.items())
+            assert {c: v[:5] + v[6:] for c, v in per_cat.items()} == {c: w[:5] + w[6:] for c, w in want_cat.items()}
+            assert all(per_cat[c][5] == pytest.approx(w[5], abs=1e-9) for c, w in want_cat.items())
+            assert app.catalog()["per_category"].values[2].type.value == "DECIMAL(16,2)"  # Spark's sum type
             # item 5: the HAVING store holds exactly the qualifying keys (the others were deleted)
             bpos, big = _all_rows(app, "big_sales")
             bcon = _oracle(log, bpos)

@@ -259,3 +259,64 @@ def test_session_min_max_avg_equal_a_recomputation() -> None:
         exp.append((ws, we, len(vs), [sum(nn), min(nn, default=None), max(nn, default=None),
                                       sum(nn) / len(nn) if nn else None]))
     assert got == exp
+
+
+def test_decimal_sum_min_max_avg_under_retraction_are_exact(tmp_path: Path) -> None:
+    """DECIMAL(6,2) amounts (item 7 x item 3): sum DECIMAL(16,2), min/max DECIMAL(6,2) and avg DECIMAL(10,6)
+    equal DuckDB's DECIMAL GROUP BY over the current rows exactly — tenths never drift as floats would."""
+    import duckdb
+
+    from stores.pipeline.table_aggregate import needs_state, result_decimal
+
+    kinds = ("sum:decimal(6,2)", "min:decimal(6,2)", "max:decimal(6,2)", "avg:decimal(6,2)")
+    assert [result_decimal(k.split(":")[0], "decimal(6,2)").value for k in kinds] == [
+        "DECIMAL(16,2)", "DECIMAL(6,2)", "DECIMAL(6,2)", "DECIMAL(10,6)"]
+    assert result_decimal("sum", "decimal(38,10)").value == "DECIMAL(38,10)"
+    assert result_decimal("avg", "decimal(36,10)").value == "DECIMAL(38,14)" and needs_state(kinds)
+    spec = StoreSpec("dec_aggs", StoreKind.KEY_VALUE, Column("g", SqlType.VARCHAR),
+                     (Column("n", SqlType.BIGINT), Column("total", "DECIMAL(16,2)"), Column("lo", "DECIMAL(6,2)"),
+                      Column("hi", "DECIMAL(6,2)"), Column("mean", "DECIMAL(10,6)")),
+                     partitions=2, internal=(Column("__aggregate_state", SqlType.VARCHAR),))
+    stores = {p: open_partition(spec, p, tmp_path / f"d{p}.db") for p in range(2)}
+    writer = PartitionedWriter(spec, stores)
+    dec = pa.decimal128(6, 2)
+    schema = pa.schema([("k", pa.string()), ("old_g", pa.string()), *((f"old_s{i}", dec) for i in range(4)),
+                        ("new_g", pa.string()), *((f"new_s{i}", dec) for i in range(4))])
+    rnd = random.Random(23)
+    current: dict[str, tuple[str, Decimal | None]] = {}
+    con = duckdb.connect()
+    try:
+        for batch in range(12):
+            rows = []
+            for k in rnd.sample([f"u{i}" for i in range(20)], 8):
+                old = current.get(k)
+                new = None if rnd.random() < 0.15 else (rnd.choice("ab"), None if rnd.random() < 0.1 else
+                                                        Decimal(rnd.choice(["0.10", "0.20", "-0.30", "99.99", "1.05"])))
+                row = {"k": k, "old_g": old and old[0], "new_g": new and new[0]}
+                for i in range(4):
+                    row[f"old_s{i}"], row[f"new_s{i}"] = old and old[1], new and new[1]
+                rows.append(row)
+                if new is None:
+                    current.pop(k, None)
+                else:
+                    current[k] = new
+            change = aggregate_rows(spec, writer.partition_stores.__getitem__,
+                                    group_deltas(pa.Table.from_pylist(rows, schema), kinds), 1, kinds)
+            writer.write_table(batch, change, Position.from_map({"t": {0: batch}}))
+            got = {kv.key: tuple(kv.value) for s in stores.values()
+                   for kv in s.query(RangeQuery.with_no_bounds(), PositionBound.unbounded()).result}
+            con.execute("CREATE OR REPLACE TABLE t (g VARCHAR, a DECIMAL(6,2))")
+            if current:
+                con.executemany("INSERT INTO t VALUES (?, ?)", list(current.values()))
+            want = {r[0]: tuple(r[1:]) for r in con.execute(
+                "SELECT g, count(*), coalesce(sum(a), 0), min(a), max(a), round(avg(a), 6) FROM t GROUP BY g"
+            ).fetchall()}
+            assert got.keys() == want.keys(), batch
+            for g, w in want.items():
+                assert got[g][:4] == w[:4] and (got[g][4] is None) == (w[4] is None), (batch, g, got[g], w)
+                assert w[4] is None or got[g][4] == Decimal(str(w[4])).quantize(Decimal("0.000001")), (got[g], w)
+                assert all(type(v) is Decimal for v in got[g][1:] if v is not None)
+    finally:
+        con.close()
+        for s in stores.values():
+            s.close()
