@@ -29,7 +29,7 @@ from .declarations import (
     number_kind,
 )
 from .open_sessions import open_session_rows, session_output_columns
-from .stream_rows import METADATA_COLUMNS
+from .stream_rows import HEADERS, METADATA_COLUMNS
 from .table_aggregate import needs_state, result_decimal, retract_rows, retraction_columns
 
 __all__ = ["table_aggregate_decl", "session_table_decl"]
@@ -90,7 +90,7 @@ def table_aggregate_decl(name: str, df: DataFrame, *, key: str, group_by: str, c
     aggs = _aggregates(name, cols, sums, mins, maxs, avgs, decimals=True)
     sources = [c for _o, _fn, c, _k in aggs]
     types = tuple(f"{fn}:{k}" for _o, fn, _c, k in aggs)
-    value_cols = tuple(c for c in df.columns if c not in (key, *METADATA_COLUMNS))
+    value_cols = tuple(c for c in df.columns if c not in (key, *METADATA_COLUMNS, HEADERS))  # a tombstone: all null
     fields = {f.name: f.dataType for f in df.schema.fields}
     state_cols, _out = retraction_columns(group_by, sources)
     src_fields = [fields[c] for c in sources]

@@ -51,7 +51,7 @@ from .declarations import (
 from .kafka_source import source_options
 from .shared_query import DEFAULT_STORES_PER_QUERY
 from .stateful_tables import session_table_decl, table_aggregate_decl
-from .stream_rows import METADATA_COLUMNS, parse_value_schema
+from .stream_rows import HEADERS, METADATA_COLUMNS, parse_value_schema
 
 __all__ = ["Topology", "StoreDecl", "TopologyError"]
 
@@ -217,7 +217,7 @@ class Topology:
             if timestamp is None and cols.get("timestamp") == "timestamp":
                 timestamp = "timestamp"
         mode = _check_mode(name, shape, output_mode or default_mode, allowed)
-        skip = {*keys, window, timestamp} | (set(METADATA_COLUMNS) if shape == "latest" else set())
+        skip = {*keys, window, timestamp} | ({*METADATA_COLUMNS, HEADERS} if shape == "latest" else set())
         value_cols = tuple(c for c in df.columns if c not in skip)
         kind = {"aggregate": StoreKind.TIMESTAMPED_KEY_VALUE, "latest": StoreKind.TIMESTAMPED_KEY_VALUE,
                 "window": StoreKind.WINDOW, "session": StoreKind.SESSION}[shape]
@@ -248,7 +248,7 @@ class Topology:
         if cols[timestamp] not in ("timestamp", "timestamp_ntz", "bigint"):
             raise TopologyError(f"store {name!r}: timestamp column {timestamp!r} is {cols[timestamp]}, "
                                 "not a timestamp or epoch-ms bigint")
-        skip = {*keys, timestamp} | set(METADATA_COLUMNS)
+        skip = {*keys, timestamp} | {*METADATA_COLUMNS, HEADERS}  # record metadata: derive a column to keep one
         value_cols = tuple(c for c in df.columns if c not in skip)
         spec = self._spec(name, df, plan, StoreKind.VERSIONED, keys, value_cols, partitions,
                           history_retention_ms=history_retention_ms)

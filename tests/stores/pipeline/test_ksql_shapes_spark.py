@@ -75,7 +75,7 @@ def build(spark, log: EventLog) -> Topology:  # noqa: ANN001
     channel = F.expr("CAST(get(filter(headers, h -> h.key = 'channel'), 0).value AS STRING)")
     t.table("by_channel", sales.withColumn("channel", F.coalesce(channel, F.lit("none")))
             .groupBy("channel").agg(F.count("*").alias("n")), key="channel")
-    users = t.stream("users", value_schema="category STRING, amount BIGINT, price DECIMAL(6,2)")
+    users = t.stream("users", value_schema="category STRING, amount BIGINT, price DECIMAL(6,2)", include_headers=True)
     t.table_aggregate("per_category", users, group_by="category", count="users",
                       sums={"total": "amount", "spend": "price"}, mins={"lo": "amount"}, maxs={"hi": "amount"},
                       avgs={"mean": "amount", "avg_price": "price"})
@@ -136,7 +136,8 @@ def user_events(n: int, seed: int, start_ts: int) -> list[tuple]:
         r = rnd.random()
         value = None if r < 0.15 else {"category": None if r < 0.2 else rnd.choice("abc"), "amount": rnd.randrange(100),
                                        "price": rnd.choice([0.1, 0.2, 1.05, -3.3])}
-        out.append((f"u{rnd.randrange(15)}", value, start_ts + i))
+        # headers on some records, tombstones included: a tombstone with headers still deletes
+        out.append((f"u{rnd.randrange(15)}", value, start_ts + i, [("by", b"admin")] if i % 3 == 0 else []))
     return out
 
 
@@ -225,6 +226,10 @@ def test_declarations_refused_with_the_fix(spark, tmp_path: Path) -> None:  # no
         t.session_table("w", sales, gap="1 minute", avgs={"m": "nope"})
     with pytest.raises(TopologyError, match="not an aggregation"):
         t.table_aggregate("v", agg, group_by="region")
+    with_headers = t.stream("sales", value_schema="region STRING, units BIGINT", include_headers=True)
+    assert "headers" in with_headers.columns
+    for kind in (t.table, t.versioned_table):  # record metadata, like topic/partition/offset: not stored
+        assert "headers" not in kind(f"h_{kind.__name__}", with_headers, key="key").value_names()
     spec = t.table("ok", agg.filter(F.col("units") > 1).filter(F.col("region") != "x"), key="region")
     decl = t.declarations()[-1]
     assert decl.having is not None and "units" in decl.having and "region" in decl.having
