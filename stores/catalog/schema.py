@@ -234,6 +234,8 @@ def coerce_key(sql_type: SqlType | DecimalType | NestedType, value: Any) -> Any:
     if value is None:
         raise KeyTypeError("the key should not be null")
     if isinstance(sql_type, DecimalType):
+        if type(value) is bytes and len(value) == 16:
+            return value  # already its stored form: coercing is idempotent (the writer partitions stored keys)
         try:
             return encode_decimal(sql_type, value)
         except ValueError as exc:

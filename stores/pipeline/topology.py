@@ -51,7 +51,7 @@ from .declarations import (
 from .kafka_source import source_options
 from .shared_query import DEFAULT_STORES_PER_QUERY
 from .stateful_tables import session_table_decl, table_aggregate_decl
-from .stream_rows import HEADERS, METADATA_COLUMNS, parse_value_schema
+from .stream_rows import HEADERS, METADATA_COLUMNS, parse_value_schema, stream_schema
 
 __all__ = ["Topology", "StoreDecl", "TopologyError", "DEFAULT_MAX_RECORDS_PER_BATCH"]
 
@@ -129,6 +129,10 @@ class Topology:
         if not topics or not all(isinstance(t, str) and t for t in topics):
             raise TopologyError(f"stream: topic must be a name or a list of names, got {topic!r}")
         schema = parse_value_schema(value_schema)
+        try:  # here, not as a traceback from inside Spark's data source
+            stream_schema(schema, key_type, bool(include_headers))
+        except ValueError as exc:
+            raise TopologyError(f"stream {', '.join(topics)}: {exc}") from None
         ddl = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields)
         if max_records_per_batch is None:
             max_records_per_batch = self.max_records_per_batch

@@ -75,3 +75,14 @@ def test_composite_keys_with_a_decimal_part_keep_tuple_order() -> None:
         k for k in set(keys) if k[0] == "a" and Decimal("-1.5") <= k[1] <= 2)
     spec = StoreSpec("s", StoreKind.KEY_VALUE, parts, (Column("v", "DECIMAL(20,2)"),))
     assert StoreSpec.from_json(spec.to_json()) == spec
+
+
+def test_a_stored_decimal_key_coerces_to_itself_and_lands_on_the_same_partition() -> None:
+    from stores.catalog.partitioner import partition_for_key
+    from stores.catalog.schema import coerce_key
+
+    t = DecimalType(10, 2)
+    for v in (Decimal("12.5"), Decimal("-0.01"), Decimal(0)):
+        stored = coerce_key(t, v)
+        assert coerce_key(t, stored) == stored  # a table aggregate's group, the row path: keys already stored
+        assert partition_for_key(stored, 7, t) == partition_for_key(v, 7, t) == partition_for_key(str(v), 7, t)

@@ -226,6 +226,12 @@ def test_declarations_refused_with_the_fix(spark, tmp_path: Path) -> None:  # no
         t.session_table("w", sales, gap="1 minute", avgs={"m": "nope"})
     with pytest.raises(TopologyError, match="not an aggregation"):
         t.table_aggregate("v", agg, group_by="region")
+    priced = t.stream("sales", value_schema="units BIGINT", key_type="decimal(6,2)")  # DECIMAL keys from the log
+    assert dict(priced.dtypes)["key"] == "decimal(6,2)"
+    assert t.table("by_key", priced.groupBy("key").agg(F.sum("units").alias("u")), key="key").key.type.value == (
+        "DECIMAL(6,2)")
+    with pytest.raises(TopologyError, match="precision 39 is not supported"):
+        t.stream("sales", value_schema="units BIGINT", key_type="decimal(39,2)")
     with_headers = t.stream("sales", value_schema="region STRING, units BIGINT", include_headers=True)
     assert "headers" in with_headers.columns
     for kind in (t.table, t.versioned_table):  # record metadata, like topic/partition/offset: not stored
