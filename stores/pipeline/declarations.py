@@ -93,8 +93,12 @@ def number_kind(store: str, out: str, col: str, spark_type: str, decimals: bool 
         return "int"
     if spark_type in ("double", "float"):
         return "float"
-    if decimals and spark_type.startswith("decimal("):
-        return spark_type.replace(" ", "")
+    if spark_type.startswith("decimal("):
+        if decimals:
+            return spark_type.replace(" ", "")
+        raise TopologyError(f"store {store!r}: aggregate {out!r}: column {col!r} is {spark_type}; this store's "
+                            "aggregates take integers or doubles (exact DECIMAL aggregates: table_aggregate, or "
+                            "F.sum in a Spark aggregation); cast it to double to aggregate it here")
     takes = "integers, doubles or decimals" if decimals else "integers or doubles"
     raise TopologyError(f"store {store!r}: aggregate {out!r}: column {col!r} is {spark_type}, not a number "
                         f"(sum, min, max and avg take {takes})")

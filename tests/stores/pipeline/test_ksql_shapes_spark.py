@@ -212,6 +212,7 @@ def test_declarations_refused_with_the_fix(spark, tmp_path: Path) -> None:  # no
     t = Topology(spark, log)
     sales = t.stream("sales", value_schema="region STRING, product BIGINT, units BIGINT, item STRING")
     agg = sales.groupBy("region").agg(F.sum("units").alias("units"))
+    priced = t.stream("sales", value_schema="units BIGINT", key_type="decimal(6,2)")  # DECIMAL keys from the log
     with pytest.raises(TopologyError, match="a filter after the aggregation must be the last step"):
         t.table("x", agg.filter(F.col("units") > 1).withColumn("u2", F.col("units") * 2), key="region")
     with pytest.raises(TopologyError, match="key must be a column name or a list"):
@@ -222,11 +223,12 @@ def test_declarations_refused_with_the_fix(spark, tmp_path: Path) -> None:  # no
         t.table_aggregate("w", sales, group_by="region", sums={"s": "item"})
     with pytest.raises(TopologyError, match="aggregate 'lo': column 'item' is string, not a number"):
         t.table_aggregate("w", sales, group_by="region", mins={"lo": "item"})
+    with pytest.raises(TopologyError, match="column 'key' is decimal\\(6,2\\); this store's aggregates take integers"):
+        t.session_table("w", priced, gap="1 minute", sums={"s": "key"})
     with pytest.raises(TopologyError, match="no avgs column 'nope'"):
         t.session_table("w", sales, gap="1 minute", avgs={"m": "nope"})
     with pytest.raises(TopologyError, match="not an aggregation"):
         t.table_aggregate("v", agg, group_by="region")
-    priced = t.stream("sales", value_schema="units BIGINT", key_type="decimal(6,2)")  # DECIMAL keys from the log
     assert dict(priced.dtypes)["key"] == "decimal(6,2)"
     assert t.table("by_key", priced.groupBy("key").agg(F.sum("units").alias("u")), key="key").key.type.value == (
         "DECIMAL(6,2)")
