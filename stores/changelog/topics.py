@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple, Protocol
 
 from ..log.eventlog import EventLog
@@ -105,6 +105,10 @@ def changelog_log_for(source: Any) -> ChangelogLog | None:
 
 
 # -- the embedded EventLog ------------------------------------------------------------------------------
+def _lazy_value(record: ChangelogRecord) -> Iterator[tuple[str, dict[str, Any], None]]:
+    yield str(record.batch_id), record.to_value(), None
+
+
 class EventLogChangelog:
     def __init__(self, log_: EventLog) -> None:
         self.log = log_
@@ -122,8 +126,8 @@ class EventLogChangelog:
         """Nothing to fence: an EventLog append is all-or-nothing across partitions."""
 
     def append(self, topic: str, records: Mapping[int, ChangelogRecord]) -> dict[int, int]:
-        return self.log.append_to_partitions(
-            topic, {p: [(str(r.batch_id), r.to_value(), None)] for p, r in records.items()})
+        # one partition's value at a time: only the encoded lines are kept (a big batch's value is large)
+        return self.log.append_to_partitions(topic, {p: _lazy_value(r) for p, r in records.items()})
 
     def last(self, topic: str, partition: int) -> Item | None:
         end = self.log.end_offsets(topic).get(partition, 0)
