@@ -22,6 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from stores.catalog.decimals import DecimalType
 from stores.catalog.nested import NestedType
 from stores.catalog.schema import SqlType, StoreKind, StoreSpec
 from stores.engine.arrow_reads import ARROW_TYPES as _STORE_ARROW_TYPES
@@ -50,8 +51,11 @@ DUCK_TYPES: dict[SqlType, str] = {
 }
 
 
-def arrow_type(t: SqlType | NestedType) -> pa.DataType:
-    """The Arrow type of a column: nested columns become Arrow LIST / STRUCT / MAP (DuckDB's LIST, STRUCT, MAP)."""
+def arrow_type(t: SqlType | DecimalType | NestedType) -> pa.DataType:
+    """The Arrow type of a column: nested columns become Arrow LIST / STRUCT / MAP (DuckDB's LIST, STRUCT, MAP),
+    decimals Arrow decimal128(p, s) (DuckDB's DECIMAL(p, s))."""
+    if isinstance(t, DecimalType):
+        return pa.decimal128(t.precision, t.scale)
     if not isinstance(t, NestedType):
         return ARROW_TYPES[t]
     if t.kind == "ARRAY":
@@ -61,8 +65,10 @@ def arrow_type(t: SqlType | NestedType) -> pa.DataType:
     return pa.struct([pa.field(n, arrow_type(ft)) for n, ft in t.fields])
 
 
-def duck_type(t: SqlType | NestedType) -> str:
+def duck_type(t: SqlType | DecimalType | NestedType) -> str:
     """The DuckDB type name of a column (what DESCRIBE, /v1/stores and result metadata say)."""
+    if isinstance(t, DecimalType):
+        return t.value
     return t.render(DUCK_TYPES.__getitem__) if isinstance(t, NestedType) else DUCK_TYPES[t]
 
 
@@ -296,9 +302,9 @@ def _raw_builder(spec: StoreSpec, row_columns: tuple[str, ...]) -> RawBuilder | 
     six objects per row at once; the raw rows need one reordering tuple.
     BOOLEAN columns are stored as 0/1 and need decoding: slow path.
     """
-    if spec.key.type is SqlType.BOOLEAN or spec.composite or any(c.type is SqlType.BOOLEAN or c.nested
-                                                                  for c in spec.values):
-        return None
+    if spec.key.type is SqlType.BOOLEAN or spec.composite or isinstance(spec.key.type, DecimalType) or any(
+            c.type is SqlType.BOOLEAN or c.nested or isinstance(c.type, DecimalType) for c in spec.values):
+        return None  # stored forms readers do not get as they are: decoded on the slow path
     lead = len(row_columns)
     vals = tuple(range(lead, lead + len(spec.values)))
     kind = spec.kind

@@ -107,7 +107,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 # -- produce ---------------------------------------------------------------------------------------
 def cmd_produce(args: argparse.Namespace) -> int:
-    """JSON lines ``{"key", "value", "timestamp"?}`` from stdin into a topic of the event log or of Kafka.
+    """JSON lines ``{"key", "value", "timestamp"?, "headers"?}`` from stdin into a topic of the event log or of Kafka.
+
+    ``headers``: ``{"name": "text"}`` or ``[["name", "text"], …]`` (record headers, values as UTF-8).
 
     Prints the Position of what was written (the last offset per partition), usable verbatim as
     ``AS OF POSITION`` for read-your-writes. Every line is checked before anything is written.
@@ -129,10 +131,11 @@ def cmd_produce(args: argparse.Namespace) -> int:
             rec = json.loads(line)
         except ValueError as exc:
             raise SystemExit(f"iqgate produce: stdin line {lineno} is not JSON: {exc}; nothing was written") from None
-        if not isinstance(rec, dict) or "key" not in rec or not set(rec) <= {"key", "value", "timestamp"}:
+        if not isinstance(rec, dict) or "key" not in rec or not set(rec) <= {"key", "value", "timestamp", "headers"}:
             raise SystemExit(f"iqgate produce: stdin line {lineno} must be an object with \"key\", \"value\" and "
-                             f"optionally \"timestamp\" (epoch ms); got {line.strip()[:80]!r}; nothing was written")
-        records.append((rec["key"], rec.get("value"), rec.get("timestamp")))
+                             f"optionally \"timestamp\" (epoch ms) and \"headers\"; got {line.strip()[:80]!r}; "
+                             "nothing was written")
+        records.append((rec["key"], rec.get("value"), rec.get("timestamp"), rec.get("headers")))
     try:
         written = source.append_batch(args.topic, records)
     except Exception as exc:  # noqa: BLE001 - records are checked before anything is written

@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from stores.catalog.decimals import EXACT, DecimalType
 from stores.catalog.schema import SqlType
 
 from .errors import ParameterError, TypeMismatchError
@@ -255,6 +256,8 @@ def _coerce(
             col=col,
         )
     fail = lambda: _mismatch(column, what, target, value, sql_type, line, col)  # noqa: E731
+    if isinstance(target, DecimalType):
+        return _decimal_bound(value, sql_type, target, op, fail)
     if target in (SqlType.BIGINT, SqlType.INTEGER):
         if sql_type == "INTEGER":
             return int(value), op
@@ -352,6 +355,42 @@ def _coerce(
             return (NOT_PUSHABLE, op) if blob is None else (blob, op)  # None: DuckDB's to accept or refuse
         raise fail()
     return NOT_PUSHABLE, op
+
+
+def _decimal_bound(value: Any, sql_type: str, target: DecimalType, op: str, fail: Any) -> tuple[Any, str]:
+    """``dec_col op value`` as an exact Decimal bound of the column's scale (DuckDB compares DECIMALs exactly).
+
+    A value with more decimal places than the scale equals no key (``=``) and
+    rounds inward for a bound; ``>``/``<`` become the next value of the scale
+    with ``>=``/``<=``. DOUBLE operands (DuckDB compares them as doubles) and
+    values beyond the precision are left to DuckDB.
+    """
+    if sql_type == "VARCHAR":
+        try:
+            value = Decimal(value.strip())
+        except InvalidOperation:
+            raise fail() from None
+    elif sql_type == "INTEGER":
+        value = Decimal(int(value))
+    elif sql_type != "DECIMAL" or not isinstance(value, Decimal):
+        if sql_type in ("DOUBLE", "DECIMAL"):
+            return NOT_PUSHABLE, op
+        raise fail()
+    if not value.is_finite():
+        return NOT_PUSHABLE, op
+    step = Decimal(1).scaleb(-target.scale, EXACT)  # EXACT: 38 digits (the default context rounds past 28)
+    limit = EXACT.power(Decimal(10), target.precision - target.scale)
+    if abs(value) >= limit:
+        return (NO_MATCH, op) if op == "=" else (NOT_PUSHABLE, op)
+    down = value.quantize(step, rounding="ROUND_FLOOR", context=EXACT)
+    if down == value:
+        v = value.quantize(step, context=EXACT)
+        v, op = (EXACT.add(v, step), ">=") if op == ">" else (EXACT.subtract(v, step), "<=") if op == "<" else (v, op)
+    elif op == "=":
+        return NO_MATCH, op
+    else:
+        v, op = (EXACT.add(down, step), ">=") if op in (">", ">=") else (down, "<=")
+    return (v, op) if abs(v) < limit else (NO_MATCH, op)  # past the column's largest value: no key is
 
 
 _BLOB_ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")

@@ -14,6 +14,7 @@ import dataclasses
 import enum
 from collections.abc import Mapping
 from datetime import date, datetime
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from stores.iqv2 import query as q
@@ -48,6 +49,8 @@ def _enc(v: Any) -> Any:
         return v
     if isinstance(v, datetime):
         return {"$dt": v.isoformat()}
+    if isinstance(v, Decimal):
+        return {"$dec": str(v)}
     if isinstance(v, date):
         return {"$date": v.isoformat()}
     if isinstance(v, enum.Enum) and type(v).__name__ in _ENUMS:
@@ -76,6 +79,8 @@ def _dec(v: Any) -> Any:
             return datetime.fromisoformat(v["$dt"])
         if "$date" in v:
             return date.fromisoformat(v["$date"])
+        if "$dec" in v:
+            return Decimal(v["$dec"])
         if "$enum" in v:
             return _ENUMS[v["$enum"]][v["v"]]
         if "$tuple" in v:
@@ -85,7 +90,7 @@ def _dec(v: Any) -> Any:
         if "$query" in v:
             cls = _QUERIES[v["$query"]]
             return cls(**{k: _dec(x) for k, x in v["fields"].items()})
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, InvalidOperation) as exc:
         raise CodecError(f"cannot decode {str(v)[:200]}: {type(exc).__name__}: {exc}") from None
     raise CodecError(f"unknown tagged value {str(v)[:200]}")
 
@@ -133,8 +138,32 @@ def encode_answer(p: int, qr: QueryResult, rows: list[tuple[Any, ...]] | None) -
         out["failure_reason"] = qr.failure_reason.label
         out["failure_message"] = qr.failure_message
     else:
-        out["rows"] = rows or []
+        out["rows"] = _tag_decimals(rows or [])
     return out
+
+
+def _tag_decimals(rows: list[Any]) -> list[Any]:
+    """DECIMAL cells as ``{"$dec": text}`` (exact; JSON numbers would be floats); columns found on the first row."""
+    cols = [i for i, v in enumerate(rows[0]) if isinstance(v, Decimal)] if rows else []
+    if not cols:
+        return rows
+    out = []
+    for r in rows:
+        r = list(r)
+        for i in cols:
+            if r[i] is not None:
+                r[i] = {"$dec": str(r[i])}
+        out.append(r)
+    return out
+
+
+def _untag(v: Any) -> Any:
+    if isinstance(v, Mapping) and "$dec" in v:
+        try:
+            return Decimal(v["$dec"])
+        except (InvalidOperation, TypeError, ValueError):
+            raise CodecError(f"a DECIMAL cell {str(v)[:100]} does not decode") from None
+    return v
 
 
 def decode_answer(raw: Any, host: str, active: bool) -> tuple[int, QueryResult]:
@@ -151,7 +180,7 @@ def decode_answer(raw: Any, host: str, active: bool) -> tuple[int, QueryResult]:
         rows = raw.get("rows")
         if not isinstance(rows, list):
             raise CodecError("a successful partition answer carries rows (a list)")
-        qr = QueryResult.for_result(ShapedRows([tuple(r) for r in rows]), pos)
+        qr = QueryResult.for_result(ShapedRows([tuple(_untag(v) for v in r) for r in rows]), pos)
     info = tuple(str(x) for x in raw.get("execution_info") or ())
     if info:
         qr = qr.with_execution_info(*info)

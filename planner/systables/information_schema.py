@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from stores.catalog.decimals import DecimalType
 from stores.catalog.nested import NestedType
 from stores.catalog.schema import SqlType, StoreSpec
 
@@ -25,7 +26,9 @@ _DUCK_NAMES = {SqlType.BIGINT: "BIGINT", SqlType.INTEGER: "INTEGER", SqlType.DOU
 _PRECISION = {SqlType.BIGINT: (64, 2, 0), SqlType.INTEGER: (32, 2, 0), SqlType.DOUBLE: (53, 2, None)}
 
 
-def _duck_name(t: SqlType | NestedType) -> str:
+def _duck_name(t: SqlType | DecimalType | NestedType) -> str:
+    if isinstance(t, DecimalType):
+        return t.value
     return t.render(_DUCK_NAMES.__getitem__) if isinstance(t, NestedType) else _DUCK_NAMES[t]
 
 
@@ -46,7 +49,8 @@ def _columns(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[t
         for i, c in enumerate(spec.columns(), start=1):
             pg = pg_type_for_sql(c.type)
             data_type = pg.formatted if ctx.flavor == "postgres" else _duck_name(c.type)
-            precision, radix, scale = _PRECISION.get(c.type, (None, None, None))
+            precision, radix, scale = ((c.type.precision, 10, c.type.scale) if isinstance(c.type, DecimalType)
+                                       else _PRECISION.get(c.type, (None, None, None)))
             nullable = "NO" if (c in spec.key_columns() or not c.nullable) else "YES"
             dt_precision = 3 if c.type is SqlType.TIMESTAMP else (0 if c.type is SqlType.DATE else None)
             yield (ctx.database, ctx.schema, name, c.name, i, None, nullable, data_type, None, None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from stores.catalog.decimals import DecimalType
 from stores.catalog.nested import NestedType
 from stores.catalog.schema import SqlType
 
@@ -79,8 +80,10 @@ _FOR_DUCK = {
 _LIST = re.compile(r"^(.*)\[\d*\]$")
 
 
-def pg_type_for_sql(t: SqlType | NestedType) -> PgType:
+def pg_type_for_sql(t: SqlType | DecimalType | NestedType) -> PgType:
     """The PG type of a store column (an ARRAY its element's array type; STRUCT and MAP travel as text)."""
+    if isinstance(t, DecimalType):
+        return BY_OID[1700]
     if isinstance(t, NestedType):
         if t.kind == "ARRAY" and not isinstance(t.element, NestedType):
             element = _FOR_SQL[t.element]

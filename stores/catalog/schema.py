@@ -14,9 +14,11 @@ from datetime import date, datetime
 from typing import Any
 
 from ..iqv2.timeutil import to_epoch_ms
+from .decimals import DecimalType, encode_decimal, parse_decimal
 from .nested import NestedType, NestedValueError, encode_nested, is_nested_text, parse_nested
 
-__all__ = ["SqlType", "StoreKind", "Column", "StoreSpec", "coerce_key", "KeyTypeError", "parse_type"]
+__all__ = ["SqlType", "StoreKind", "Column", "StoreSpec", "coerce_key", "KeyTypeError", "parse_type", "parse_scalar",
+           "DecimalType"]
 
 
 class SqlType(str, enum.Enum):
@@ -51,11 +53,17 @@ class SqlType(str, enum.Enum):
         return self.value
 
 
-def parse_type(text: str) -> SqlType | NestedType:
-    """A column type from its text: a scalar (``SqlType.parse``) or ARRAY/STRUCT/MAP (``nested.parse_nested``)."""
+def parse_scalar(text: str) -> SqlType | DecimalType:
+    """A scalar column type from its text: ``DECIMAL(p,s)`` (``decimals.parse_decimal``) or a ``SqlType``."""
+    dec = parse_decimal(text)
+    return dec if dec is not None else SqlType.parse(text)
+
+
+def parse_type(text: str) -> SqlType | DecimalType | NestedType:
+    """A column type from its text: a scalar (``parse_scalar``) or ARRAY/STRUCT/MAP (``nested.parse_nested``)."""
     if is_nested_text(text):
         return parse_nested(text, SqlType.parse)
-    return SqlType.parse(text)
+    return parse_scalar(text)
 
 
 class StoreKind(str, enum.Enum):
@@ -72,13 +80,13 @@ class StoreKind(str, enum.Enum):
 @dataclass(frozen=True, slots=True)
 class Column:
     name: str
-    type: SqlType | NestedType
+    type: SqlType | DecimalType | NestedType
     nullable: bool = True
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
             raise ValueError(f"column name must be a non-empty string, got {self.name!r}")
-        if not isinstance(self.type, (SqlType, NestedType)):
+        if not isinstance(self.type, (SqlType, DecimalType, NestedType)):
             object.__setattr__(self, "type", parse_type(str(self.type)))
 
     @property
@@ -113,6 +121,9 @@ class StoreSpec:
     history_retention_ms: int | None = None
     options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     key_parts: tuple[Column, ...] = ()
+    # Columns the store keeps after the values for its own upkeep, never read by queries (a table aggregate's
+    # min/max multisets and avg sums/counts, so retraction stays exact): stored as v{n}, v{n+1}, …
+    internal: tuple[Column, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.key, (tuple, list)):
@@ -138,7 +149,8 @@ class StoreSpec:
             object.__setattr__(self, "kind", StoreKind(self.kind))
         if self.partitions < 1:
             raise ValueError(f"store {self.name!r}: partitions must be >= 1, got {self.partitions}")
-        names = [c.name for c in self.key_columns()] + [c.name for c in self.values]
+        object.__setattr__(self, "internal", tuple(self.internal))
+        names = [c.name for c in self.key_columns()] + [c.name for c in self.values] + [c.name for c in self.internal]
         reserved = set(self.system_columns()) | {"_partition", "_position", "_failure_reason", "_failure_message"}
         for n in names:
             if n in reserved:
@@ -175,6 +187,10 @@ class StoreSpec:
     def value_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.values)
 
+    def stored_values(self) -> tuple[Column, ...]:
+        """Every value column the engine stores: the values, then the internal ones (``internal``)."""
+        return self.values + self.internal
+
     # -- persistence ---------------------------------------------------------
     def to_json(self) -> str:
         d = asdict(self)
@@ -184,6 +200,9 @@ class StoreSpec:
         d["key_parts"] = [{"name": c.name, "type": c.type.value, "nullable": c.nullable} for c in self.key_parts]
         if not self.key_parts:
             del d["key_parts"]  # files stay readable by versions without composite keys
+        d["internal"] = [{"name": c.name, "type": c.type.value, "nullable": c.nullable} for c in self.internal]
+        if not self.internal:
+            del d["internal"]
         d["source_topics"] = list(self.source_topics)
         return json.dumps(d, indent=2, sort_keys=True)
 
@@ -191,11 +210,13 @@ class StoreSpec:
     def from_json(cls, text: str) -> StoreSpec:
         d = json.loads(text)
         d["kind"] = StoreKind(d["kind"])
-        d["key"] = Column(d["key"]["name"], SqlType.parse(d["key"]["type"]), d["key"].get("nullable", True))
+        d["key"] = Column(d["key"]["name"], parse_scalar(d["key"]["type"]), d["key"].get("nullable", True))
         d["values"] = tuple(Column(c["name"], parse_type(c["type"]), c.get("nullable", True)) for c in d["values"])
-        d["key_parts"] = tuple(Column(c["name"], SqlType.parse(c["type"]), c.get("nullable", False))
+        d["key_parts"] = tuple(Column(c["name"], parse_scalar(c["type"]), c.get("nullable", False))
                                for c in d.get("key_parts", ()))
         d["source_topics"] = tuple(d.get("source_topics", ()))
+        d["internal"] = tuple(Column(c["name"], parse_type(c["type"]), c.get("nullable", True))
+                              for c in d.get("internal", ()))
         return cls(**d)
 
 
@@ -203,14 +224,22 @@ class KeyTypeError(TypeError):
     """A key value that cannot be coerced to the key column's SQL type."""
 
 
-def coerce_key(sql_type: SqlType, value: Any) -> Any:
+def coerce_key(sql_type: SqlType | DecimalType | NestedType, value: Any) -> Any:
     """The canonical Python form of a key of ``sql_type`` (ints, floats, str, bool, epoch ms, days).
 
     Stores order keys by this form, so integers compare numerically and
     strings by code point; the planner coerces SQL literals the same way.
+    A DECIMAL's form is its 16 order-preserving bytes (``decimals.py``).
     """
     if value is None:
         raise KeyTypeError("the key should not be null")
+    if isinstance(sql_type, DecimalType):
+        if type(value) is bytes and len(value) == 16:
+            return value  # already its stored form: coercing is idempotent (the writer partitions stored keys)
+        try:
+            return encode_decimal(sql_type, value)
+        except ValueError as exc:
+            raise KeyTypeError(f"{value!r} cannot be converted to {sql_type.value}: {exc}") from None
     if isinstance(sql_type, NestedType):
         try:
             return encode_nested(sql_type, value, coerce_key)

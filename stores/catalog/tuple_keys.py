@@ -13,6 +13,7 @@ Each part is ``0x01`` followed by:
 - integers, DATE (days), TIMESTAMP (epoch ms): 8 bytes big-endian of ``v + 2**63``;
 - BOOLEAN: one byte 0 or 1;
 - DOUBLE: the IEEE bits, sign bit flipped for positives, all bits for negatives (-0.0 is 0.0; NaN refused);
+- DECIMAL: its 16 stored bytes (``decimals.py``: already order-preserving and fixed-width);
 - VARCHAR (UTF-8) and BLOB: the bytes with ``00`` escaped as ``00 FF``, then ``00 01``.
 
 Parts are self-delimiting and never start with ``FF``, so every key with
@@ -25,6 +26,7 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
+from .decimals import WIDTH, DecimalType, decode_decimal, encode_decimal
 from .schema import Column, KeyTypeError, SqlType, coerce_key
 
 __all__ = ["encode_tuple", "decode_tuple", "coerce_tuple", "prefix_range", "PART_TAG", "PREFIX_END"]
@@ -70,6 +72,8 @@ def _part(t: Any, v: Any) -> bytes:
         bits = struct.unpack(">Q", struct.pack(">d", v + 0.0))[0]
         bits = bits ^ 0xFFFFFFFFFFFFFFFF if bits & _BIAS else bits | _BIAS
         return PART_TAG + struct.pack(">Q", bits)
+    if isinstance(t, DecimalType):  # stored bytes (coerce_key), or a Decimal bound from the planner
+        return PART_TAG + (v if isinstance(v, bytes) else encode_decimal(t, v))
     if t is SqlType.VARCHAR:
         v = v.encode("utf-8")
     if t in (SqlType.VARCHAR, SqlType.BLOB):
@@ -83,7 +87,7 @@ def encode_tuple(parts: Sequence[Column], values: Sequence[Any]) -> bytes:
 
 
 def decode_tuple(parts: Sequence[Column], data: bytes) -> tuple[Any, ...]:
-    """Stored key bytes → the tuple of canonical part values (booleans as bool)."""
+    """Stored key bytes → the tuple of canonical part values (booleans as bool, decimals as Decimal)."""
     out: list[Any] = []
     i = 0
     for col in parts:
@@ -102,6 +106,9 @@ def decode_tuple(parts: Sequence[Column], data: bytes) -> tuple[Any, ...]:
             bits = bits ^ _BIAS if bits & _BIAS else bits ^ 0xFFFFFFFFFFFFFFFF
             out.append(struct.unpack(">d", struct.pack(">Q", bits))[0])
             i += 8
+        elif isinstance(t, DecimalType):
+            out.append(decode_decimal(t, data[i:i + WIDTH]))
+            i += WIDTH
         else:
             end = i
             while True:

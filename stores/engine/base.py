@@ -324,7 +324,7 @@ class PartitionStore:
         return f"k {affinity(self.spec.key.type)} NOT NULL"
 
     def value_decls(self) -> str:
-        return "".join(f", v{i} {affinity(c.type)}" for i, c in enumerate(self.spec.values))
+        return "".join(f", v{i} {affinity(c.type)}" for i, c in enumerate(self.spec.stored_values()))
 
     def close(self) -> None:
         """Close every connection; waits for an in-flight batch so it commits or rolls back whole.
@@ -588,12 +588,12 @@ class PartitionStore:
         raise NotImplementedError
 
     def value_columns(self) -> list[str]:
-        """The table's value columns: v0 … v{n-1}."""
-        return [f"v{i}" for i in range(self.codec.n)]
+        """The table's value columns: v0 … v{n-1}, then the internal ones (written, never read by queries)."""
+        return [f"v{i}" for i in range(len(self.spec.stored_values()))]
 
     def stage_columns(self) -> list[str]:
         """The change-table columns a kind's merge reads from the staged rows."""
-        return ["k", "ts", "ws", "we", "del", *(f"v{i}" for i in range(self.codec.n))]
+        return ["k", "ts", "ws", "we", "del", *self.value_columns()]
 
     def reset(self) -> None:
         """Empty the partition and forget its position and last batch, in one transaction.

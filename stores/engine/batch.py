@@ -57,7 +57,9 @@ def encode(spec: StoreSpec, table: pa.Table, where: str) -> pa.Table:
     """
     n_vals = len(spec.values)
     names = [value_name(i) for i in range(n_vals)]
-    allowed = {KEY, DELETED, *_TIMES, *names}
+    stored = spec.stored_values()
+    internal = [value_name(i) for i in range(n_vals, len(stored))]  # optional: null when absent
+    allowed = {KEY, DELETED, *_TIMES, *names, *internal}
     unknown = [c for c in table.column_names if c not in allowed]
     if unknown:
         raise BatchError(f"{where}: unknown column(s) {unknown}; a change table has {KEY}, "
@@ -90,6 +92,10 @@ def encode(spec: StoreSpec, table: pa.Table, where: str) -> pa.Table:
             if bad is not None:
                 raise BatchError(f"{_row(where, table, bad)}: value column {col.name!r} is NOT NULL but got None")
         cols[names[i]] = arr
+    for i, name in enumerate(internal, start=n_vals):
+        ctype = column_type(stored[i].type)
+        cols[name] = (_encode_column(table, name, ctype, where, f"internal column {stored[i].name!r}")
+                      if name in table.column_names else pa.nulls(n, ctype.storage))
     cols[WE] = _check_kind(spec, table, cols, deleted, where)
     return pa.table(cols)
 

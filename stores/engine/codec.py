@@ -12,6 +12,7 @@ from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..catalog.decimals import DecimalType, decode_decimal
 from ..catalog.nested import NestedType, decode_nested
 from ..catalog.schema import Column, KeyTypeError, SqlType, StoreSpec, coerce_key
 from ..catalog.tuple_keys import coerce_tuple, decode_tuple, encode_tuple
@@ -47,9 +48,27 @@ class _NeverCanonical:
     """The fast-path type of a nested column: no Python value is already its JSON text."""
 
 
-def affinity(t: SqlType | NestedType) -> str:
-    """The SQLite column affinity: nested values are JSON text."""
+def affinity(t: SqlType | DecimalType | NestedType) -> str:
+    """The SQLite column affinity: nested values are JSON text, decimals their 16 ordered bytes."""
+    if isinstance(t, DecimalType):
+        return "BLOB"
     return "TEXT" if isinstance(t, NestedType) else _AFFINITY[t]
+
+
+def _canonical(t: SqlType | DecimalType | NestedType) -> type:
+    """The Python type that needs no coercion on write (none for nested and decimal columns)."""
+    return _CANONICAL[t] if isinstance(t, SqlType) else _NeverCanonical
+
+
+def _decoder(t: SqlType | DecimalType | NestedType) -> Callable[[Any], Any] | None:
+    """Stored form → what readers get, for the types whose stored form is not that: booleans, nested, decimals."""
+    if t is SqlType.BOOLEAN:
+        return bool
+    if isinstance(t, NestedType):
+        return lambda v: decode_nested(t, v)
+    if isinstance(t, DecimalType):
+        return lambda v: decode_decimal(t, v)
+    return None
 
 
 def composite_key_coercer(spec: StoreSpec) -> Callable[[Any], Any]:
@@ -105,15 +124,15 @@ class ValueCodec:
         self._make = self.tuple_type._make
         # value columns whose stored form is not what readers get: booleans (0/1) and nested values (JSON text)
         self._decoders: list[tuple[int, Callable[[Any], Any]]] = [
-            (i, bool if c.type is SqlType.BOOLEAN else (lambda v, t=c.type: decode_nested(t, v)))
-            for i, c in enumerate(spec.values) if c.type is SqlType.BOOLEAN or c.nested]
+            (i, dec) for i, c in enumerate(spec.values) if (dec := _decoder(c.type)) is not None]
         self._bool_idx = [i for i, _ in self._decoders]
         self.key_type = spec.key.type
         self.composite = spec.composite
         self.coerce_query_key = composite_key_coercer(spec) if spec.composite else key_coercer(spec.key.type)
-        self._key_is_bool = spec.key.type is SqlType.BOOLEAN or spec.composite  # the key needs decoding
-        self._key_fast = _CANONICAL[spec.key.type]
-        self._fast = [_NeverCanonical if c.nested else _CANONICAL[c.type] for c in spec.values]
+        self._key_decoder = None if spec.composite else _decoder(spec.key.type)
+        self._key_is_bool = self._key_decoder is not None or spec.composite  # the key needs decoding
+        self._key_fast = _canonical(spec.key.type)
+        self._fast = [_canonical(c.type) for c in spec.values]
 
     # -- reads ---------------------------------------------------------------
     def value(self, row: Sequence[Any], start: int = 0) -> tuple[Any, ...]:
@@ -141,7 +160,7 @@ class ValueCodec:
         """A stored key → what readers get: a bool, the tuple of a composite key, or the key itself."""
         if self.composite:
             return decode_tuple(self.spec.key_parts, raw)
-        return bool(raw) if self._key_is_bool else raw
+        return self._key_decoder(raw) if self._key_decoder is not None else raw
 
     # -- writes --------------------------------------------------------------
     def write_key(self, key: Any, where: str) -> Any:

@@ -21,12 +21,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..catalog.decimals import WIDTH, DecimalType
 from ..catalog.nested import NestedType
 from ..catalog.partitioner import fixed_width_key_bytes
 from ..catalog.schema import KeyTypeError, SqlType, StoreSpec, coerce_key
 from ..catalog.tuple_keys import PART_TAG
 
 __all__ = ["ColumnError", "ColumnType", "COLUMN_TYPES", "column_type", "key_column_type", "serialized_keys",
+           "encode_decimal_array",
            "first_true"]
 
 _MS_PER_DAY = 86_400_000
@@ -167,7 +169,7 @@ def _blob(arr: pa.Array, sql: str) -> pa.Array:
 class ColumnType:
     """One SQL type on the write path: Arrow input → stored form (``encode``), and the Arrow type of that form."""
 
-    sql: SqlType | NestedType
+    sql: SqlType | DecimalType | NestedType
     storage: pa.DataType
     convert: Callable[[pa.Array, str], pa.Array]
 
@@ -191,11 +193,38 @@ COLUMN_TYPES: dict[SqlType, ColumnType] = {
 }
 
 
-def column_type(t: SqlType | NestedType) -> ColumnType:
-    """The write-path type of a column (a nested type: its values as canonical JSON text)."""
+def column_type(t: SqlType | DecimalType | NestedType) -> ColumnType:
+    """The write-path type of a column (a nested type: its values as canonical JSON text; a decimal: 16 bytes)."""
     if isinstance(t, NestedType):
         return ColumnType(t, pa.string(), lambda arr, sql: _nested_json(arr, t))
+    if isinstance(t, DecimalType):
+        return ColumnType(t, pa.binary(), lambda arr, sql: _decimal(arr, t))
     return COLUMN_TYPES[t]
+
+
+def _decimal(arr: pa.Array, t: DecimalType) -> pa.Array:
+    """DECIMAL: decimal128/256 or integer Arrow values (rescaled exactly, refused where digits would be lost),
+    or already-stored 16-byte values → the stored bytes (``catalog/decimals.py``). Floats are refused: they
+    are not exact (cast to DECIMAL in Spark)."""
+    ty = arr.type
+    if pa.types.is_null(ty) or len(arr) == 0:  # an empty batch's placeholder columns carry no values
+        return pa.nulls(len(arr), pa.binary())
+    if pa.types.is_binary(ty) or pa.types.is_large_binary(ty) or pa.types.is_fixed_size_binary(ty):
+        raw = arr.cast(pa.binary())
+        bad = first_true(pc.not_equal(pc.binary_length(raw), WIDTH))
+        if bad is not None:
+            raise ColumnError(bad, f"a stored {t.value} value is {WIDTH} bytes, got {raw[bad].as_py()!r}")
+        return raw
+    if not (pa.types.is_decimal(ty) or pa.types.is_integer(ty)):
+        raise ColumnError(None, f"an Arrow {ty} column cannot hold {t.value} values exactly"
+                                + ("; cast it to a DECIMAL in the pipeline" if pa.types.is_floating(ty) else ""))
+    try:
+        if pa.types.is_integer(ty):
+            arr = arr.cast(pa.decimal128(20, 0))  # every 64-bit integer exactly; the value check comes next
+        exact = arr.cast(pa.decimal128(t.precision, t.scale))  # safe cast: refuses overflow and lost decimal places
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise ColumnError(None, f"cannot hold these {ty} values as {t.value} exactly: {exc}") from None
+    return encode_decimal_array(exact)
 
 
 def _nested_json(arr: pa.Array, t: NestedType) -> pa.Array:
@@ -227,6 +256,27 @@ def _nested_json(arr: pa.Array, t: NestedType) -> pa.Array:
     return pa.array(out, pa.string())
 
 
+_SIGN_BIT = np.uint64(1 << 63)
+
+
+def encode_decimal_array(arr: pa.Array) -> pa.Array:
+    """A decimal128 Arrow array → its stored bytes (binary), vectorized: no Python value per row.
+
+    decimal128 holds each value as a 16-byte little-endian two's complement of the
+    unscaled integer; the stored form is the same 128 bits big-endian with the sign flipped.
+    """
+    n = len(arr)
+    words = np.frombuffer(arr.buffers()[1], dtype="<u8")[2 * arr.offset: 2 * (arr.offset + n)].reshape(n, 2)
+    out = np.empty((n, 2), dtype=">u8")
+    out[:, 0] = words[:, 1] ^ _SIGN_BIT
+    out[:, 1] = words[:, 0]
+    validity = None
+    if arr.null_count:
+        validity = pa.py_buffer(np.packbits(arr.is_valid().to_numpy(zero_copy_only=False), bitorder="little"))
+    fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(WIDTH), n, [validity, pa.py_buffer(out.tobytes())])
+    return fixed.cast(pa.binary())
+
+
 # -- composite keys: a struct of the key columns → the tuple_keys bytes, vectorized -------------------------------
 _BIAS = np.uint64(1 << 63)
 _ESC_IN, _ESC_OUT, _END = b"\x00", b"\x00\xff", b"\x00\x01"
@@ -242,8 +292,10 @@ def _fixed_parts(vals: np.ndarray, width: int) -> pa.Array:
         pa.binary())
 
 
-def _key_part(arr: pa.Array, t: SqlType, name: str) -> pa.Array:
+def _key_part(arr: pa.Array, t: SqlType | DecimalType, name: str) -> pa.Array:
     """One key column (already in its stored form) → its order-preserving bytes (see catalog/tuple_keys.py)."""
+    if isinstance(t, DecimalType):  # stored form: already fixed-width and order-preserving
+        return pc.binary_join_element_wise(pa.scalar(PART_TAG, pa.binary()), arr.cast(pa.binary()), b"")
     if t in (SqlType.BIGINT, SqlType.INTEGER, SqlType.DATE, SqlType.TIMESTAMP, SqlType.BOOLEAN):
         vals = arr.to_numpy(zero_copy_only=False).astype(np.int64)
         if t is SqlType.BOOLEAN:
@@ -279,7 +331,7 @@ def _composite(spec: StoreSpec) -> Callable[[pa.Array, str], pa.Array]:
         for i, col in enumerate(parts):
             field = arr.field(i)
             try:
-                stored = COLUMN_TYPES[col.type].convert(field, col.type.value)
+                stored = column_type(col.type).convert(field, col.type.value)
             except ColumnError as exc:
                 raise ColumnError(exc.row, f"key column {col.name!r}: {exc}") from None
             bad = first_true(stored.is_null())
@@ -294,17 +346,17 @@ def key_column_type(spec: StoreSpec) -> ColumnType:
     """The write-path type of the stored key: the key column's, or a composite key's bytes."""
     if spec.composite:
         return ColumnType(SqlType.BLOB, pa.binary(), _composite(spec))
-    return COLUMN_TYPES[spec.key.type]
+    return column_type(spec.key.type)
 
 
-def serialized_keys(keys: pa.Array, sql_type: SqlType) -> tuple[np.ndarray, np.ndarray]:
+def serialized_keys(keys: pa.Array, sql_type: SqlType | DecimalType) -> tuple[np.ndarray, np.ndarray]:
     """(data, offsets) of the Kafka serializer bytes of stored-form keys (no nulls), for the partitioner.
 
     Strings are their UTF-8 bytes as Arrow holds them (no copy); the
     fixed-width types are packed as ``partitioner.key_bytes`` packs them.
     """
     keys = _chunks(keys)
-    if sql_type in (SqlType.VARCHAR, SqlType.BLOB):
+    if sql_type in (SqlType.VARCHAR, SqlType.BLOB) or isinstance(sql_type, DecimalType):  # decimals: stored bytes
         width = np.int64 if pa.types.is_large_string(keys.type) or pa.types.is_large_binary(keys.type) else np.int32
         _validity, offs, data = keys.buffers()
         offsets = np.frombuffer(offs, dtype=width)[keys.offset:keys.offset + len(keys) + 1].astype(np.int64)

@@ -153,7 +153,7 @@ class KeyValueStore(PartitionStore):
 
     def merge(self, c: sqlite3.Connection, src: str, rows: Any, observed: int | None) -> None:
         """Upserts in key order (of two for one key the later wins), then the deletes that came last."""
-        v = self.vcols_tail
+        v = "".join(f", {c}" for c in self.value_columns())  # internal columns too
         deletes = pc.sum(rows.column("del")).as_py() or 0
         if deletes < len(rows):
             # an UPSERT updates a row in place; INSERT OR REPLACE would delete and reinsert it (~15% more CPU)
@@ -162,6 +162,17 @@ class KeyValueStore(PartitionStore):
                 f" ON CONFLICT (k) DO UPDATE SET {upsert_set(('ts', *self.value_columns()))}")))
         if deletes:
             c.execute(f"DELETE FROM kv WHERE k IN (SELECT k FROM {src} WHERE del = 1)")
+
+    def stored_rows(self, keys: Sequence[Any]) -> dict[Any, tuple[Any, ...]]:
+        """Stored key → every stored value (internal columns included, raw) of ``keys`` present: for the writer's
+        upkeep (a table aggregate reads its groups' state), not for queries."""
+        cols = "".join(f", {c}" for c in self.value_columns())
+        out: dict[Any, tuple[Any, ...]] = {}
+        for i in range(0, len(keys), 500):
+            chunk = list(keys[i:i + 500])
+            _pos, rows = self.snapshot(f"SELECT k{cols} FROM kv WHERE k IN ({', '.join('?' * len(chunk))})", chunk)
+            out.update((r[0], tuple(r[1:])) for r in rows)
+        return out
 
     # -- classic read-only API (handles) ---------------------------------------------
     def count(self) -> int:

@@ -18,6 +18,7 @@ one that merely has no new data.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import json
@@ -34,7 +35,7 @@ from typing import Any, NamedTuple
 
 from ..catalog.partitioner import partition_for_key
 from ..iqv2.timeutil import now_ms
-from .records import InvalidRecordError, check_record, unpack_record
+from .records import Headers, InvalidRecordError, check_record, record_headers, unpack_record
 from .segment import CorruptLogError, EventLogError, FileOps, LogWriteError, NoSyncOps, PartitionFiles, Repair
 
 __all__ = [
@@ -71,6 +72,7 @@ class Record(NamedTuple):
     key: Any
     value: Any
     timestamp: int
+    headers: tuple[tuple[str, bytes | None], ...] = ()  # Kafka's record headers: (name, value) pairs, in order
 
 
 class EventLog:
@@ -245,9 +247,10 @@ class EventLog:
         timestamp: int | datetime | date | None = None,
         *,
         partition: int | None = None,
+        headers: Any = None,
     ) -> tuple[int, int]:
         """Append one record durably; returns ``(partition, offset)`` to use as a read-your-writes bound."""
-        return self.append_batch(topic, [(key, value, timestamp)], partition=partition)[0]
+        return self.append_batch(topic, [(key, value, timestamp, headers)], partition=partition)[0]
 
     def append_batch(
         self,
@@ -258,9 +261,11 @@ class EventLog:
     ) -> list[tuple[int, int]]:
         """Append many records with one fsync per partition; returns ``(partition, offset)`` per record.
 
-        Records are ``(key, value, timestamp)`` tuples or mappings with
-        ``key``/``value``/``timestamp``. Every record is validated and
-        encoded before anything is written, so bad input writes nothing.
+        Records are ``(key, value, timestamp)`` or ``(key, value, timestamp, headers)``
+        tuples, or mappings with ``key``/``value``/``timestamp``/``headers``
+        (headers as Kafka's: ``[(name, bytes or text)]`` or a mapping; see
+        ``records.py``). Every record is validated and encoded before anything
+        is written, so bad input writes nothing.
         """
         n = self.partitions(topic)
         if partition is not None and (isinstance(partition, bool) or not isinstance(partition, int)
@@ -272,7 +277,7 @@ class EventLog:
             key, value, ts = unpack_record(rec, i)
             where = f"record {i} of topic {topic!r}"
             p = partition if partition is not None else _partition(key, n, topic, where)
-            by_part.setdefault(p, []).append((i, _encode(key, value, ts, where)))
+            by_part.setdefault(p, []).append((i, _encode(key, value, ts, where, record_headers(rec, where))))
             count += 1
         out: list[tuple[int, int]] = [(0, 0)] * count
         firsts = self._append_atomically(topic, {p: [line for _, line in by_part[p]] for p in by_part})
@@ -297,7 +302,8 @@ class EventLog:
                 raise InvalidRecordError(f"topic {topic!r}: partition {p!r} is outside 0..{n - 1}")
             for i, rec in enumerate(recs):
                 key, value, ts = unpack_record(rec, i)
-                lines.setdefault(p, []).append(_encode(key, value, ts, f"record {i} for partition {p} of {topic!r}"))
+                where = f"record {i} for partition {p} of {topic!r}"
+                lines.setdefault(p, []).append(_encode(key, value, ts, where, record_headers(rec, where)))
         return self._append_atomically(topic, lines, self._ops if fsync else NoSyncOps(self._ops)) if lines else {}
 
     def _append_atomically(self, topic: str, lines: dict[int, list[bytes]], ops: FileOps | None = None
@@ -357,12 +363,13 @@ class EventLog:
     # -- read -----------------------------------------------------------
     def read(self, topic: str, partition: int, start: int = 0, end: int | None = None) -> list[Record]:
         """Records ``start <= offset < end`` of one partition (``end`` None: up to the current end)."""
-        return [Record(topic, partition, o, k, v, t)
-                for o, k, v, t in self.read_raw(topic, partition, start, end)]
+        return [Record(topic, partition, o, k, v, t, h)
+                for o, k, v, t, h in self.read_raw(topic, partition, start, end, headers=True)]
 
-    def read_raw(self, topic: str, partition: int, start: int, end: int | None = None
-                 ) -> Iterator[tuple[int, Any, Any, int]]:
-        """``(offset, key, value, timestamp)`` without building Record objects (the Spark reader's path)."""
+    def read_raw(self, topic: str, partition: int, start: int, end: int | None = None, *, headers: bool = False
+                 ) -> Iterator[tuple[Any, ...]]:
+        """``(offset, key, value, timestamp)`` without building Record objects (the Spark reader's path);
+        with ``headers`` ``(offset, key, value, timestamp, headers)``."""
         n = self.partitions(topic)
         if not 0 <= partition < n:
             raise EventLogError(f"topic {topic!r} has no partition {partition} (it has {n})")
@@ -374,7 +381,7 @@ class EventLog:
                                       f"were deleted; cannot read from offset {start}")
         files = PartitionFiles(self._topics_dir / topic, topic, partition)
         try:
-            yield from files.read(start, end)
+            yield from files.read(start, end, headers)
         except FileNotFoundError:
             raise UnknownTopicError(f"topic {topic!r} was deleted while reading") from None
 
@@ -394,10 +401,12 @@ def _partition(key: Any, n: int, topic: str, where: str | None = None) -> int:
         raise InvalidRecordError(f"{where}: {exc}") from None
 
 
-def _encode(key: Any, value: Any, ts: Any, where: str) -> bytes:
+def _encode(key: Any, value: Any, ts: Any, where: str, headers: Headers = ()) -> bytes:
     key, value, t = check_record(key, value, ts, where)
-    return (json.dumps({"k": key, "v": value, "t": t}, separators=(",", ":"), allow_nan=False)
-            .encode("utf-8") + b"\n")
+    rec: dict[str, Any] = {"k": key, "v": value, "t": t}
+    if headers:  # "h": [[name, base64 or null]]; records without headers are written as before
+        rec["h"] = [[n, None if v is None else base64.b64encode(v).decode("ascii")] for n, v in headers]
+    return json.dumps(rec, separators=(",", ":"), allow_nan=False).encode("utf-8") + b"\n"
 
 
 @contextmanager

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .eventlog import TOPIC_NAME_RE, Record, TopicExistsError, UnknownTopicError
-from .records import InvalidRecordError, check_record, unpack_record, value_json
+from .records import InvalidRecordError, check_record, record_headers, unpack_record, value_json
 
 __all__ = ["KafkaSource", "KafkaClient", "KafkaUnavailableError", "KafkaError", "key_text", "client_config"]
 
@@ -341,7 +341,8 @@ class KafkaClient:
                     pos = m.offset() + 1
                     raw, key = m.value(), m.key()
                     yield Record(topic, partition, m.offset(), None if key is None else key.decode("utf-8", "replace"),
-                                 None if raw is None else json.loads(raw), m.timestamp()[1])
+                                 None if raw is None else json.loads(raw), m.timestamp()[1],
+                                 tuple((n, v) for n, v in (m.headers() or ())))
         finally:
             consumer.close()
 
@@ -358,9 +359,10 @@ class KafkaClient:
         checked = []
         for i, rec in enumerate(records):
             key, value, ts = unpack_record(rec, i)
+            where = f"record {i} of topic {topic!r}"
             if key is None:
-                raise InvalidRecordError(f"record {i} of topic {topic!r}: the key is null")
-            checked.append(check_record(key, value, ts, f"record {i} of topic {topic!r}"))
+                raise InvalidRecordError(f"{where}: the key is null")
+            checked.append((*check_record(key, value, ts, where), record_headers(rec, where)))
         out: list[tuple[int, int] | None] = [None] * len(checked)
         failures: list[str] = []
 
@@ -375,11 +377,12 @@ class KafkaClient:
         with self._lock:
             producer = self._get_producer()
             try:
-                for i, (key, value, ts) in enumerate(checked):
+                for i, (key, value, ts, hs) in enumerate(checked):
+                    extra = {"headers": list(hs)} if hs else {}  # Kafka record headers, in order
                     for _ in range(1000):  # bounded: a full local queue drains in milliseconds
                         try:
                             producer.produce(topic, key=key_text(key), value=value_json(value), timestamp=ts,
-                                             on_delivery=delivered(i))
+                                             on_delivery=delivered(i), **extra)
                             break
                         except BufferError:
                             producer.poll(0.05)

@@ -1,10 +1,13 @@
 """What a source record is, checked the same way for every source a producer writes to (EventLog, Kafka).
 
-A record is ``(key, value, timestamp)`` (or a mapping with those keys): the
-key a string or an integer (it chooses the partition), the value a mapping of
-field → value (JSON) or None (a tombstone), the timestamp epoch ms or a
-datetime (None: now). Checking everything before writing anything is what
-lets a producer say "nothing was written" truthfully.
+A record is ``(key, value, timestamp)`` or ``(key, value, timestamp, headers)``
+(or a mapping with those keys): the key a string or an integer (it chooses the
+partition), the value a mapping of field → value (JSON) or None (a tombstone),
+the timestamp epoch ms or a datetime (None: now), the headers (optional, as
+Kafka's record headers) a list of ``(name, value)`` pairs or a mapping, names
+text and values bytes, text (UTF-8) or None; names may repeat and order is kept.
+Checking everything before writing anything is what lets a producer say
+"nothing was written" truthfully.
 """
 
 from __future__ import annotations
@@ -16,7 +19,11 @@ from typing import Any
 
 from ..iqv2.timeutil import now_ms, to_epoch_ms
 
-__all__ = ["InvalidRecordError", "unpack_record", "check_record", "value_json"]
+__all__ = ["InvalidRecordError", "unpack_record", "check_record", "value_json", "record_headers", "Headers",
+           "MAX_HEADERS"]
+
+Headers = tuple[tuple[str, bytes | None], ...]
+MAX_HEADERS = 1000  # per record: a bound on what one record may carry
 
 
 class InvalidRecordError(ValueError):
@@ -26,13 +33,43 @@ class InvalidRecordError(ValueError):
 def unpack_record(rec: Any, i: int) -> tuple[Any, Any, Any]:
     """``(key, value, timestamp)`` of a tuple or a mapping; record ``i`` is named in the error."""
     if isinstance(rec, Mapping):
-        unknown = set(rec) - {"key", "value", "timestamp"}
+        unknown = set(rec) - {"key", "value", "timestamp", "headers"}
         if unknown or "key" not in rec:
-            raise InvalidRecordError(f"record {i}: expected keys key, value, timestamp; got {sorted(rec)}")
+            raise InvalidRecordError(f"record {i}: expected keys key, value, timestamp, headers; got {sorted(rec)}")
         return rec["key"], rec.get("value"), rec.get("timestamp")
-    if isinstance(rec, (tuple, list)) and len(rec) in (2, 3):
-        return rec[0], rec[1], rec[2] if len(rec) == 3 else None
-    raise InvalidRecordError(f"record {i}: expected (key, value, timestamp) or a mapping, got {rec!r}")
+    if isinstance(rec, (tuple, list)) and len(rec) in (2, 3, 4):
+        return rec[0], rec[1], rec[2] if len(rec) >= 3 else None
+    raise InvalidRecordError(f"record {i}: expected (key, value, timestamp) or (key, value, timestamp, headers) "
+                             f"or a mapping, got {rec!r}")
+
+
+def record_headers(rec: Any, where: str) -> Headers:
+    """The checked headers of a record (see the module doc): ``((name, bytes or None), …)``, () when none."""
+    raw = rec.get("headers") if isinstance(rec, Mapping) else (rec[3] if isinstance(rec, (tuple, list))
+                                                                and len(rec) == 4 else None)
+    if raw is None:
+        return ()
+    pairs = list(raw.items()) if isinstance(raw, Mapping) else raw
+    if isinstance(pairs, (str, bytes)) or not isinstance(pairs, (list, tuple)):
+        raise InvalidRecordError(f"{where}: headers must be a list of (name, value) pairs or a mapping, "
+                                 f"got {type(raw).__name__}")
+    if len(pairs) > MAX_HEADERS:
+        raise InvalidRecordError(f"{where}: {len(pairs)} headers; a record carries at most {MAX_HEADERS}")
+    out = []
+    for j, pair in enumerate(pairs):
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not isinstance(pair[0], str):
+            raise InvalidRecordError(f"{where}: header {j} must be a (name, value) pair with a text name, "
+                                     f"got {pair!r}")
+        name, v = pair
+        if isinstance(v, str):
+            v = v.encode("utf-8")
+        elif isinstance(v, (bytearray, memoryview)):
+            v = bytes(v)
+        elif v is not None and not isinstance(v, bytes):
+            raise InvalidRecordError(f"{where}: header {name!r}: the value must be bytes, text or None, "
+                                     f"got {type(v).__name__}")
+        out.append((name, v))
+    return tuple(out)
 
 
 def check_record(key: Any, value: Any, ts: Any, where: str) -> tuple[Any, dict[str, Any] | None, int]:

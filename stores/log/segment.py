@@ -27,6 +27,7 @@ All writes go through ``FileOps`` so tests can fail any single step
 
 from __future__ import annotations
 
+import base64
 import errno
 import json
 import logging
@@ -165,10 +166,14 @@ class PartitionFiles:
         finally:
             os.close(fd)
 
-    def read(self, start: int, end: int | None) -> Iterator[tuple[int, Any, Any, int]]:
-        """``(offset, key, value, timestamp)`` of committed records in [start, end); checksums verified."""
+    def read(self, start: int, end: int | None, headers: bool = False) -> Iterator[tuple[Any, ...]]:
+        """``(offset, key, value, timestamp)`` of committed records in [start, end); checksums verified.
+
+        With ``headers``, ``(offset, key, value, timestamp, headers)``: headers as ``((name, bytes or None), …)``.
+        """
         if self.is_v1():
-            yield from self._read_v1(start, end)
+            for rec in self._read_v1(start, end):
+                yield (*rec, ()) if headers else rec
             return
         with open(self.ix, "rb") as fi, open(self.rec, "rb") as fr:
             n = _read_count(fi.fileno(), self)
@@ -184,7 +189,7 @@ class PartitionFiles:
         if len(chunk) != hi - lo:
             raise CorruptLogError(f"CORRUPT_LOG: {self.where(start)}: the record file ends {hi - lo - len(chunk)} "
                                   f"bytes before the committed records do")
-        yield from _decode(chunk, start, stop, self)
+        yield from _decode(chunk, start, stop, self, headers)
 
     def _read_v1(self, start: int, end: int | None) -> Iterator[tuple[int, Any, Any, int]]:
         with open(self.v1_idx, "rb") as fi, open(self.v1_log, "rb") as fl:
@@ -376,7 +381,15 @@ def _truncated(files: PartitionFiles, have: int, want: int) -> Exception:
                          f"{have}, but offsets up to {want} were asked for")
 
 
-def _decode(chunk: bytes, start: int, stop: int, files: PartitionFiles) -> Iterator[tuple[int, Any, Any, int]]:
+def _headers(raw: Any) -> tuple[tuple[str, bytes | None], ...]:
+    """A record's ``"h"`` ([[name, base64 or null]]) → ``((name, bytes or None), …)``."""
+    if not raw:
+        return ()
+    return tuple((n, None if v is None else base64.b64decode(v)) for n, v in raw)
+
+
+def _decode(chunk: bytes, start: int, stop: int, files: PartitionFiles, headers: bool = False
+            ) -> Iterator[tuple[Any, ...]]:
     pos = 0
     size = len(chunk)
     unpack = _REC.unpack_from
@@ -390,7 +403,10 @@ def _decode(chunk: bytes, start: int, stop: int, files: PartitionFiles) -> Itera
         if len(body) != length or crc32(body, crc32(chunk[pos:pos + 4])) != crc:
             raise CorruptLogError(f"CORRUPT_LOG: {files.where(o)}: checksum mismatch (the record is damaged)")
         rec = loads(body)
-        yield o, rec["k"], rec["v"], rec["t"]
+        if headers:
+            yield o, rec["k"], rec["v"], rec["t"], _headers(rec.get("h"))
+        else:
+            yield o, rec["k"], rec["v"], rec["t"]
         pos += 8 + length
 
 

@@ -86,13 +86,22 @@ def _split_having(store: str, df: DataFrame, plan: str) -> tuple[DataFrame, str 
     return DataFrame(jds, session), " AND ".join(f"({c})" for c in reversed(conds))
 
 
-def number_kind(store: str, out: str, col: str, spark_type: str) -> str:
-    """``int`` or ``float``: how a summed column adds up (exact int64, or double)."""
+def number_kind(store: str, out: str, col: str, spark_type: str, decimals: bool = False) -> str:
+    """``int``, ``float`` or (with ``decimals``) ``decimal(p,s)``: how an aggregated column adds up (exact int64,
+    double, or exact decimal)."""
     if spark_type in ("bigint", "int", "smallint", "tinyint"):
         return "int"
     if spark_type in ("double", "float"):
         return "float"
-    raise TopologyError(f"store {store!r}: sums[{out!r}] column {col!r} is {spark_type}, not a number")
+    if spark_type.startswith("decimal("):
+        if decimals:
+            return spark_type.replace(" ", "")
+        raise TopologyError(f"store {store!r}: aggregate {out!r}: column {col!r} is {spark_type}; this store's "
+                            "aggregates take integers or doubles (exact DECIMAL aggregates: table_aggregate, or "
+                            "F.sum in a Spark aggregation); cast it to double to aggregate it here")
+    takes = "integers, doubles or decimals" if decimals else "integers or doubles"
+    raise TopologyError(f"store {store!r}: aggregate {out!r}: column {col!r} is {spark_type}, not a number "
+                        f"(sum, min, max and avg take {takes})")
 
 
 def duration_ms(store: str, value: str | int, what: str) -> int:

@@ -31,6 +31,7 @@ from .stream_rows import (
     MISSING_SOURCE_TOPIC,
     SOURCE_TRUNCATED,
     admit,
+    has_headers,
     parse_value_schema,
     row_converter,
     slices,
@@ -63,7 +64,8 @@ class IqLogDataSource(DataSource):
 
     def schema(self) -> StructType:
         return stream_schema(parse_value_schema(self.options.get("valueSchema", "value STRING")),
-                             self.options.get("keyType", "string"))
+                             self.options.get("keyType", "string"),
+                             self.options.get("includeHeaders", "false").lower() == "true")
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return IqLogStreamReader(schema, self.options)
@@ -165,10 +167,15 @@ class IqLogStreamReader(DataSourceStreamReader):
         sl: _Slice = partition  # type: ignore[assignment]
         log = self._log()
         convert = row_converter(self.schema)
+        headers = has_headers(self.schema)
         for topic, part, start, end, epoch in sl.ranges:
             try:
                 if epoch is not None and log.epoch(topic) != epoch:
                     raise RuntimeError(f"{SOURCE_TRUNCATED}: topic {topic!r} was recreated while being read")
+                if headers:
+                    for off, key, value, ts, hs in log.read_raw(topic, part, start, end, headers=True):
+                        yield convert(key, value, ts, topic, part, off, hs)
+                    continue
                 for off, key, value, ts in log.read_raw(topic, part, start, end):
                     yield convert(key, value, ts, topic, part, off)
             except UnknownTopicError as exc:

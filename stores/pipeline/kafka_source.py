@@ -10,7 +10,7 @@ are read from their start, and the columns are the embedded log's: key, the
 value fields, timestamp, topic, partition, offset.
 
 Options: ``bootstrapServers``, ``topics`` (comma list), ``valueSchema``,
-``keyType``, ``startingOffsets`` (``earliest`` default, ``latest``, or JSON
+``keyType``, ``includeHeaders`` (``true``: a ``headers`` column, as Spark's own source), ``startingOffsets`` (``earliest`` default, ``latest``, or JSON
 ``{"topic": {"0": 42}}`` with -2/-1 for earliest/latest, as Spark's),
 ``maxOffsetsPerTrigger``, and any ``kafka.<name>`` librdkafka setting
 (``kafka.security.protocol``, ``kafka.sasl.*``, …) for the consumers.
@@ -35,7 +35,15 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from .stream_rows import MISSING_SOURCE_TOPIC, SOURCE_TRUNCATED, admit, parse_value_schema, row_converter, slices
+from .stream_rows import (
+    MISSING_SOURCE_TOPIC,
+    SOURCE_TRUNCATED,
+    admit,
+    has_headers,
+    parse_value_schema,
+    row_converter,
+    slices,
+)
 from .stream_rows import stream_schema as _stream_schema
 
 __all__ = ["IqKafkaDataSource", "IqKafkaStreamReader", "source_options", "read_timeout_s"]
@@ -73,7 +81,8 @@ class IqKafkaDataSource(DataSource):
 
     def schema(self) -> StructType:
         return _stream_schema(parse_value_schema(self.options.get("valueSchema", "value STRING")),
-                              self.options.get("keyType", "string"))
+                              self.options.get("keyType", "string"),
+                              self.options.get("includeHeaders", "false").lower() == "true")
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return IqKafkaStreamReader(schema, self.options)
@@ -198,6 +207,7 @@ class IqKafkaStreamReader(DataSourceStreamReader):
 
         task: _Range = partition  # type: ignore[assignment]
         convert = row_converter(self.schema)
+        headers = has_headers(self.schema)
         consumer = Consumer({
             **client_config(self.servers, self.client_options), "group.id": "iqgate-reader",
             "enable.auto.commit": False, "allow.auto.create.topics": False, "enable.partition.eof": True,
@@ -243,8 +253,11 @@ class IqKafkaStreamReader(DataSourceStreamReader):
                                 value = {}
                         key = m.key()
                         ts = m.timestamp()[1]
-                        yield convert(key, value,  # raw bytes: the key type decides (text, or bytes for binary)
-                                      ts if ts >= 0 else None, topic, part, off)
+                        if headers:  # confluent-kafka: [(name, bytes or None)] or None
+                            yield convert(key, value, ts if ts >= 0 else None, topic, part, off, m.headers())
+                        else:
+                            yield convert(key, value,  # raw bytes: the key type decides (text, or bytes for binary)
+                                          ts if ts >= 0 else None, topic, part, off)
                     if pos < end and time.monotonic() > deadline:
                         raise RuntimeError(f"reading {topic}/{part} offsets {start}..{end - 1} from Kafka at "
                                            f"{self.servers}: stuck at {pos} for {read_timeout_s:.0f} s")

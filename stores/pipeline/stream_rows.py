@@ -18,6 +18,7 @@ from pyspark.sql.types import (
     BooleanType,
     DataType,
     DateType,
+    DecimalType,
     DoubleType,
     FloatType,
     IntegerType,
@@ -31,11 +32,13 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from ..catalog import decimals
 from ..catalog.nested import NestedType
 from ..catalog.schema import SqlType, parse_type
 
 __all__ = [
-    "MISSING_SOURCE_TOPIC", "SOURCE_TRUNCATED", "METADATA_COLUMNS", "SPLIT", "parse_value_schema", "stream_schema", "row_converter", "admit", "slices",
+    "MISSING_SOURCE_TOPIC", "SOURCE_TRUNCATED", "METADATA_COLUMNS", "SPLIT", "parse_value_schema", "stream_schema",
+    "row_converter", "admit", "slices", "HEADERS", "HEADERS_TYPE", "has_headers",
 ]
 
 # Errors raised in a source reach the app only as text inside a Spark error (spark-notes.md), so each
@@ -44,12 +47,17 @@ MISSING_SOURCE_TOPIC = "MISSING_SOURCE_TOPIC"  # → MissingSourceTopicException
 SOURCE_TRUNCATED = "SOURCE_TRUNCATED"  # records the checkpoint has seen are gone (truncated, recreated, retention)
 
 METADATA_COLUMNS = ("timestamp", "topic", "partition", "offset")
+#: The record headers column a stream adds when asked (``include_headers``), typed as Spark's Kafka source
+#: types it with ``includeHeaders=true``: ARRAY<STRUCT<key: STRING, value: BINARY>>, in record order.
+HEADERS = "headers"
+HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType(), True), StructField("value", BinaryType(), True)]),
+                         True)
 SPLIT = 200_000  # records per Spark task: bounds a task's memory and spreads a backlog over cores
 
 _SUPPORTED = (BooleanType, DateType, DoubleType, FloatType, IntegerType, LongType, ShortType,
-              StringType, TimestampType, TimestampNTZType, ArrayType, StructType, MapType)
+              StringType, TimestampType, TimestampNTZType, ArrayType, StructType, MapType, DecimalType)
 #: Key types a stream can declare (``key_type=``): the log's key (text, or Kafka's bytes) read as that type.
-KEY_TYPES = ("string", "int", "bigint", "double", "boolean", "date", "timestamp", "binary")
+KEY_TYPES = ("string", "int", "bigint", "double", "boolean", "date", "timestamp", "binary", "decimal(p,s)")
 
 
 def parse_value_schema(ddl: str | StructType) -> StructType:
@@ -63,11 +71,11 @@ def parse_value_schema(ddl: str | StructType) -> StructType:
     for f in schema.fields:
         if not isinstance(f.dataType, _SUPPORTED) or not _nested_ok(f.dataType):
             raise ValueError(f"value field {f.name!r}: type {f.dataType.simpleString()} is not supported; "
-                             "use boolean, int, bigint, double, string, date, timestamp, or array<…>, "
-                             "struct<…>, map<string,…> of them")
-        if f.name in ("key",) + METADATA_COLUMNS:
+                             "use boolean, int, bigint, double, decimal(p,s), string, date, timestamp, or "
+                             "array<…>, struct<…>, map<string,…> of them (but decimal)")
+        if f.name in ("key", HEADERS) + METADATA_COLUMNS:
             raise ValueError(f"value field {f.name!r} clashes with a column the stream adds "
-                             f"(key, {', '.join(METADATA_COLUMNS)})")
+                             f"(key, {', '.join(METADATA_COLUMNS)}, {HEADERS})")
     return schema
 
 
@@ -100,19 +108,35 @@ def _nested_spark_type(t: Any) -> DataType:
     return StructType([StructField(n, _nested_spark_type(ft), True) for n, ft in t.fields])
 
 
-def _nested_ok(dt: DataType) -> bool:
-    """Nested value fields hold the scalar types JSON can carry; a JSON object's keys are text (MAP<string, …>)."""
+def _nested_ok(dt: DataType, top: bool = True) -> bool:
+    """Nested value fields hold the scalar types JSON can carry; a JSON object's keys are text (MAP<string, …>).
+
+    DECIMAL is a top-level field only (a nested value is stored as JSON, whose numbers are not exact)."""
+    if isinstance(dt, DecimalType):
+        return top
     if isinstance(dt, ArrayType):
-        return _nested_ok(dt.elementType) and isinstance(dt.elementType, _SUPPORTED)
+        return _nested_ok(dt.elementType, False) and isinstance(dt.elementType, _SUPPORTED)
     if isinstance(dt, MapType):
-        return isinstance(dt.keyType, StringType) and isinstance(dt.valueType, _SUPPORTED) and _nested_ok(dt.valueType)
+        return (isinstance(dt.keyType, StringType) and isinstance(dt.valueType, _SUPPORTED)
+                and _nested_ok(dt.valueType, False))
     if isinstance(dt, StructType):
-        return all(isinstance(f.dataType, _SUPPORTED) and _nested_ok(f.dataType) for f in dt.fields)
+        return all(isinstance(f.dataType, _SUPPORTED) and _nested_ok(f.dataType, False) for f in dt.fields)
     return True
+
+
+def _decimal_type(text: str) -> DataType | None:
+    """``decimal(10,2)`` → Spark's DecimalType(10, 2) (``decimal``: Spark's default (10, 0)); ValueError past 38."""
+    d = decimals.parse_decimal(text)
+    return None if d is None else DecimalType(d.precision, d.scale)
 
 
 def _type_of(text: str, where: str) -> DataType:
     t = _TYPES.get(text.strip().lower())
+    if t is None:
+        try:
+            t = _decimal_type(text)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
     if t is None and ("<" in text or "(" in text):  # array<…>, struct<…>, map<…> (no JVM in the source's workers)
         try:
             t = _nested_spark_type(parse_type(text))
@@ -120,7 +144,7 @@ def _type_of(text: str, where: str) -> DataType:
             t = None
     if t is None:
         raise ValueError(f"{where}: type {text.strip()!r} is not supported; use one of "
-                         "boolean, int, bigint, double, string, date, timestamp")
+                         "boolean, int, bigint, double, decimal(p,s), string, date, timestamp")
     return t
 
 
@@ -164,13 +188,15 @@ def _top_level_split(ddl: str) -> list[str]:
     return parts
 
 
-def stream_schema(value_schema: StructType, key_type: str = "string") -> StructType:
-    """The stream's columns: key, the value fields, timestamp, topic, partition, offset."""
+def stream_schema(value_schema: StructType, key_type: str = "string", include_headers: bool = False) -> StructType:
+    """The stream's columns: key, the value fields, timestamp, topic, partition, offset (then headers if asked)."""
     kt = _TYPES.get(key_type.strip().lower()) if isinstance(key_type, str) else None
     if key_type.strip().lower() in ("binary", "bytes"):
         kt = BinaryType()
+    if kt is None:
+        kt = _decimal_type(key_type)  # ValueError past precision 38, saying so
     if kt is None or not isinstance(kt, (StringType, LongType, IntegerType, DoubleType, BooleanType, DateType,
-                                         TimestampType, BinaryType)):
+                                         TimestampType, BinaryType, DecimalType)):
         raise ValueError(f"key type {key_type!r} is not supported; use one of {', '.join(KEY_TYPES)}")
     return StructType(
         [StructField("key", kt, True)] + list(value_schema.fields) + [
@@ -178,7 +204,7 @@ def stream_schema(value_schema: StructType, key_type: str = "string") -> StructT
             StructField("topic", StringType(), False),
             StructField("partition", IntegerType(), False),
             StructField("offset", LongType(), False),
-        ])
+        ] + ([StructField(HEADERS, HEADERS_TYPE, True)] if include_headers else []))
 
 
 def admit(avail: dict[tuple[str, int], tuple[int, int]], budget: int) -> dict[tuple[str, int], tuple[int, int]]:
@@ -193,9 +219,19 @@ def admit(avail: dict[tuple[str, int], tuple[int, int]], budget: int) -> dict[tu
     return out
 
 
+def has_headers(schema: StructType) -> bool:
+    """Does a stream schema (``stream_schema``) carry the headers column?"""
+    return schema.fields[-1].name == HEADERS
+
+
 def row_converter(schema: StructType) -> Any:
-    """A function from one log record to a row tuple in ``schema``'s order (value fields by name)."""
-    value_fields = [(f.name, _caster(f.dataType, f.name)) for f in schema.fields[1:-4]]
+    """A function from one log record to a row tuple in ``schema``'s order (value fields by name).
+
+    With a headers column the function takes the record's headers too: ``(name, bytes or None)`` pairs
+    (confluent-kafka's ``Message.headers()``, the EventLog's), or None for none.
+    """
+    tail = 5 if has_headers(schema) else 4
+    value_fields = [(f.name, _caster(f.dataType, f.name)) for f in schema.fields[1:-tail]]
     key_cast = _key_caster(schema.fields[0].dataType)
 
     def convert(key: Any, value: Any, ts: int, topic: str, partition: int, offset: int) -> tuple:
@@ -205,7 +241,15 @@ def row_converter(schema: StructType) -> Any:
             vals = [c(value.get(n)) for n, c in value_fields]
         return (key_cast(key), *vals, _ts(ts), topic, partition, offset)
 
-    return convert
+    if tail == 4:
+        return convert
+
+    def convert_with_headers(key: Any, value: Any, ts: int, topic: str, partition: int, offset: int,
+                             headers: Any = None) -> tuple:
+        hs = [(str(n), None if v is None else bytes(v)) for n, v in headers] if headers else []
+        return (*convert(key, value, ts, topic, partition, offset), hs)
+
+    return convert_with_headers
 
 
 def _ts(ms: Any) -> datetime | None:
@@ -269,6 +313,11 @@ def _caster(dt: DataType, name: str) -> Any:
         return guard(to_ts)
     if isinstance(dt, DateType):
         return guard(lambda v: v if isinstance(v, date) else date.fromisoformat(str(v)[:10]))
+    if isinstance(dt, DecimalType):
+        exact = decimals.DecimalType(dt.precision, dt.scale)
+        # a JSON number (a float: its shortest repr, exact for up to 15 digits) or a JSON string for longer
+        # ones; a value with more places than the scale or digits than the precision is null, never rounded
+        return guard(lambda v: decimals.to_decimal(exact, v))
     if isinstance(dt, ArrayType):
         item = _caster(dt.elementType, name)
         return guard(lambda v: [item(x) for x in v] if isinstance(v, list) else None)

@@ -51,7 +51,7 @@ from .declarations import (
 from .kafka_source import source_options
 from .shared_query import DEFAULT_STORES_PER_QUERY
 from .stateful_tables import session_table_decl, table_aggregate_decl
-from .stream_rows import METADATA_COLUMNS, parse_value_schema
+from .stream_rows import HEADERS, METADATA_COLUMNS, parse_value_schema, stream_schema
 
 __all__ = ["Topology", "StoreDecl", "TopologyError", "DEFAULT_MAX_RECORDS_PER_BATCH"]
 
@@ -112,13 +112,16 @@ class Topology:
     # -- sources ------------------------------------------------------
     def stream(self, topic: str | Sequence[str], value_schema: str | StructType = "value STRING", *,
                key_type: str = "string", max_records_per_batch: int | None = None,
-               starting_offsets: str = "earliest") -> DataFrame:
+               starting_offsets: str = "earliest", include_headers: bool = False) -> DataFrame:
         """A streaming DataFrame over ``topic`` (or several): key, value fields, timestamp, topic, partition, offset.
 
         ``value_schema`` is the DDL of the JSON value's fields (``"amount
         DOUBLE, item STRING"``); missing or mistyped fields read as null, a
         tombstone as all-null. ``max_records_per_batch`` caps a micro-batch
         (default: the topology's ``max_records_per_batch``, itself no cap unless given).
+        ``include_headers`` adds ``headers`` ARRAY<STRUCT<key: STRING, value:
+        BINARY>> (the record's headers in order, as Spark's Kafka source with
+        ``includeHeaders=true``; the EventLog's records carry them too).
         The same arguments give the same DataFrame: stores built on it read
         the source once, in one shared query.
         """
@@ -126,39 +129,49 @@ class Topology:
         if not topics or not all(isinstance(t, str) and t for t in topics):
             raise TopologyError(f"stream: topic must be a name or a list of names, got {topic!r}")
         schema = parse_value_schema(value_schema)
+        try:  # here, not as a traceback from inside Spark's data source
+            stream_schema(schema, key_type, bool(include_headers))
+        except ValueError as exc:
+            raise TopologyError(f"stream {', '.join(topics)}: {exc}") from None
         ddl = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields)
         if max_records_per_batch is None:
             max_records_per_batch = self.max_records_per_batch
-        key = (topics, ddl, key_type, max_records_per_batch, starting_offsets)
+        headers = bool(include_headers)
+        key = (topics, ddl, key_type, max_records_per_batch, starting_offsets) + ((True,) if headers else ())
         if key not in self._frames:
             self._frames[key] = self._new_stream(topics, schema, ddl, key_type, max_records_per_batch,
-                                                 starting_offsets)
+                                                 starting_offsets, headers)
         return self._frames[key]
 
     def _new_stream(self, topics: tuple[str, ...], schema: StructType, ddl: str, key_type: str,
-                    max_records_per_batch: int | None, starting_offsets: str) -> DataFrame:
+                    max_records_per_batch: int | None, starting_offsets: str, headers: bool = False) -> DataFrame:
         sid = str(next(_STREAM_IDS))
         self._streams[sid] = topics
         if isinstance(self.log, KafkaSource):
-            return self._kafka_stream(topics, schema, key_type, max_records_per_batch, starting_offsets, sid)
+            return self._kafka_stream(topics, schema, key_type, max_records_per_batch, starting_offsets, sid,
+                                      headers)
         reader = (self.spark.readStream.format("iqlog").option("path", str(self.log.root))
                   .option("topics", ",".join(topics)).option("valueSchema", ddl).option("keyType", key_type)
                   .option("startingOffsets", starting_offsets).option(_STREAM_OPT, sid))
+        if headers:
+            reader = reader.option("includeHeaders", "true")
         if max_records_per_batch is not None:
             reader = reader.option("maxRecordsPerBatch", str(int(max_records_per_batch)))
         return reader.load()
 
     def _kafka_stream(self, topics: tuple[str, ...], schema: StructType, key_type: str,
-                      max_records: int | None, starting: str, sid: str) -> DataFrame:
+                      max_records: int | None, starting: str, sid: str, headers: bool = False) -> DataFrame:
         """Kafka through Spark's own source when its jar is on the classpath, else through ``iqkafka``."""
         src = self.log
         assert isinstance(src, KafkaSource)
         if _native_kafka_available(self.spark):
-            return self._native_kafka_stream(src, topics, schema, key_type, max_records, starting, sid)
+            return self._native_kafka_stream(src, topics, schema, key_type, max_records, starting, sid, headers)
         ddl = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields)
         reader = (self.spark.readStream.format("iqkafka").option("topics", ",".join(topics))
                   .option("valueSchema", ddl).option("keyType", key_type).option("startingOffsets", starting)
                   .option(_STREAM_OPT, sid))
+        if headers:
+            reader = reader.option("includeHeaders", "true")
         for k, v in source_options(src.bootstrap_servers, dict(src.options or {})).items():
             reader = reader.option(k, v)
         if max_records is not None:
@@ -166,10 +179,12 @@ class Topology:
         return reader.load()
 
     def _native_kafka_stream(self, src: KafkaSource, topics: tuple[str, ...], schema: StructType, key_type: str,
-                             max_records: int | None, starting: str, sid: str) -> DataFrame:
+                             max_records: int | None, starting: str, sid: str, headers: bool = False) -> DataFrame:
         reader = (self.spark.readStream.format("kafka").option("kafka.bootstrap.servers", src.bootstrap_servers)
                   .option("subscribe", ",".join(topics)).option("startingOffsets", starting)
                   .option("failOnDataLoss", "true").option(_STREAM_OPT, sid))
+        if headers:
+            reader = reader.option("includeHeaders", "true")
         for k, v in (src.options or {}).items():
             reader = reader.option(k if k.startswith("kafka.") else f"kafka.{k}", str(v))
         if max_records is not None:
@@ -179,7 +194,7 @@ class Topology:
         key_col = F.col("key") if key_type.strip().lower() in ("binary", "bytes") else F.col("key").cast("string").cast(key_type)
         return raw.select(key_col.alias("key"),
                           *[value[f.name].alias(f.name) for f in schema.fields],
-                          "timestamp", "topic", "partition", "offset")
+                          "timestamp", "topic", "partition", "offset", *(["headers"] if headers else []))
 
     # -- stores -------------------------------------------------------
     def table(self, name: str, df: DataFrame, *, key: str | Sequence[str], window: str | None = None,
@@ -223,7 +238,7 @@ class Topology:
             if timestamp is None and cols.get("timestamp") == "timestamp":
                 timestamp = "timestamp"
         mode = _check_mode(name, shape, output_mode or default_mode, allowed)
-        skip = {*keys, window, timestamp} | (set(METADATA_COLUMNS) if shape == "latest" else set())
+        skip = {*keys, window, timestamp} | ({*METADATA_COLUMNS, HEADERS} if shape == "latest" else set())
         value_cols = tuple(c for c in df.columns if c not in skip)
         kind = {"aggregate": StoreKind.TIMESTAMPED_KEY_VALUE, "latest": StoreKind.TIMESTAMPED_KEY_VALUE,
                 "window": StoreKind.WINDOW, "session": StoreKind.SESSION}[shape]
@@ -254,7 +269,7 @@ class Topology:
         if cols[timestamp] not in ("timestamp", "timestamp_ntz", "bigint"):
             raise TopologyError(f"store {name!r}: timestamp column {timestamp!r} is {cols[timestamp]}, "
                                 "not a timestamp or epoch-ms bigint")
-        skip = {*keys, timestamp} | set(METADATA_COLUMNS)
+        skip = {*keys, timestamp} | {*METADATA_COLUMNS, HEADERS}  # record metadata: derive a column to keep one
         value_cols = tuple(c for c in df.columns if c not in skip)
         spec = self._spec(name, df, plan, StoreKind.VERSIONED, keys, value_cols, partitions,
                           history_retention_ms=history_retention_ms)
@@ -262,23 +277,27 @@ class Topology:
                                    key_cols=keys))
 
     def table_aggregate(self, name: str, df: DataFrame, *, key: str = "key", group_by: str, count: str = "count",
-                        sums: dict[str, str] | None = None, partitions: int | None = None) -> StoreSpec:
-        """Counts (and sums) per ``group_by`` value over the TABLE ``df`` is the changelog of (issue 16 item 6).
-
-        See ``stateful_tables.table_aggregate_decl``.
+                        sums: dict[str, str] | None = None, mins: dict[str, str] | None = None,
+                        maxs: dict[str, str] | None = None, avgs: dict[str, str] | None = None,
+                        partitions: int | None = None) -> StoreSpec:
+        """Count, sums, mins, maxs, avgs per ``group_by`` value over the TABLE ``df`` is the changelog of
+        (issue 16 item 6), with retraction. See ``stateful_tables.table_aggregate_decl``.
         """
         self._check_new(name, df)
         return self._add(table_aggregate_decl(name, df, key=key, group_by=group_by, count=count, sums=sums,
-                                              topics=self._topics_of(df), partitions=self._partitions(df, partitions)))
+                                              mins=mins, maxs=maxs, avgs=avgs, topics=self._topics_of(df),
+                                              partitions=self._partitions(df, partitions)))
 
     def session_table(self, name: str, df: DataFrame, *, key: str = "key", gap: str | int,
                       timestamp: str = "timestamp", count: str = "count", sums: dict[str, str] | None = None,
-                      retention_ms: int | None = None, partitions: int | None = None) -> StoreSpec:
+                      mins: dict[str, str] | None = None, maxs: dict[str, str] | None = None,
+                      avgs: dict[str, str] | None = None, retention_ms: int | None = None,
+                      partitions: int | None = None) -> StoreSpec:
         """Session windows visible while open (issue 16 item 4); see ``stateful_tables.session_table_decl``."""
         self._check_new(name, df)
         return self._add(session_table_decl(name, df, key=key, gap=gap, timestamp=timestamp, count=count, sums=sums,
-                                            retention_ms=retention_ms, topics=self._topics_of(df),
-                                            partitions=self._partitions(df, partitions)))
+                                            mins=mins, maxs=maxs, avgs=avgs, retention_ms=retention_ms,
+                                            topics=self._topics_of(df), partitions=self._partitions(df, partitions)))
 
     def _partitions(self, df: DataFrame, partitions: int | None) -> int:
         if partitions is not None:

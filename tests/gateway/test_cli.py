@@ -77,12 +77,16 @@ def _stdin(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
 def test_produce_appends_and_prints_the_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     lines = [{"key": f"c{i}", "value": {"amount": i * 1.5}, "timestamp": 1_700_000_000_000 + i} for i in range(6)]
+    lines[2]["headers"] = {"channel": "web"}  # record headers (issue 16), kept per record
+    lines[3]["headers"] = [["a", "1"], ["a", "2"]]
     _stdin(monkeypatch, "\n".join(json.dumps(x) for x in lines) + "\n\n")
     assert main(["produce", "orders", "--log", str(tmp_path / "log"), "--partitions", "2"]) == 0
     out = json.loads(capsys.readouterr().out)
     log = EventLog(tmp_path / "log")
     recs = [r for p in range(2) for r in log.read("orders", p)]
     assert out["records"] == 6 and sorted(r.key for r in recs) == sorted(x["key"] for x in lines)
+    assert {r.key: r.headers for r in recs if r.headers} == {"c2": (("channel", b"web"),),
+                                                             "c3": (("a", b"1"), ("a", b"2"))}
     assert out["position"] == {"orders": {str(p): o for p, o in log.last_offsets("orders").items()}}
 
 
@@ -90,6 +94,7 @@ def test_produce_appends_and_prints_the_token(tmp_path: Path, monkeypatch: pytes
     ('{"key": "a", "value": {"x": 1}}\nnot json\n', "line 2 is not JSON"),
     ('{"key": "a"}\n{"value": {"x": 1}}\n', "line 2 must be an object"),
     ('{"key": "a", "value": {}, "extra": 1}\n', "line 1 must be an object"),
+    ('{"key": "a", "value": {}}\n{"key": "b", "value": {}, "headers": 5}\n', "record 1 .* headers must be a list"),
 ])
 def test_produce_writes_nothing_on_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str,
                                              needle: str) -> None:

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from stores.catalog.decimals import DecimalType
 from stores.catalog.partitioner import key_bytes, partition_for_key, partitions_for_serialized
 from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
 from stores.engine import open_partition
@@ -32,7 +33,8 @@ from stores.engine.writer import PartitionedWriter
 from stores.iqv2.position import Position
 from tests.stores.engine.row_path import RowPathStore, dump
 
-KEYS: dict[SqlType, Any] = {
+DEC = DecimalType(20, 3)  # issue 16: DECIMAL keys, 16 order-preserving bytes
+KEYS: dict[Any, Any] = {
     SqlType.BIGINT: st.one_of(st.integers(-5, 5), st.sampled_from([-(2**63), 2**63 - 1]), st.integers()).filter(
         lambda i: -(2**63) <= i < 2**63),
     SqlType.INTEGER: st.integers(-(2**31), 2**31 - 1),
@@ -42,11 +44,12 @@ KEYS: dict[SqlType, Any] = {
     SqlType.BOOLEAN: st.booleans(),
     SqlType.TIMESTAMP: st.integers(-(2**40), 2**42),
     SqlType.DATE: st.integers(-100_000, 100_000),
+    DEC: st.decimals(min_value=-(10**17) + 1, max_value=10**17 - 1, places=3, allow_nan=False, allow_infinity=False),
 }
 # how write_table receives each key type: the Arrow types Spark hands the sink
 ARROW_KEY = {SqlType.BIGINT: pa.int64(), SqlType.INTEGER: pa.int32(), SqlType.DOUBLE: pa.float64(),
              SqlType.VARCHAR: pa.string(), SqlType.BOOLEAN: pa.bool_(), SqlType.TIMESTAMP: pa.timestamp("ms"),
-             SqlType.DATE: pa.date32()}
+             SqlType.DATE: pa.date32(), DEC: pa.decimal128(20, 3)}
 VALUES = (Column("n", SqlType.BIGINT), Column("s", SqlType.VARCHAR), Column("x", SqlType.DOUBLE),
           Column("b", SqlType.BOOLEAN))
 VALUE = st.tuples(st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)), st.one_of(st.none(), st.text(max_size=5)),
@@ -152,9 +155,9 @@ def test_vectorized_partitioner_equals_kafkas_murmur2(key_type: SqlType, data: A
         keys += ["x" * n for n in (0, 1, 2, 3, 4, 5, 255, 256, 257, 1000)]  # every tail length, and long keys
     arr = _arrow_keys(keys, key_type) if key_type in (SqlType.TIMESTAMP, SqlType.DATE) else pa.array(
         keys, ARROW_KEY[key_type])
-    from stores.engine.columns import COLUMN_TYPES
+    from stores.engine.columns import column_type
 
-    stored = COLUMN_TYPES[key_type].encode(arr)
+    stored = column_type(key_type).encode(arr)
     got = partitions_for_serialized(*serialized_keys(stored, key_type), partitions).tolist()
     assert got == [partition_for_key(k, partitions, key_type) for k in keys]
 

@@ -36,15 +36,18 @@ from stores.log.broker import LocalBroker  # noqa: E402
 from tests.stores.pipeline.oracle import caught_up, check_all, wait_for_state, wait_until  # noqa: E402
 from tests.stores.pipeline.test_pipeline_spark import profile_events, shop  # noqa: E402
 
-STORES = ("revenue", "revenue_per_min", "last_order", "profiles", "event_counts")
+STORES = ("revenue", "revenue_per_min", "last_order", "profiles", "event_counts", "events_by_source")
 
 
 def build(spark, src, state_dir, handler=None):
     t = shop.build(spark, src)
     t.table("profiles", t.stream("profiles", value_schema="name STRING, age BIGINT"), key="key")
-    events = t.stream("events", value_schema="n BIGINT")
+    events = t.stream("events", value_schema="n BIGINT", include_headers=True)
     t.table("event_counts", events.groupBy("key").agg(F.count("*").alias("records"), F.sum("n").alias("total")),
             key="key")
+    source = F.expr("CAST(get(filter(headers, h -> h.key = 'src'), 0).value AS STRING)")  # issue 16: a Kafka header
+    t.table("events_by_source", events.groupBy(F.coalesce(source, F.lit("none")).alias("src"))
+            .agg(F.count("*").alias("records"), F.sum("n").alias("total")), key="src")
     app = StreamsApp(t, application_id=f"kafka-{state_dir.name}", state_dir=state_dir)
     if handler is not None:
         app.set_uncaught_exception_handler(handler)
@@ -63,7 +66,8 @@ def test_kafka_pipeline_offsets_oracle_restart_and_a_deleted_topic(spark, tmp_pa
         src.create_topic("events", 2)
         src.append_batch("orders", shop.generate_orders(3000, customers=40, seed=21))
         src.append_batch("profiles", profile_events(200, seed=22))
-        src.append_batch("events", [(f"e{i % 5}", {"n": i}, None) for i in range(50)])
+        src.append_batch("events", [(f"e{i % 5}", {"n": i}, None, [("src", "odd" if i % 2 else "even")] if i % 7 else [])
+                                    for i in range(50)])
         _produce_raw(broker.bootstrap_servers, "events", [(b"e1", b"not json"), (b"e1", b"[1, 2]"),
                                                           (b"e2", b'{"n": "x"}')])
         state = tmp_path / "state"
@@ -88,6 +92,15 @@ def test_kafka_pipeline_offsets_oracle_restart_and_a_deleted_topic(spark, tmp_pa
             counts = {kv.key: (kv.value.value.records, kv.value.value.total) for kv in _scan(app, "event_counts")}
             assert counts["e1"] == (12, sum(i for i in range(50) if i % 5 == 1))
             assert counts["e2"] == (11, sum(i for i in range(50) if i % 5 == 2))
+            # Record headers as a column (Spark's includeHeaders shape), grouped by one: the 50 records produced
+            # with (or, every 7th, without) a "src" header, and the 3 foreign records (no headers, no n).
+            by_src = {kv.key: (kv.value.value.records, kv.value.value.total) for kv in _scan(app, "events_by_source")}
+            want_src: dict[str, tuple[int, int]] = {"none": (3, 0)}
+            for i in range(50):
+                h = ("odd" if i % 2 else "even") if i % 7 else "none"
+                c, tot = want_src[h] if h in want_src else (0, 0)
+                want_src[h] = (c + 1, tot + i)
+            assert by_src == want_src and {"odd", "even", "none"} <= set(by_src)
 
             # Read-your-writes with the Position of a produce: IQv2 and SQL.
             [(p, off)] = src.append_batch("orders", [("c0007", {"amount": 1000.5, "item": "tea"}, 1_700_003_000_000)])

@@ -114,7 +114,8 @@ def test_reader_option_errors(tmp_path):
 @pytest.mark.parametrize("ddl, message", [
     ("", "DDL string"),
     ("amount", "must be 'name TYPE'"),
-    ("amount DECIMAL", "not supported"),
+    ("amount DECIMAL(39,2)", "precision 39 is not supported"),
+    ("amount INTERVAL", "not supported"),
     ("a INT, a INT", "duplicate"),
     ("offset BIGINT", "clashes"),
     ("a-b INT", "letters, digits"),

@@ -89,8 +89,8 @@ def test_declaration_errors_name_the_store_and_the_problem(topo, spark):
         topo.versioned_table("b", agg, key="key")
     with pytest.raises(TopologyError, match="timestamp column 'amount' is double"):
         topo.versioned_table("b", orders, key="key", timestamp="amount")
-    with pytest.raises(TopologyError, match="column 'price' has type decimal"):  # ARRAY etc. are fine (issue 16)
-        topo.table("b", orders.withColumn("price", F.col("amount").cast("decimal(10,2)")), key="key")
+    with pytest.raises(TopologyError, match="column 'at' has type interval"):  # ARRAY, DECIMAL are fine (issue 16)
+        topo.table("b", orders.withColumn("at", F.expr("INTERVAL 1 DAY")), key="key")
     with pytest.raises(TopologyError, match="store name 'bad name'"):
         topo.table("bad name", agg, key="key")
     with pytest.raises(TopologyError, match="reserved"):
