@@ -136,3 +136,17 @@ class Http:
 
 def serve_gateway(gw: Gateway, config: GatewayConfig | None = None) -> ServerThread:
     return ServerThread(create_app(gw, config), threads=4)
+
+
+def explain(gw: Gateway, sql: str) -> str:
+    """The plan text ``EXPLAIN`` gives for ``sql`` (which IQv2 request a statement becomes)."""
+    return "\n".join(r[0] for r in gw.sql("EXPLAIN " + sql).rows())
+
+
+def answers_and_oracle(gw: Gateway, oracle: Any, sql: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """(the gateway's rows, DuckDB's rows over the same data) for ``sql``; order-insensitive without ORDER BY."""
+    got = gw.sql(sql).rows()
+    want = oracle.execute(sql).fetchall()
+    if "ORDER BY" not in sql:
+        got, want = sorted(got, key=repr), sorted(want, key=repr)
+    return got, want

@@ -24,7 +24,7 @@ from stores.app.streams import StoreTopology, StreamsApp
 from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
 from stores.engine.change import Change
 from stores.iqv2.position import Position
-from tests.gateway.gwfixtures import Http
+from tests.gateway.gwfixtures import Http, answers_and_oracle, explain
 
 SALES = StoreSpec("sales", StoreKind.TIMESTAMPED_KEY_VALUE,
                   key=(Column("region", SqlType.VARCHAR), Column("product", SqlType.BIGINT)),
@@ -87,10 +87,6 @@ def _day(d: int) -> Any:
     return date(1970, 1, 1) + timedelta(days=d)
 
 
-def _plan(gw: Gateway, sql: str) -> str:
-    return "\n".join(r[0] for r in gw.sql("EXPLAIN " + sql).rows())
-
-
 QUERIES = [
     # (sql, the request the plan must use)
     ("SELECT * FROM sales WHERE region = 'eu' AND product = 3", "KeyQuery"),
@@ -116,18 +112,15 @@ QUERIES = [
 @pytest.mark.parametrize("sql, request_kind", QUERIES)
 def test_answers_equal_duckdb_over_the_rows(gw: Gateway, oracle: duckdb.DuckDBPyConnection, sql: str,
                                             request_kind: str) -> None:
-    got = gw.sql(sql).rows()
-    want = oracle.execute(sql).fetchall()
-    if "ORDER BY" not in sql:
-        got, want = sorted(got, key=repr), sorted(want, key=repr)
+    got, want = answers_and_oracle(gw, oracle, sql)
     assert got == want
-    plan = _plan(gw, sql)
+    plan = explain(gw, sql)
     assert any(k in plan for k in request_kind.split("|")), plan
     assert ("full scan" in plan) is (request_kind == "full scan")
 
 
 def test_a_whole_key_goes_to_its_one_partition_and_takes_the_fast_path(gw: Gateway) -> None:
-    plan = _plan(gw, "SELECT * FROM sales WHERE region = 'eu' AND product = 3")
+    plan = explain(gw, "SELECT * FROM sales WHERE region = 'eu' AND product = 3")
     assert "KeyQuery{key=('eu', 3)" in plan and "fast path" in plan
     parts = [p for p in plan.split() if p.startswith("partitions=")]
     assert len(parts) == 1 and parts[0].count(",") == 0

@@ -33,7 +33,7 @@ from stores.engine.change import Change
 from stores.iqv2.position import Position
 from stores.iqv2.query import KeyQuery, RangeQuery
 from stores.iqv2.request import StateQueryRequest
-from tests.gateway.gwfixtures import Http
+from tests.gateway.gwfixtures import Http, answers_and_oracle, explain
 
 PRICES = StoreSpec("prices", StoreKind.KEY_VALUE, Column("price", "DECIMAL(6,2)"),
                    (Column("total", "DECIMAL(20,2)"), Column("n", "BIGINT"), Column("big", "DECIMAL(38,10)")),
@@ -92,10 +92,6 @@ def oracle() -> Iterator[duckdb.DuckDBPyConnection]:
     con.close()
 
 
-def _plan(gw: Gateway, sql: str) -> str:
-    return "\n".join(r[0] for r in gw.sql("EXPLAIN " + sql).rows())
-
-
 K = sorted(ROWS)[40]
 QUERIES = [
     (f"SELECT * FROM prices WHERE price = {K}", "KeyQuery"),
@@ -116,13 +112,10 @@ QUERIES = [
 @pytest.mark.parametrize("sql, request_kind", QUERIES)
 def test_answers_equal_duckdb_decimal_arithmetic(gw: Gateway, oracle: duckdb.DuckDBPyConnection, sql: str,
                                                  request_kind: str) -> None:
-    got = gw.sql(sql).rows()
-    want = oracle.execute(sql).fetchall()
-    if "ORDER BY" not in sql:
-        got, want = sorted(got, key=repr), sorted(want, key=repr)
+    got, want = answers_and_oracle(gw, oracle, sql)
     assert got == want
     assert [tuple(map(type, r)) for r in got] == [tuple(map(type, r)) for r in want]  # Decimal where DuckDB has it
-    plan = _plan(gw, sql)
+    plan = explain(gw, sql)
     assert any(k in plan for k in request_kind.split("|")), plan
     assert ("full scan" in plan) is (request_kind == "full scan")
 
