@@ -229,8 +229,8 @@ def progress_line(status: Mapping[str, Any]) -> str | None:
     parts, reached, target = [], 0, 0
     for name, st in sorted(status["stores"].items()):
         pr = getattr(st, "progress", None)
-        if not pr or st.status not in ("starting", "rebuilding"):
-            continue
+        if not pr or "target" not in pr or st.status not in ("starting", "rebuilding"):
+            continue  # no figures yet (a rebuild's first report only names its upcoming columns)
         reached += pr["reached"]
         target += pr["target"]
         eta = f", ETA {pr['eta_s']:.0f} s" if pr.get("eta_s") is not None else ""

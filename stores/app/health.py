@@ -155,7 +155,9 @@ def overall(state: State, stores: Mapping[str, StoreStatus], state_since: float 
                 "retry_s": retry}
     if state is not State.RUNNING:
         reason = f"the client is {state.value}"
-        progress = [s.progress for s in stores.values() if s.progress and s.status in ("starting", "rebuilding")]
+        # only reports with figures: a rebuild's first report names its upcoming columns before it has any
+        progress = [s.progress for s in stores.values()
+                    if s.progress and "target" in s.progress and s.status in ("starting", "rebuilding")]
         if progress:
             got, want = sum(p["reached"] for p in progress), sum(p["target"] for p in progress)
             etas = [p["eta_s"] for p in progress if p.get("eta_s") is not None]

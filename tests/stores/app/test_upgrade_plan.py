@@ -273,6 +273,14 @@ def test_read_only_gateways_and_system_stores_show_the_rebuild_and_partial_histo
         g = app.begin_rebuild("revenue", "its definition changed", spec=app.upgrades.pending["revenue"].new_spec)
         with pytest.raises(ColumnNotYetAvailableError, match="'avg' of store revenue arrives.*has not started"):
             reader_gw.sql("SELECT k, avg FROM revenue")
+        # a first report without figures: the console line and the health summary skip it (no KeyError)
+        from gateway.hosting import progress_line
+        from stores.app.health import StoreStatus, overall
+        from stores.iqv2.state import State
+
+        assert progress_line(app.status()) is None
+        early = {"revenue": StoreStatus(status="starting", progress={"phase": "rebuilding", "upcoming_columns": ["a"]})}
+        assert overall(State.REBALANCING, early, 0.0)["reason"] == "the client is REBALANCING"
         app.health.progress("revenue", {"phase": "rebuilding", "reached": 4, "target": 10, "records_per_s": 2.0,
                                         "eta_s": 3.0, "upcoming_columns": ["avg"],
                                         "position": {TOPIC: {"0": 3}}, "target_position": {TOPIC: {"0": 9}}})
