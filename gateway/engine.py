@@ -42,6 +42,8 @@ from .duck import DuckPool, ThreadCursors, arrow_batches, duck_error, fetch_chun
 from .errors import BadRequest, GatewayInternalError, translate
 from .guards import Guards, StatementWatch
 from .outcomes import partition_error, record_outcomes
+from .residual_eval import MAX_ROWS as RESIDUAL_EVAL_ROWS
+from .residual_programs import Programs
 from .result import PartitionOutcome, Result
 from .routing.membership import partition_rows
 from .scans import Waiting, probe_query, run_scan
@@ -61,6 +63,7 @@ class Gateway:
         self.config = config or GatewayConfig()
         self._pool = DuckPool(memory_limit_bytes=self.config.max_memory_bytes)
         self._cursors = ThreadCursors(self._pool)
+        self._programs = Programs()  # simple residuals answered without DuckDB (residual_eval.py)
         self._guards = Guards(self.config.max_memory_bytes)
         self._waiters = threading.BoundedSemaphore(self.config.max_waiters)
         self._owns_source = False
@@ -292,6 +295,19 @@ class Gateway:
                     raise row_limit_error(limit_rows)
                 return Result(columns=columns, position=merged, partitions=partitions,
                               statement=StatementKind.SELECT, rows=out, cursor_factory=self._pool.cursor)
+            program = plan.residual_program
+            learn = False
+            if (program is not None and len(scans) == 1 and not streamed and not scans[0][1].streams
+                    and len(scans[0][1].rows) <= RESIDUAL_EVAL_ROWS):
+                columns = self._programs.columns(program)
+                if columns is not None and (not arrow or all(t in _ARROW_READY for _, t in columns)):
+                    out = self._programs.evaluate(program, plan.residual_values, scans[0][1].rows)
+                    if out is not None:
+                        if len(out) > limit_rows:
+                            raise row_limit_error(limit_rows)
+                        return Result(columns=columns, position=merged, partitions=partitions,
+                                      statement=StatementKind.SELECT, rows=out, cursor_factory=self._pool.cursor)
+                learn = not stream and not arrow and not self._programs.known(program)
             system = (lambda cur: register_system_tables(cur, plan.system_tables, catalog, context, settings,
                                                          lambda: partition_rows(self.source))
                       ) if plan.system_tables else None
@@ -300,6 +316,8 @@ class Gateway:
                                     streamed=streamed, streams=streams)
             if not result.streaming:
                 close_streams(streams)
+            if learn:
+                self._programs.learn(program, plan.residual_values, scans[0][1].rows, result.columns, result.rows())
             return result
         except BaseException:
             for _, rows in scans:  # every snapshot ends with the statement (a LIMIT stops reading early)
@@ -366,6 +384,10 @@ class Gateway:
         finally:
             if not handed_over:
                 watch.attach(None)
+
+
+# Result types whose Arrow form the rows of a result built without DuckDB reproduce (result.py)
+_ARROW_READY = frozenset({"BIGINT", "INTEGER", "DOUBLE", "VARCHAR", "BOOLEAN"})
 
 
 def _bound_from(value: Any) -> Position | None:

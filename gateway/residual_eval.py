@@ -1,0 +1,437 @@
+"""Evaluating a simple residual (planner/residual_program.py) over a few looked-up rows, exactly as DuckDB would.
+
+A point lookup answers in ~100 us; handing its row to DuckDB for a
+``count(*)`` or a ``WHERE amount > 0`` cost ~190 us more of DuckDB's fixed
+overhead (issue 14 item 3). Here the residual is compiled to Python closures
+following DuckDB's rules: which side of a mixed comparison is cast
+(an integer compared with a DOUBLE becomes a DOUBLE), three-valued logic,
+``/`` of integers giving DOUBLE, BIGINT overflow, ``sum`` of integers as
+HUGEINT, ``avg`` as the sum converted to DOUBLE over the count, ``min``/``max``
+keeping the last of equal values (0.0 and -0.0).
+
+Two escape hatches keep the answer DuckDB's: ``Unsupported`` at compile time
+(a mix of types whose DuckDB cast is not replicated here, e.g. a DECIMAL
+literal against an integer column) and ``Fallback`` at run time (NaN or an
+infinite DOUBLE in the rows, an overflow DuckDB reports as an error, a value of
+an unexpected Python type). Either way the statement runs in DuckDB as before,
+so this module only ever answers what it can answer exactly. The property
+test ``tests/gateway/test_residual_eval.py`` compares it with DuckDB over
+generated statements and data.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Sequence
+from decimal import Decimal
+from typing import Any
+
+from planner.residual_program import (
+    Agg,
+    Arith,
+    Between,
+    Cmp,
+    Col,
+    In,
+    IsNull,
+    Lit,
+    Logic,
+    Neg,
+    Not,
+    Program,
+    Slot,
+)
+from stores.catalog.schema import SqlType
+
+__all__ = ["Compiled", "Fallback", "Unsupported", "compile_for", "signature", "MAX_ROWS"]
+
+MAX_ROWS = 256  # beyond this many rows DuckDB's vectorized engine wins; the scan is not small
+_I64 = (-(2**63), 2**63 - 1)
+_CMP: dict[str, Callable[[Any, Any], bool]] = {
+    "=": operator.eq, "<>": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+}
+_COL_KIND = {SqlType.BIGINT: "I", SqlType.INTEGER: "I32", SqlType.DOUBLE: "D", SqlType.VARCHAR: "S",
+             SqlType.BOOLEAN: "B"}
+_PY_TYPE = {"I": int, "I32": int, "D": float, "S": str, "B": bool}
+_INTS = ("I", "I32")
+
+Fn = Callable[[tuple[Any, ...], tuple[Any, ...]], Any]
+
+
+class Unsupported(Exception):
+    """This program with these parameter types is not evaluated here (DuckDB answers)."""
+
+
+class Fallback(Exception):
+    """This evaluation met something only DuckDB answers exactly (NaN, an overflow error, …)."""
+
+
+def _value_kind(v: Any) -> str:
+    """The DuckDB type family of a parameter value as ``sql_literal`` writes it into the residual SQL."""
+    if v is None:
+        return "NULL"
+    if isinstance(v, bool):
+        return "B"
+    if isinstance(v, int):
+        if _I64[0] <= v <= _I64[1]:
+            return "I"
+        raise Unsupported
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise Unsupported
+        text = repr(v)
+        return "D" if "e" in text else "N"  # '1.5' is a DECIMAL literal to DuckDB, '1e+20' a DOUBLE
+    if isinstance(v, Decimal):
+        if not v.is_finite():
+            raise Unsupported
+        return "N"
+    if isinstance(v, str):
+        if "\x00" in v:
+            raise Unsupported
+        return "S"
+    raise Unsupported
+
+
+def signature(values: Sequence[Any]) -> tuple[str, ...]:
+    """The parameter kinds a compiled program depends on (raises Unsupported for values it cannot take)."""
+    return tuple(_value_kind(v) for v in values)
+
+
+def _literal_kind(v: Any) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, bool):
+        return "B"
+    if isinstance(v, int):
+        return "I"
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise Unsupported
+        return "D"
+    if isinstance(v, Decimal):
+        return "N"
+    if isinstance(v, str):
+        return "S"
+    raise Unsupported
+
+
+def _as_double(v: Any) -> float:
+    """A DECIMAL (or integer) value as DuckDB casts it to DOUBLE; decimals only where that cast is exact-rounded."""
+    if isinstance(v, Decimal):
+        t = v.as_tuple()
+        if len(t.digits) > 15 or not -22 <= int(t.exponent) <= 22:  # type: ignore[arg-type]
+            raise Fallback
+        return float(v)
+    return float(v)
+
+
+class _Node:
+    """A compiled expression: ``fn(row, params)``, its kind, whether a column is involved."""
+
+    __slots__ = ("fn", "kind", "has_col")
+
+    def __init__(self, fn: Fn, kind: str, has_col: bool) -> None:
+        self.fn, self.kind, self.has_col = fn, kind, has_col
+
+
+class Compiled:
+    """A program compiled for one parameter signature: ``run(rows, params)`` → the result rows."""
+
+    __slots__ = ("_where", "_outputs", "_aggregate", "_checks", "_extras")
+
+    def __init__(self, program: Program, sig: tuple[str, ...]) -> None:
+        self._checks: dict[int, str] = {}
+        self._extras: list[Callable[[tuple[Any, ...]], Any]] = []
+        self._where: Fn | None = None
+        if program.where is not None:
+            node = self._predicate(program.where, sig)
+            self._where = node.fn
+        self._aggregate = program.aggregate
+        if program.aggregate:
+            self._outputs = [self._agg(o, sig) for o in program.outputs]
+        else:
+            self._outputs = [self._expr(o, sig).fn for o in program.outputs]
+
+    def run(self, rows: Sequence[tuple[Any, ...]], params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        checks = self._checks
+        for row in rows:  # every value a column gave must be what its type promises (and no NaN/inf)
+            for i, kind in checks.items():
+                v = row[i]
+                if v is not None and (type(v) is not _PY_TYPE[kind] or (kind == "D" and not math.isfinite(v))):
+                    raise Fallback
+        p = params + tuple(extra(params) for extra in self._extras) if self._extras else params
+        where = self._where
+        kept = [r for r in rows if where(r, p) is True] if where is not None else list(rows)
+        if self._aggregate:
+            return [tuple(agg(kept, p) for agg in self._outputs)]
+        outs = self._outputs
+        return [tuple(f(r, p) for f in outs) for r in kept]
+
+    # -- expressions ---------------------------------------------------------------
+    def _expr(self, node: Any, sig: tuple[str, ...]) -> _Node:
+        if isinstance(node, Col):
+            kind = _COL_KIND[node.sql_type]
+            self._checks[node.index] = kind
+            i = node.index
+            return _Node(lambda r, _p: r[i], kind, True)
+        if isinstance(node, Lit):
+            kind = _literal_kind(node.value)
+            value = node.value
+            return _Node(lambda _r, _p: value, kind, False)
+        if isinstance(node, Slot):
+            i = node.index
+            kind = sig[i]
+            if kind == "N":
+                return _Node(lambda _r, p: _decimal(p[i]), kind, False)
+            return _Node(lambda _r, p: p[i], kind, False)
+        if isinstance(node, Neg):
+            return self._neg(self._expr(node.item, sig))
+        if isinstance(node, Arith):
+            return self._arith(node.op, self._expr(node.left, sig), self._expr(node.right, sig))
+        raise Unsupported
+
+    def _neg(self, a: _Node) -> _Node:
+        if not a.has_col or a.kind not in ("I", "D"):
+            raise Unsupported  # a constant's type is DuckDB's literal typing; INTEGER arithmetic overflows at 2^31
+        f = a.fn
+        if a.kind == "D":
+            return _Node(lambda r, p: None if (v := f(r, p)) is None else -v, "D", True)
+        return _Node(lambda r, p: None if (v := f(r, p)) is None else _i64(-v), "I", True)
+
+    def _arith(self, op: str, a: _Node, b: _Node) -> _Node:
+        if not (a.has_col or b.has_col) or a.kind not in ("I", "D", "N") or b.kind not in ("I", "D", "N"):
+            raise Unsupported
+        fa, fb = a.fn, b.fn
+        kinds = {a.kind, b.kind}
+        if "N" in kinds and (kinds != {"N", "D"}):
+            raise Unsupported  # DECIMAL arithmetic (or DECIMAL with an integer): DuckDB's decimal rules
+        pyop = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}[op]
+        if kinds == {"I"} and op != "/":
+            def int_op(r: tuple[Any, ...], p: tuple[Any, ...]) -> Any:
+                x, y = fa(r, p), fb(r, p)
+                return None if x is None or y is None else _i64(pyop(x, y))
+            return _Node(int_op, "I", True)
+
+        def double_op(r: tuple[Any, ...], p: tuple[Any, ...]) -> Any:  # DOUBLE: both sides cast, IEEE arithmetic
+            x, y = fa(r, p), fb(r, p)
+            if x is None or y is None:
+                return None
+            x, y = _as_double(x), _as_double(y)
+            if op == "/" and y == 0.0:
+                raise Fallback
+            v = pyop(x, y)
+            if not math.isfinite(v):
+                raise Fallback
+            return v
+        return _Node(double_op, "D", True)
+
+    def _common(self, nodes: list[_Node]) -> tuple[str, list[_Node]]:
+        """The type DuckDB compares several values in: exact integers, DOUBLE (integers cast), VARCHAR, BOOLEAN."""
+        kinds = {n.kind for n in nodes} - {"NULL"}
+        if not kinds:
+            return "NULL", nodes
+        if kinds <= {"I", "I32"}:
+            return "I", nodes
+        if kinds <= {"I", "I32", "D"} or kinds == {"D", "N"}:
+            return "D", [self._to_double(n) for n in nodes]
+        if len(kinds) == 1 and kinds <= {"S", "B"}:
+            return kinds.pop(), nodes
+        raise Unsupported
+
+    @staticmethod
+    def _to_double(n: _Node) -> _Node:
+        if n.kind in ("D", "NULL"):
+            return n
+        f = n.fn
+        return _Node(lambda r, p: None if (v := f(r, p)) is None else _as_double(v), "D", n.has_col)
+
+    def _predicate(self, node: Any, sig: tuple[str, ...]) -> _Node:
+        if isinstance(node, Logic):
+            items = [self._predicate(i, sig).fn for i in node.items]
+            return _Node(_and(items) if node.op == "and" else _or(items), "B", True)
+        if isinstance(node, Not):
+            f = self._predicate(node.item, sig).fn
+            return _Node(lambda r, p: None if (v := f(r, p)) is None else not v, "B", True)
+        if isinstance(node, IsNull):
+            f = self._expr(node.item, sig).fn
+            return _Node(lambda r, p: f(r, p) is None, "B", True)
+        if isinstance(node, Cmp):
+            kind, (a, b) = self._common([self._expr(node.left, sig), self._expr(node.right, sig)])
+            if kind == "NULL":
+                return _Node(lambda _r, _p: None, "B", True)
+            fa, fb, cmp = a.fn, b.fn, _CMP[node.op]
+
+            def compare(r: tuple[Any, ...], p: tuple[Any, ...]) -> Any:
+                x = fa(r, p)
+                if x is None:
+                    return None
+                y = fb(r, p)
+                return None if y is None else cmp(x, y)
+            return _Node(compare, "B", True)
+        if isinstance(node, Between):
+            kind, (x, lo, hi) = self._common([self._expr(n, sig) for n in (node.item, node.low, node.high)])
+            fx, flo, fhi = x.fn, lo.fn, hi.fn
+            if kind == "NULL":
+                return _Node(lambda _r, _p: None, "B", True)
+
+            def between(r: tuple[Any, ...], p: tuple[Any, ...]) -> Any:
+                v, a, b = fx(r, p), flo(r, p), fhi(r, p)
+                ge = None if v is None or a is None else v >= a
+                le = None if v is None or b is None else v <= b
+                return _and3(ge, le)
+            return _Node(between, "B", True)
+        if isinstance(node, In):
+            return self._in(node, sig)
+        if isinstance(node, Col):
+            n = self._expr(node, sig)
+            if n.kind != "B":
+                raise Unsupported
+            return n
+        if isinstance(node, Lit) and isinstance(node.value, bool):
+            value = node.value
+            return _Node(lambda _r, _p: value, "B", False)
+        raise Unsupported
+
+    def _in(self, node: In, sig: tuple[str, ...]) -> _Node:
+        item = self._expr(node.item, sig)
+        options = [self._expr(o, sig) for o in node.options]
+        kind, nodes = self._common([item, *options])
+        if kind == "NULL":
+            return _Node(lambda _r, _p: None, "B", True)
+        fx = nodes[0].fn
+        if all(not o.has_col for o in options):  # constants: one set per statement, not one scan per row
+            fns = [o.fn for o in nodes[1:]]
+            slot = len(self._extras)
+
+            def options_of(p: tuple[Any, ...]) -> tuple[frozenset[Any], bool]:
+                values = [f((), p) for f in fns]
+                return frozenset(v for v in values if v is not None), any(v is None for v in values)
+            self._extras.append(options_of)
+            at = len(sig) + slot  # the extras follow the parameters
+
+            def contains(r: tuple[Any, ...], p: tuple[Any, ...]) -> Any:
+                v = fx(r, p)
+                if v is None:
+                    return None
+                values, has_null = p[at]
+                return True if v in values else (None if has_null else False)
+            return _Node(contains, "B", True)
+        fns = [o.fn for o in nodes[1:]]
+
+        def contains_any(r: tuple[Any, ...], p: tuple[Any, ...]) -> Any:
+            v = fx(r, p)
+            if v is None:
+                return None
+            seen_null = False
+            for f in fns:
+                o = f(r, p)
+                if o is None:
+                    seen_null = True
+                elif o == v:
+                    return True
+            return None if seen_null else False
+        return _Node(contains_any, "B", True)
+
+    # -- aggregates ------------------------------------------------------------------
+    def _agg(self, node: Any, sig: tuple[str, ...]) -> Callable[[list[tuple[Any, ...]], tuple[Any, ...]], Any]:
+        if not isinstance(node, Agg):
+            raise Unsupported
+        if node.func == "count_star":
+            return lambda rows, _p: len(rows)
+        arg = self._expr(node.arg, sig)
+        f, kind = arg.fn, arg.kind
+
+        def values(rows: list[tuple[Any, ...]], p: tuple[Any, ...]) -> list[Any]:
+            return [v for r in rows if (v := f(r, p)) is not None]
+        func = node.func
+        if func == "count":
+            return lambda rows, p: len(values(rows, p))
+        if func in ("min", "max"):
+            if kind not in ("I", "I32", "D", "S"):
+                raise Unsupported
+            worse = operator.gt if func == "min" else operator.lt
+
+            def extreme(rows: list[tuple[Any, ...]], p: tuple[Any, ...]) -> Any:
+                best = None
+                for v in values(rows, p):
+                    if best is None or not worse(v, best):  # ties keep the last, as DuckDB's do (-0.0 vs 0.0)
+                        best = v
+                return best
+            return extreme
+        if kind in _INTS:
+            def int_total(rows: list[tuple[Any, ...]], p: tuple[Any, ...]) -> Any:
+                vs = values(rows, p)
+                if not vs:
+                    return None
+                s = sum(vs)
+                if func == "sum":
+                    return s  # HUGEINT: a few BIGINTs cannot overflow it
+                if abs(s) >= 2**63:
+                    raise Fallback  # DuckDB's HUGEINT → DOUBLE cast beyond 64 bits is not replicated
+                return float(s) / float(len(vs))
+            if func in ("sum", "avg"):
+                return int_total
+        if kind == "D" and func in ("sum", "avg"):
+            def float_total(rows: list[tuple[Any, ...]], p: tuple[Any, ...]) -> Any:
+                vs = values(rows, p)
+                if not vs:
+                    return None
+                s = 0.0
+                for v in vs:  # in row order, one addition at a time (not math.fsum, not 3.12's compensated sum)
+                    s += v
+                if not math.isfinite(s):
+                    raise Fallback
+                return s if func == "sum" else s / float(len(vs))
+            return float_total
+        raise Unsupported
+
+
+def _decimal(v: Any) -> Decimal:
+    return v if isinstance(v, Decimal) else Decimal(repr(v))
+
+
+def _i64(v: int) -> int:
+    if not _I64[0] <= v <= _I64[1]:
+        raise Fallback  # DuckDB: "Overflow in … of INT64"
+    return v
+
+
+def _and3(a: Any, b: Any) -> Any:
+    if a is False or b is False:
+        return False
+    if a is None or b is None:
+        return None
+    return True
+
+
+def _and(items: list[Fn]) -> Fn:
+    def f(r: tuple[Any, ...], p: tuple[Any, ...]) -> Any:
+        unknown = False
+        for item in items:
+            v = item(r, p)
+            if v is False:
+                return False
+            if v is None:
+                unknown = True
+        return None if unknown else True
+    return f
+
+
+def _or(items: list[Fn]) -> Fn:
+    def f(r: tuple[Any, ...], p: tuple[Any, ...]) -> Any:
+        unknown = False
+        for item in items:
+            v = item(r, p)
+            if v is True:
+                return True
+            if v is None:
+                unknown = True
+        return None if unknown else False
+    return f
+
+
+def compile_for(program: Program, sig: tuple[str, ...]) -> Compiled:
+    """Raises Unsupported when the program with these parameter kinds is not evaluated here."""
+    return Compiled(program, sig)
+
