@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import duckdb
@@ -250,5 +251,8 @@ def _rows_table(columns: list[tuple[str, str]], rows: list[tuple[Any, ...]]) -> 
     arrays = []
     for i, (_, t) in enumerate(columns):
         values = [r[i] for r in rows]
+        if t == "HUGEINT":  # sum() of integers (residual_eval.py): DuckDB's Arrow for it is decimal128(38, 0)
+            arrays.append(pa.array([None if v is None else Decimal(v) for v in values], type=pa.decimal128(38, 0)))
+            continue
         arrays.append(pa.array(values, type=_DUCK_TO_ARROW.get(t)))
     return pa.Table.from_arrays(arrays, names=[n for n, _ in columns]) if columns else pa.table({})
