@@ -307,7 +307,7 @@ class Gateway:
                             raise row_limit_error(limit_rows)
                         return Result(columns=columns, position=merged, partitions=partitions,
                                       statement=StatementKind.SELECT, rows=out, cursor_factory=self._pool.cursor)
-                learn = not stream and not arrow and not self._programs.known(program)
+                learn = not arrow and not self._programs.known(program)
             system = (lambda cur: register_system_tables(cur, plan.system_tables, catalog, context, settings,
                                                          lambda: partition_rows(self.source))
                       ) if plan.system_tables else None
@@ -316,7 +316,7 @@ class Gateway:
                                     streamed=streamed, streams=streams)
             if not result.streaming:
                 close_streams(streams)
-            if learn:
+            if learn and not result.streaming:
                 self._programs.learn(program, plan.residual_values, scans[0][1].rows, result.columns, result.rows())
             return result
         except BaseException:
@@ -336,9 +336,13 @@ class Gateway:
         """
         relations = {scan.relation: scan.store for scan, _ in scans}
         sql = plan.residual_sql or ""
-        if not stream and not arrow and system is None and not streamed:  # small, answered at once: reuse
+        if not arrow and system is None and not streamed:  # scans in memory: the thread's cursor, reused
             tables = {scan.relation: rows.to_arrow(scan.include_failures) for scan, rows in scans}
-            columns, out = self._cursors.run(tables, sql, limit_rows, watch, relations)
+            columns, out, rest = self._cursors.run(tables, sql, limit_rows, watch, relations,
+                                                   self.config.ndjson_batch_rows if stream else None)
+            if rest is not None:  # more than a chunk: the rest streams from the cursor handed over to it
+                return Result(columns=columns, chunks=rest.chunks, cursor=rest.cursor, position=position,
+                              partitions=partitions, statement=StatementKind.SELECT, residual_sql=sql)
             return Result(columns=columns, rows=out, position=position, partitions=partitions,
                           statement=StatementKind.SELECT, residual_sql=sql, rerunnable=False,
                           cursor_factory=self._pool.cursor)
