@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -69,11 +70,20 @@ def _too_large(limit: int) -> ResponseTooLarge:
                             "add a LIMIT, select fewer columns, or aggregate")
 
 
-def _first_chunk(result: Result) -> tuple[Iterator[list[tuple[Any, ...]]], list[tuple[Any, ...]] | None]:
-    """The chunks and the first of them, read before any byte goes out: an error there keeps its status code."""
+def _first_chunk(result: Result) -> tuple[Iterator[list[tuple[Any, ...]]] | None, list[tuple[Any, ...]] | None]:
+    """The first chunk and the rest, read before any byte goes out: an error there keeps its status code.
+
+    The rest is None when the first chunk is the whole answer (the second was asked for and there was
+    none): such an answer is sent whole, with a Content-Length, as small answers always were.
+    """
     try:
         chunks = result.iter_batches()
-        return chunks, next(chunks, None)
+        first = next(chunks, None)
+        second = next(chunks, None) if first is not None else None
+        if second is None:
+            result.close()
+            return None, first
+        return itertools.chain([second], chunks), first
     except BaseException:
         result.close()
         raise
@@ -103,6 +113,8 @@ def render_json(result: Result, max_bytes: int) -> Response:
     except BaseException:
         result.close()
         raise
+    if chunks is None:
+        return Response(head + body + _json_end(result, len(first or ())), content_type=_JSON_CT)
 
     def gen() -> Iterator[str]:
         n = len(first) if first else 0
@@ -127,10 +139,14 @@ def render_json(result: Result, max_bytes: int) -> Response:
             return
         finally:
             result.close()
-        yield (end + ',"position":' + (position_json(result.position) or "{}") + ',"partitions":'
-               + _partitions_json(result) + ',"row_count":' + str(n) + "}")
+        yield _json_end(result, n)
 
     return Response(gen(), content_type=_JSON_CT)
+
+
+def _json_end(result: Result, row_count: int) -> str:
+    return ('],"statement":' + dumps(result.statement.value) + ',"position":' + (position_json(result.position) or "{}")
+            + ',"partitions":' + _partitions_json(result) + ',"row_count":' + str(row_count) + "}")
 
 
 def render_ndjson(result: Result, max_bytes: int) -> Response:
@@ -195,6 +211,8 @@ def render_csv(result: Result, max_bytes: int) -> Response:
     except BaseException:
         result.close()
         raise
+    if chunks is None:
+        return Response(head, mimetype=CSV, headers={"Content-Type": "text/csv; charset=utf-8"})
 
     def gen() -> Iterator[str]:
         sent = len(head)

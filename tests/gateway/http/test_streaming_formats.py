@@ -2,7 +2,8 @@
 the status line went out ends the response in the format's own well-defined way.
 
 A gateway with 2-row chunks makes "after the status line" reachable with the shop's few rows: the first
-chunk is read before the response starts (so a limit hit there is still a 4xx), later ones are not.
+two chunks are read before the response starts (a limit hit there is still a 4xx, and an answer of one
+chunk is sent whole with a Content-Length), later ones are not.
 """
 
 from __future__ import annotations
@@ -50,24 +51,28 @@ def _raw(server: Http, body: dict, accept: str) -> tuple[int, bytes, bool]:
 
 
 def test_json_streams_the_same_answer(small_chunks: Http, shop: Shop) -> None:
-    status, _, body = small_chunks.sql(SQL)
-    assert status == 200
+    status, hdrs, body = small_chunks.sql(SQL)
+    assert status == 200 and "content-length" not in hdrs  # chunked: it streamed
     assert body["rows"] == [[k, *shop.revenue[k]] for k in sorted(shop.revenue)]
     assert body["row_count"] == len(shop.revenue) > 4 and body["statement"] == "select"
     assert list(body) == ["columns", "rows", "statement", "position", "partitions", "row_count"]
+    status, hdrs, small = small_chunks.sql(SQL + " LIMIT 2")
+    assert status == 200 and int(hdrs["content-length"]) > 0 and small["rows"] == body["rows"][:2]
+    assert list(small) == list(body)
 
 
 def test_json_error_after_the_status_line_ends_the_object_with_an_error(small_chunks: Http) -> None:
-    status, _, body = small_chunks.sql(SQL, max_rows=3)
-    assert status == 200  # the first chunk (2 rows) went out before the third row broke the limit
-    assert len(body["rows"]) == 2
+    status, _, body = small_chunks.sql(SQL, max_rows=5)
+    assert status == 200  # two chunks (4 rows) went out before the sixth row broke the limit
+    assert len(body["rows"]) == 4
     assert body["error"]["code"] == "ROW_LIMIT_EXCEEDED"
     assert "row_count" not in body and "position" not in body  # never mistaken for a complete answer
 
 
 def test_json_error_in_the_first_chunk_keeps_its_status(small_chunks: Http) -> None:
-    status, _, body = small_chunks.sql(SQL, max_rows=1)
-    assert status == 422 and body["error"]["code"] == "ROW_LIMIT_EXCEEDED"
+    for limit in (1, 3):
+        status, _, body = small_chunks.sql(SQL, max_rows=limit)
+        assert status == 422 and body["error"]["code"] == "ROW_LIMIT_EXCEEDED"
 
 
 def test_json_over_the_size_budget(shop_app: StreamsApp) -> None:
@@ -89,7 +94,7 @@ def test_csv_streams_the_same_answer(small_chunks: Http, shop: Shop) -> None:
 
 
 def test_csv_error_after_the_status_line_drops_the_connection(small_chunks: Http) -> None:
-    status, raw, complete = _raw(small_chunks, {"sql": SQL, "max_rows": 3}, "text/csv")
+    status, raw, complete = _raw(small_chunks, {"sql": SQL, "max_rows": 5}, "text/csv")
     assert status == 200 and not complete  # an incomplete chunked response, never a short CSV
     assert raw.decode().startswith("customer,revenue,orders\r\n")
     status, raw, complete = _raw(small_chunks, {"sql": SQL, "max_rows": 1}, "text/csv")
@@ -100,7 +105,7 @@ def test_remote_dbapi_raises_an_in_band_error(small_chunks: Http) -> None:
     from iqgate_client.dbapi import connect
     from iqgate_client.errors import OperationalError
 
-    con = connect(small_chunks.url, session={"max_rows": 3})
+    con = connect(small_chunks.url, session={"max_rows": 5})
     try:
         cur = con.cursor()
         with pytest.raises(OperationalError, match="row limit"):
