@@ -68,7 +68,8 @@ class Result:
     """
 
     __slots__ = ("columns", "position", "partitions", "statement", "settings", "_table", "_rows",
-                 "_cursor_factory", "_cursor", "_relation", "_chunks", "_sql", "_rerunnable", "_on_close", "_arrow_stream")
+                 "_cursor_factory", "_cursor", "_relation", "_chunks", "_sql", "_rerunnable", "_on_close", "_arrow_stream",
+                 "_streaming")
 
     def __init__(
         self,
@@ -96,6 +97,7 @@ class Result:
         self._table = table
         self._rows = rows
         self._chunks = chunks
+        self._streaming: Any = None  # the chunks iter_batches is handing out (closed by close())
         self._cursor = cursor
         self._sql = residual_sql
         self._cursor_factory = cursor_factory
@@ -161,6 +163,7 @@ class Result:
         """
         if self._chunks is not None:  # streamed: nothing is kept, so memory is one chunk's (issue 14 item 2)
             chunks, self._chunks = self._chunks, None
+            self._streaming = chunks
             self._rows = _STREAMED
             for chunk in chunks:
                 yield from _chunks(chunk, max_rows)
@@ -196,6 +199,12 @@ class Result:
             if close is not None:
                 close()
             self._arrow_stream = None
+        streaming, self._streaming = self._streaming, None
+        if streaming is not None and hasattr(streaming, "close"):  # a reader stopped early ends the statement
+            try:
+                streaming.close()
+            except ValueError:  # running in another thread right now: it ends when that thread stops
+                pass
         if self._chunks is not None:
             close = getattr(self._chunks, "close", None)
             if close is not None:
