@@ -19,7 +19,6 @@ import json
 import multiprocessing
 import re
 import resource
-import selectors
 import socket
 import tempfile
 import threading
@@ -29,6 +28,7 @@ from pathlib import Path
 import sqlglot
 
 from benchmarks.common import Figure, percentile, time_calls
+from benchmarks.load import closed_loop
 
 __all__ = ["run"]
 
@@ -44,64 +44,31 @@ def _request_bytes(method: str, path: str, body: bytes | None) -> bytes:
     return head.encode() + b"\r\n" + (body or b"")
 
 
+def _take_http(buf: bytes) -> tuple[int, bool] | None:
+    """One HTTP/1.1 answer with a Content-Length: (its length, 200?) once complete."""
+    head_end = buf.find(b"\r\n\r\n")
+    if head_end < 0:
+        return None
+    head = buf[:head_end].decode("latin-1")
+    length = int(re.search(r"(?i)content-length:\s*(\d+)", head).group(1))
+    if len(buf) < head_end + 4 + length:
+        return None
+    return head_end + 4 + length, head.startswith("HTTP/1.1 200")
+
+
 def _load(port: int, method: str, path: str, bodies: list[bytes], clients: int, per_client: int,
           max_s: float) -> tuple[float, list[float], int]:
-    """In a child process: ``clients`` keep-alive connections driven by one selector loop.
+    """In a child process: ``clients`` keep-alive connections driven by one selector loop (benchmarks.load).
 
-    A non-blocking loop costs the client far less CPU than a thread per
-    connection (the machine has two cores and the server needs them), so
-    the figures describe the server. Returns (elapsed, latencies, non-200).
+    Returns (elapsed, latencies, non-200).
     """
     requests = [_request_bytes(method, path, b) for b in bodies] or [_request_bytes(method, path, None)]
-    sel = selectors.DefaultSelector()
-    state = []
-    for i in range(clients):
+    socks = []
+    for _ in range(clients):
         sock = socket.create_connection(("127.0.0.1", port), timeout=30)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.setblocking(False)
-        st = {"sock": sock, "buf": b"", "sent": 0, "t0": 0.0, "n": i * per_client, "left": per_client}
-        state.append(st)
-        sel.register(sock, selectors.EVENT_READ, st)
-    lat: list[float] = []
-    bad = 0
-    clock = time.perf_counter
-    t0 = clock()
-    deadline = t0 + max_s
-
-    def send(st: dict) -> None:
-        st["t0"] = clock()
-        st["sock"].sendall(requests[st["n"] % len(requests)])
-        st["n"] += 1
-        st["left"] -= 1
-
-    for st in state:
-        send(st)
-    active = clients
-    while active:
-        for key, _ in sel.select(timeout=30):
-            st = key.data
-            chunk = st["sock"].recv(65536)
-            if not chunk:
-                raise ConnectionError("the server closed a keep-alive connection")
-            st["buf"] += chunk
-            head_end = st["buf"].find(b"\r\n\r\n")
-            if head_end < 0:
-                continue
-            head = st["buf"][:head_end].decode("latin-1")
-            length = int(re.search(r"(?i)content-length:\s*(\d+)", head).group(1))
-            if len(st["buf"]) < head_end + 4 + length:
-                continue
-            lat.append(clock() - st["t0"])
-            if not head.startswith("HTTP/1.1 200"):
-                bad += 1
-            st["buf"] = st["buf"][head_end + 4 + length:]
-            if st["left"] > 0 and clock() < deadline:
-                send(st)
-            else:
-                sel.unregister(st["sock"])
-                st["sock"].close()
-                active -= 1
-    return clock() - t0, lat, bad
+        socks.append(sock)
+    return closed_loop(socks, requests, per_client, max_s, _take_http)
 
 
 def _cpu_s() -> float:

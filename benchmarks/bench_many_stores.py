@@ -23,7 +23,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ import urllib.request
 from pathlib import Path
 
 from benchmarks.common import Figure, percentile
+from benchmarks.procs import free_port, tree_rss_kb
 
 ROOT = Path(__file__).resolve().parents[1]
 IQGATE = [sys.executable, "-m", "gateway.cli"]
@@ -60,35 +60,6 @@ def build(spark, log):
 '''
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _tree(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        try:  # every thread's children: the JVM forks Spark's Python workers from its own threads
-            for task in Path(f"/proc/{p}/task").iterdir():
-                todo += [int(k) for k in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return out
-
-
-def _rss_kb(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
 def _open_files(pid: int) -> int:
     try:
         return len(os.listdir(f"/proc/{pid}/fd"))
@@ -108,7 +79,7 @@ class _Sampler(threading.Thread):
 
     def run(self) -> None:
         while not self.done.wait(0.5):
-            self.peak_rss_kb = max(self.peak_rss_kb, sum(_rss_kb(p) for p in _tree(self.pid)))
+            self.peak_rss_kb = max(self.peak_rss_kb, tree_rss_kb(self.pid))
             self.peak_files = max(self.peak_files, _open_files(self.pid))
 
 
@@ -137,7 +108,7 @@ def one_run(stores: int, orders: list[tuple[str, dict, int]], timeout_s: float) 
             log.append_batch("orders", orders[i:i + 20_000])
         pipeline = root / "many.py"
         pipeline.write_text(textwrap.dedent(PIPELINE.format(partitions=PARTITIONS, stores=stores)))
-        port = _free_port()
+        port = free_port()
         err = root / "serve.err"
         t0 = time.monotonic()
         with open(err, "wb") as err_f:

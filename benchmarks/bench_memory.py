@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,35 +20,10 @@ import urllib.request
 from pathlib import Path
 
 from benchmarks.common import Figure
+from benchmarks.procs import free_port, status_kb, tree_rss_kb
 
 ROOT = Path(__file__).resolve().parents[1]
 IQGATE = [sys.executable, "-m", "gateway.cli"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _status_kb(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return 0
-
-
-def _tree(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        try:
-            kids = Path(f"/proc/{p}/task/{p}/children").read_text().split()
-        except OSError:
-            continue
-        todo += [int(k) for k in kids]
-    return out
 
 
 def _post(port: int, sql: str, params: list | None = None) -> dict:
@@ -95,13 +69,13 @@ def worker_figures(quick: bool) -> list[Figure]:
     keys = 20_000 if quick else 1_000_000
     root = Path(tempfile.mkdtemp(prefix="iqgate-bench-mem-"))
     app = _fill_state_dir(root / "state", keys)
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(IQGATE + ["serve", "--state-dir", str(root / "state"), "--port", str(port), "--workers", "1"],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_healthy(port, proc, 60)
         _post(port, "SELECT revenue FROM revenue WHERE key = ?", ["c0000001"])
-        idle_kb = _status_kb(proc.pid, "VmRSS")
+        idle_kb = status_kb(proc.pid, "VmRSS")
         deadline = time.monotonic() + (15 if quick else 60)
         for i in range(2000 if quick else 20_000):  # bounded in count and time
             _post(port, "SELECT revenue FROM revenue WHERE key = ?", [f"c{(i * 7919) % keys:07d}"])
@@ -110,8 +84,8 @@ def worker_figures(quick: bool) -> list[Figure]:
                 _post(port, "SELECT key, revenue FROM revenue WHERE key BETWEEN 'c0001000' AND 'c0002000'")
             if time.monotonic() > deadline:
                 break
-        peak_kb = _status_kb(proc.pid, "VmHWM")
-        anon_kb = _status_kb(proc.pid, "RssAnon")
+        peak_kb = status_kb(proc.pid, "VmHWM")
+        anon_kb = status_kb(proc.pid, "RssAnon")
     finally:
         proc.terminate()
         proc.wait(30)
@@ -131,18 +105,12 @@ def demo_figure(quick: bool) -> Figure:
     root = Path(tempfile.mkdtemp(prefix="iqgate-bench-demo-"))
     orders = 2_000 if quick else 100_000
     proc = subprocess.Popen(IQGATE + ["demo", "--once", "--dir", str(root), "--orders", str(orders),
-                                      "--port", str(_free_port())],
+                                      "--port", str(free_port())],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     peak_kb = 0
     deadline = time.monotonic() + (240 if quick else 900)
     while proc.poll() is None and time.monotonic() < deadline:
-        total = 0
-        for pid in _tree(proc.pid):
-            try:
-                total += _status_kb(pid, "VmRSS")
-            except OSError:
-                pass
-        peak_kb = max(peak_kb, total)
+        peak_kb = max(peak_kb, tree_rss_kb(proc.pid))
         time.sleep(0.2)
     if proc.poll() is None:
         proc.terminate()

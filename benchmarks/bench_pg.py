@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import selectors
 import socket
 import struct
 import tempfile
-import time
 from pathlib import Path
 
 from benchmarks.bench_gateway import CLIENTS, SERVER_THREADS, _load, _setup
 from benchmarks.common import Figure, percentile, time_calls
+from benchmarks.load import closed_loop
 
 __all__ = ["run"]
 
@@ -64,67 +63,27 @@ def _lookup(key: int) -> bytes:
     return bind + _msg(b"E", b"\0" + struct.pack("!i", 0)) + b"S\0\0\0\4"
 
 
+def _take_pg(buf: bytes) -> tuple[int, bool] | None:
+    """The messages up to ReadyForQuery: (their length, no ErrorResponse among them?) once complete."""
+    at, failed = 0, False
+    while len(buf) - at >= 5:
+        kind, length = buf[at:at + 1], struct.unpack_from("!i", buf, at + 1)[0]
+        if len(buf) - at < 1 + length:
+            return None
+        failed = failed or kind == b"E"
+        at += 1 + length
+        if kind == b"Z":
+            return at, not failed
+    return None
+
+
 def _pg_load(port: int, keys: list[int], clients: int, per_client: int, max_s: float) -> tuple[float, list[float], int]:
-    """In a child process: ``clients`` PG connections in one selector loop, Bind/Execute/Sync per lookup.
+    """In a child process: ``clients`` PG connections in one selector loop (benchmarks.load), Bind/Execute/Sync.
 
-    Returns (elapsed, latencies, errors): the mirror of ``bench_gateway._load`` for HTTP.
+    Returns (elapsed, latencies, errors), like ``bench_gateway._load`` for HTTP.
     """
-    requests = [_lookup(k) for k in keys]
-    sel = selectors.DefaultSelector()
-    state = []
-    for i in range(clients):
-        sock = _pg_connect(port)
-        sock.setblocking(False)
-        st = {"sock": sock, "buf": b"", "t0": 0.0, "n": i * per_client, "left": per_client, "err": False}
-        state.append(st)
-        sel.register(sock, selectors.EVENT_READ, st)
-    lat: list[float] = []
-    bad = 0
-    clock = time.perf_counter
-    t0 = clock()
-    deadline = t0 + max_s
-
-    def send(st: dict) -> None:
-        st["t0"] = clock()
-        st["sock"].sendall(requests[st["n"] % len(requests)])
-        st["n"] += 1
-        st["left"] -= 1
-
-    for st in state:
-        send(st)
-    active = clients
-    while active:
-        for key, _ in sel.select(timeout=30):
-            st = key.data
-            chunk = st["sock"].recv(65536)
-            if not chunk:
-                raise ConnectionError("the PG port closed a connection")
-            st["buf"] += chunk
-            done = False
-            buf = st["buf"]
-            while len(buf) >= 5:
-                kind, length = buf[:1], struct.unpack_from("!i", buf, 1)[0]
-                if len(buf) < 1 + length:
-                    break
-                st["err"] = st["err"] or kind == b"E"
-                done = kind == b"Z"
-                buf = buf[1 + length:]
-                if done:
-                    break
-            st["buf"] = buf
-            if not done:
-                continue
-            lat.append(clock() - st["t0"])
-            bad += st["err"]
-            st["err"] = False
-            if st["left"] > 0 and clock() < deadline:
-                send(st)
-            else:
-                sel.unregister(st["sock"])
-                st["sock"].sendall(b"X\0\0\0\4")
-                st["sock"].close()
-                active -= 1
-    return clock() - t0, lat, bad
+    socks = [_pg_connect(port) for _ in range(clients)]
+    return closed_loop(socks, [_lookup(k) for k in keys], per_client, max_s, _take_pg, goodbye=b"X\0\0\0\4")
 
 
 def _figures(http_port: int, pg_port: int, n_keys: int, per_client: int, max_s: float) -> list[Figure]:

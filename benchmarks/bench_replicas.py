@@ -19,7 +19,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,14 +27,9 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from benchmarks.common import Figure
+from benchmarks.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _write_store(root: Path, keys: int) -> None:
@@ -102,7 +96,7 @@ def run(quick: bool) -> list[Figure]:
     with tempfile.TemporaryDirectory(prefix="bench-replicas-") as tmp:
         root = Path(tmp)
         _write_store(root, keys)
-        ports = [_free_port() for _ in range(3)]
+        ports = [free_port() for _ in range(3)]
         procs = []
         logs = []
         try:

@@ -26,7 +26,6 @@ import glob
 import json
 import multiprocessing
 import os
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -36,6 +35,7 @@ import urllib.request
 from pathlib import Path
 
 from benchmarks.common import Figure
+from benchmarks.procs import free_port, status_kb
 
 __all__ = ["run"]
 
@@ -137,21 +137,10 @@ def scan_figures(state: Path, keys: int, reps: int) -> list[Figure]:
 
 
 # -- a worker process ----------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _status_kb(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return 0
 
 
 def _start(state: Path, workers: int, threads: int = 4) -> tuple[subprocess.Popen[bytes], int]:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(IQGATE + ["serve", "--state-dir", str(state), "--port", str(port), "--workers",
                                       str(workers), "--threads", str(threads)],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -195,21 +184,21 @@ def worker_figures(state: Path, keys: int, ndjson_rows: int) -> list[Figure]:
     proc, port = _start(state, 1)
     try:
         _post(port, POINT, params=[1])
-        idle_kb = _status_kb(proc.pid, "VmRSS")
+        idle_kb = status_kb(proc.pid, "VmRSS")
         _post(port, "SELECT count(*), sum(amount), max(name) FROM bench_scan")
-        scan_peak_kb = _status_kb(proc.pid, "VmHWM")
-        before_kb = _status_kb(proc.pid, "VmRSS")
+        scan_peak_kb = status_kb(proc.pid, "VmHWM")
+        before_kb = status_kb(proc.pid, "VmRSS")
         ipc_size = _post(port, "SELECT * FROM bench_scan", accept="application/vnd.apache.arrow.stream")
-        ipc_grew_kb = _status_kb(proc.pid, "VmHWM") - before_kb
+        ipc_grew_kb = status_kb(proc.pid, "VmHWM") - before_kb
     finally:
         _stop(proc)
     proc, port = _start(state, 1)  # a fresh worker, so its high-water mark is the stream's alone
     try:
         _post(port, POINT, params=[1])
         _post(port, f"SELECT * FROM bench_scan WHERE id < {ndjson_rows}", accept="application/x-ndjson")  # warm
-        before_kb = _status_kb(proc.pid, "VmRSS")
+        before_kb = status_kb(proc.pid, "VmRSS")
         size = _post(port, f"SELECT * FROM bench_scan WHERE id < {ndjson_rows}", accept="application/x-ndjson")
-        grew_kb = _status_kb(proc.pid, "VmHWM") - before_kb
+        grew_kb = status_kb(proc.pid, "VmHWM") - before_kb
     finally:
         _stop(proc)
     return [

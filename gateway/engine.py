@@ -47,7 +47,7 @@ from .residual_programs import Programs
 from .result import PartitionOutcome, Result
 from .routing.membership import partition_rows
 from .scans import Waiting, probe_query, run_scan
-from .system_tables import register_system_tables
+from .system_tables import register_system_tables, store_rows
 from .upgrading import not_yet_available
 
 __all__ = ["Gateway", "Session"]
@@ -309,7 +309,8 @@ class Gateway:
                                       statement=StatementKind.SELECT, rows=out, cursor_factory=self._pool.cursor)
                 learn = not arrow and not self._programs.known(program)
             system = (lambda cur: register_system_tables(cur, plan.system_tables, catalog, context, settings,
-                                                         lambda: partition_rows(self.source))
+                                                         lambda: partition_rows(self.source),
+                                                         lambda: store_rows(self.source, catalog))
                       ) if plan.system_tables else None
             streams = [r for _, rows in scans for r in rows.streams]
             result = self._residual(plan, scans, merged, partitions, limit_rows, watch, stream, arrow, system=system,

@@ -193,9 +193,14 @@ class HostedSource:
         return reader.query(request)
 
     def upcoming_columns(self, store: str) -> Any:
-        """Columns arriving with a store's upgrade (the app's; none while Spark starts)."""
-        app = self._app
-        return app.upcoming_columns(store) if app is not None else None
+        """Columns arriving with a store's upgrade (the app's, or what it published while Spark starts)."""
+        app, reader = self._app, self._reader
+        return app.upcoming_columns(store) if app is not None else \
+            reader.upcoming_columns(store) if reader is not None else None
+
+    def history(self, store: str) -> Any:
+        app, reader = self._app, self._reader
+        return app.history(store) if app is not None else reader.history(store) if reader is not None else None
 
     def source_end_offsets(self, topics: Iterable[str]) -> Any:
         """Where the source ends (for bounds that waiting cannot reach), from the app or from app.json."""

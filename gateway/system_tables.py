@@ -10,7 +10,9 @@ read) beside the settings the face itself reports (a PG client's
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 import pyarrow as pa
@@ -21,7 +23,7 @@ from stores.catalog.schema import StoreSpec
 
 from .statements import setting_text
 
-__all__ = ["register_system_tables", "session_settings_text"]
+__all__ = ["register_system_tables", "session_settings_text", "store_rows"]
 
 _ARROW = {"BIGINT": pa.int64(), "INTEGER": pa.int32(), "VARCHAR": pa.string(), "BOOLEAN": pa.bool_(),
           "DOUBLE": pa.float64(), "TIMESTAMPTZ": pa.timestamp("us", tz="UTC")}
@@ -44,13 +46,49 @@ def session_settings_text(settings: Mapping[str, Any]) -> dict[str, str]:
 
 def register_system_tables(cur: Any, keys: tuple[str, ...], catalog: Mapping[str, StoreSpec],
                            context: SystemContext | None, settings: Mapping[str, Any],
-                           partitions: Callable[[], Iterable[tuple[Any, ...]]] | None = None) -> None:
-    """``partitions``: the rows of ``system.partitions``, asked only when the statement reads it."""
+                           partitions: Callable[[], Iterable[tuple[Any, ...]]] | None = None,
+                           stores: Callable[[], Iterable[tuple[Any, ...]]] | None = None) -> None:
+    """``partitions`` / ``stores``: the rows of ``system.partitions`` / ``system.stores``, asked only when read."""
     ctx = (context or SystemContext()).with_settings(session_settings_text(settings))
     if partitions is not None and "system.partitions" in keys:
         ctx = ctx.with_partitions(partitions())
+    if stores is not None and "system.stores" in keys:
+        ctx = ctx.with_stores(stores())
     for key in keys:
         table = SYSTEM_TABLES[key]
         rows = table_rows(key, catalog, ctx)
         arrays = [pa.array([r[i] for r in rows], type=_arrow_type(t)) for i, (_, t) in enumerate(table.columns)]
         cur.register(relation_name(key), pa.Table.from_arrays(arrays, names=[n for n, _ in table.columns]))
+
+
+def store_rows(source: Any, catalog: Mapping[str, StoreSpec]) -> list[tuple[Any, ...]]:
+    """``system.stores``: each store's status as its source reports it (``status()``), progress and history."""
+    status = getattr(source, "status", None)
+    statuses = status()["stores"] if status is not None else {}
+    history_of = getattr(source, "history", None)
+    upcoming_of = getattr(source, "upcoming_columns", None)
+    rows = []
+    for name, spec in sorted(catalog.items()):
+        st = statuses.get(name)
+        progress = dict(st.progress or {}) if st is not None else {}
+        history = history_of(name) if history_of is not None else None
+        upcoming = upcoming_of(name) if upcoming_of is not None else None
+        last = st.last_batch_at if st is not None else None
+        rows.append((
+            name, spec.kind.value, st.status if st is not None else None, st.reason if st is not None else None,
+            progress.get("phase"), progress.get("reached"), progress.get("target"), progress.get("records_per_s"),
+            progress.get("eta_s"), _json_or_none(progress.get("position")),
+            _json_or_none(progress.get("target_position")),
+            list(upcoming["columns"]) if upcoming else None,
+            bool(history and history.get("partial")), None if not history else _text(history.get("since")),
+            st.batches if st is not None else None,
+            None if last is None else datetime.fromtimestamp(last, timezone.utc)))
+    return rows
+
+
+def _json_or_none(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, sort_keys=True)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else value if isinstance(value, str) else json.dumps(value, sort_keys=True)

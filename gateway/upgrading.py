@@ -38,7 +38,7 @@ def not_yet_available(source: Any, exc: BaseException) -> ColumnNotYetAvailableE
 
 
 def _progress(progress: Mapping[str, Any] | None) -> str:
-    if not progress:
+    if not progress or "target" not in progress:
         return "; the rebuild has not started yet"
     eta = progress.get("eta_s")
     rate = progress.get("records_per_s")

@@ -71,6 +71,7 @@ def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metric
     def stores() -> Response:
         positions = gateway.store_positions()
         statuses = source_status(gateway)["stores"]
+        history = getattr(gateway.source, "history", None)
         out = []
         for name, spec in sorted(gateway.catalog().items()):
             out.append({
@@ -89,6 +90,8 @@ def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metric
                 "positions": {str(p): (None if pos is None else pos.to_json_map())
                               for p, pos in sorted(positions.get(name, {}).items())},
                 "status": statuses[name].to_json() if name in statuses else None,
+                # issue 20 item 4: {"partial": true, "since": …} when rebuilt from what the source still held
+                "history": history(name) if history is not None else None,
             })
         return Response(dumps({"stores": out}), mimetype=JSON)
 

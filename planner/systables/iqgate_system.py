@@ -1,9 +1,16 @@
-"""``system.partitions``: every store partition of the replica set, where it lives, its role, Position and lag.
+"""The ``system`` schema: runtime facts as tables, so SQL clients and BI tools see what the HTTP API shows.
 
-KIP-535's ``allLocalStorePartitionLags`` as a table, widened to the peers
-this server knows (issue 17): one row per (host, store, partition). The rows
-are runtime facts, not catalog facts, so the gateway hands them in through
-``SystemContext.partitions``; this module only fixes the columns.
+- ``system.partitions``: KIP-535's ``allLocalStorePartitionLags`` as a table,
+  widened to the peers this server knows (issue 17): one row per (host,
+  store, partition), where it lives, its role, Position and lag.
+- ``system.stores``: one row per store: its ingest status and why, and
+  while it catches up or is rebuilt after a pipeline change (issue 20) how
+  far it is (records reached of the target, records/s, ETA), the columns
+  that arrive with the swap, and whether its answers miss history the
+  source no longer held.
+
+The rows are runtime facts, not catalog facts, so the gateway hands them in
+through ``SystemContext``; this module only fixes the columns.
 """
 
 from __future__ import annotations
@@ -15,15 +22,26 @@ from stores.catalog.schema import StoreSpec
 
 from .model import SystemContext, SystemTable, columns
 
-__all__ = ["TABLES", "PARTITION_COLUMNS"]
+__all__ = ["TABLES", "PARTITION_COLUMNS", "STORE_COLUMNS"]
 
 PARTITION_COLUMNS = columns("host varchar, store varchar, partition integer, role varchar, position varchar, "
                             "offset_lag bigint, time_lag_ms bigint, current_offset bigint, end_offset bigint, "
                             "alive boolean")
 
 
+STORE_COLUMNS = columns("store varchar, kind varchar, status varchar, reason varchar, phase varchar, "
+                        "reached bigint, target bigint, records_per_s double, eta_s double, position varchar, "
+                        "target_position varchar, upcoming_columns varchar[], partial_history boolean, "
+                        "history_since varchar, batches bigint, last_batch_at timestamptz")
+
+
 def _partitions(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterable[tuple[Any, ...]]:
     return ctx.partitions
 
 
-TABLES = (SystemTable("system", "partitions", PARTITION_COLUMNS, _partitions),)
+def _stores(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterable[tuple[Any, ...]]:
+    return ctx.stores
+
+
+TABLES = (SystemTable("system", "partitions", PARTITION_COLUMNS, _partitions),
+          SystemTable("system", "stores", STORE_COLUMNS, _stores))

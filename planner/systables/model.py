@@ -35,8 +35,14 @@ class SystemContext:
     #: rows of ``system.partitions`` (host, store, partition, role, position, lags …), filled by the gateway
     partitions: tuple[tuple[Any, ...], ...] = ()
 
+    #: rows of ``system.stores`` (store, status, rebuild progress, upcoming columns, history …), by the gateway
+    stores: tuple[tuple[Any, ...], ...] = ()
+
     def with_partitions(self, rows: Iterable[tuple[Any, ...]]) -> SystemContext:
         return replace(self, partitions=tuple(rows))
+
+    def with_stores(self, rows: Iterable[tuple[Any, ...]]) -> SystemContext:
+        return replace(self, stores=tuple(rows))
 
     def with_settings(self, extra: Mapping[str, str]) -> SystemContext:
         """The context with ``extra`` settings added beneath its own (its own win)."""

@@ -74,6 +74,9 @@ class StoreStatus:
         return None
 
 
+PROGRESS_PUBLISH_S = 1.0
+
+
 class HealthTracker:
     """Thread-safe per-store statuses; ``on_change`` is called (outside the lock) after each change."""
 
@@ -82,6 +85,7 @@ class HealthTracker:
         self._lock = threading.Lock()
         self._stores: dict[str, StoreStatus] = {s: StoreStatus(since=now) for s in stores}
         self._on_change = on_change
+        self._progress_published = float("-inf")
 
     def get(self, store: str) -> StoreStatus:
         return self._stores.get(store) or StoreStatus()
@@ -109,10 +113,23 @@ class HealthTracker:
             self._stores[store] = replace(old, batches=old.batches + 1, last_batch_at=time.time())
 
     def progress(self, store: str, progress: Mapping[str, Any]) -> None:
+        """A catch-up or rebuild progress report; ``on_change`` at most every PROGRESS_PUBLISH_S for these.
+
+        Why published at all: read-only gateways (``serve --workers``) learn progress
+        and a rebuild's upcoming columns only from ``app.json``.
+        """
+        now = time.monotonic()
         with self._lock:
             old = self._stores.get(store)
-            if old is not None:
-                self._stores[store] = replace(old, progress=dict(progress))
+            if old is None:
+                return
+            self._stores[store] = replace(old, progress=dict(progress))
+            # a new kind of report (a rebuild began, its first figures) at once, the figures' updates throttled
+            publish = set(progress) != set(old.progress or ()) or now - self._progress_published >= PROGRESS_PUBLISH_S
+            if publish:
+                self._progress_published = now
+        if publish and self._on_change is not None:
+            self._on_change()
 
     def snapshot(self) -> dict[str, StoreStatus]:
         with self._lock:

@@ -94,6 +94,7 @@ class StateDirReader:
         self._specs_mtime: int | None = None
         self._specs_checked = float("-inf")
         self._gens: dict[str, int] = {}
+        self._history: dict[str, dict[str, Any]] = {}  # stores rebuilt from partial history (store.json)
         self._retired: list[PartitionStore] = []
         self._seen: dict[str, int | None] = {}
         self._stores: dict[tuple[str, int, int], PartitionStore] = {}  # (store, generation, partition)
@@ -122,6 +123,7 @@ class StateDirReader:
             return
         specs: dict[str, StoreSpec] = {}
         gens: dict[str, int] = {}
+        history: dict[str, dict[str, Any]] = {}
         for sub in sorted(d.iterdir()):
             f = sub / "store.json"
             try:
@@ -133,6 +135,8 @@ class StateDirReader:
             if extras.get("removed"):  # the pipeline dropped it (issue 20 item 5): files kept, no longer served
                 continue
             specs[sub.name], gens[sub.name] = spec, gen
+            if isinstance(extras.get("history"), dict):
+                history[sub.name] = dict(extras["history"])
         with self._lock:
             for old in self._retired:  # retired by the previous scan: no statement still uses them
                 old.close()
@@ -141,6 +145,7 @@ class StateDirReader:
                 del self._stores[k]
             self._specs = specs
             self._gens = gens
+            self._history = history
             self._specs_mtime = mtime
             self._seen = self._spec_mtimes(specs)
             self._specs_checked = now  # only a scan that succeeded counts: a corrupt spec keeps failing
@@ -158,6 +163,22 @@ class StateDirReader:
     def catalog(self) -> dict[str, StoreSpec]:
         self._rescan()
         return dict(self._specs)
+
+    def history(self, name: str) -> dict[str, Any] | None:
+        """Like ``StreamsApp.history``: the partial-history marker ``store.json`` holds, if any."""
+        self._rescan()
+        return self._history.get(name)
+
+    def upcoming_columns(self, name: str) -> dict[str, Any] | None:
+        """Like ``StreamsApp.upcoming_columns``, from what the writer last published in ``app.json``."""
+        info = self.app_info()
+        status = info.stores.get(name) if info.alive else None
+        progress = status.progress if status is not None and status.status == "rebuilding" else None
+        columns = (progress or {}).get("upcoming_columns")
+        spec = self.catalog().get(name)
+        if not columns or spec is None:
+            return None
+        return {"columns": list(columns), "serving": [c.name for c in spec.columns()], "progress": progress}
 
     def _spec(self, name: str) -> StoreSpec:
         spec = self._specs.get(name)

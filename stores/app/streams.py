@@ -416,6 +416,9 @@ class StreamsApp:
         log.warning("stream-client %s: rebuilding store %s from its source into generation %d: %s",
                     self.application_id, name, g, reason)
         self.health.set(name, "rebuilding", reason)
+        upcoming = self.upgrades.upcoming_columns(name)
+        if upcoming:  # before the first progress report: read-only gateways learn them from app.json
+            self.health.progress(name, {"phase": "rebuilding", "upcoming_columns": upcoming})
         return g
 
     def min_position(self, name: str, *, building: bool = False) -> Position:
@@ -481,6 +484,14 @@ class StreamsApp:
             return None
         return {"columns": cols, "serving": [c.name for c in spec.columns()],
                 "progress": self.health.get(name).progress}
+
+    def history(self, name: str) -> dict[str, Any] | None:
+        """``{"partial": true, "since": …}`` when the store was rebuilt from what its source still held, else None."""
+        try:
+            history = layout.read_store(self.state_dir, name)[2].get("history")
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return dict(history) if isinstance(history, dict) else None
 
     def check_store_files(self, name: str, *, integrity: bool = False) -> dict[int, str]:
         """Partitions newly found lost (file deleted; with ``integrity``, damaged): they answer NOT_ACTIVE now."""

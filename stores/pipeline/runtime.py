@@ -407,7 +407,8 @@ class SparkRuntime(SharedQueries):
             "phase": "rebuilding" if u.building is not None else "catching up",
             "reached": got, "target": want, "records_per_s": None if rate is None else round(rate, 1),
             "eta_s": eta, "query_started": u.started,
-            "position": pos.to_json_map(), "target_position": target.to_json_map()})
+            "position": pos.to_json_map(), "target_position": target.to_json_map(),
+            **({"upcoming_columns": upcoming} if (upcoming := self.app.upgrades.upcoming_columns(u.name)) else {})})
 
     def _start_unit(self, u: _Unit) -> None:
         with self._lock:

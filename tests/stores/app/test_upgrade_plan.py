@@ -10,6 +10,8 @@ a rebuild needs (the embedded log's deleted records).
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +27,7 @@ from stores.app.upgrade import (
     describe_changes,
     drop_removed,
     missing_history,
+    partial_history,
     plan_upgrade,
     refusal_message,
 )
@@ -228,6 +231,7 @@ def test_over_http_the_new_column_is_503_and_the_rebuild_progress_is_in_stores_a
             store = json.loads(raw)["stores"][0]
             assert [c["name"] for c in store["columns"]][:2] == ["k", "revenue"]
             assert store["status"]["status"] == "rebuilding" and store["status"]["progress"]["target"] == 10
+            assert store["history"] is None  # a full rebuild; partial history: see the test below
             st, _, raw = http.request("GET", "/v1/health")
             assert st == 200 and json.loads(raw)["healthy"] is False
             _, _, raw = http.request("GET", "/metrics")
@@ -255,3 +259,48 @@ def test_a_store_file_that_does_not_match_its_spec_is_not_retryable(tmp_path: An
         assert all(p["retryable"] is False for p in err.value.partitions)
     finally:
         gw.close()
+
+
+def test_read_only_gateways_and_system_stores_show_the_rebuild_and_partial_history(tmp_path: Any) -> None:
+    """``serve --workers`` children read the state dir only: what the writer publishes must reach them (issue 20)."""
+    app = _start(Pipeline([kv("revenue", "revenue"), kv("per_min", "n")]), tmp_path)
+    _fill(app, "revenue", {"c1": (10,)}, 5)
+    assert app.close(10)
+    app = _start(Pipeline([kv("revenue", "revenue", "avg"), kv("per_min", "n")]), tmp_path)
+    reader = StateDirReader(tmp_path)
+    writer_gw, reader_gw = Gateway(app), Gateway(reader)
+    try:
+        g = app.begin_rebuild("revenue", "its definition changed", spec=app.upgrades.pending["revenue"].new_spec)
+        with pytest.raises(ColumnNotYetAvailableError, match="'avg' of store revenue arrives.*has not started"):
+            reader_gw.sql("SELECT k, avg FROM revenue")
+        app.health.progress("revenue", {"phase": "rebuilding", "reached": 4, "target": 10, "records_per_s": 2.0,
+                                        "eta_s": 3.0, "upcoming_columns": ["avg"],
+                                        "position": {TOPIC: {"0": 3}}, "target_position": {TOPIC: {"0": 9}}})
+        with pytest.raises(ColumnNotYetAvailableError, match="rebuild progress: 4 of 10 records") as err:
+            reader_gw.sql("SELECT k, avg FROM revenue")
+        assert err.value.retryable
+        with pytest.raises(SqlError, match="unknown column 'nope'"):  # not every unknown column is upcoming
+            reader_gw.sql("SELECT nope FROM revenue")
+        sql = ("SELECT store, status, phase, reached, target, eta_s, upcoming_columns, partial_history, target_position"
+               " FROM system.stores ORDER BY store")
+        for gw in (writer_gw, reader_gw):
+            rows = gw.sql(sql).rows()
+            assert rows[0][0] == "per_min" and rows[0][2] is None and rows[0][6] is None and rows[0][7] is False
+            assert rows[1][:8] == ("revenue", "rebuilding", "rebuilding", 4, 10, 3.0, ["avg"], False), rows
+            assert json.loads(rows[1][8]) == {TOPIC: {"0": 9}}
+        # rebuilt from what the source still held: every face says the answers miss early history
+        app.upgrades.partial["revenue"] = partial_history({TOPIC: {0: 3}})
+        _fill(app, "revenue", {"c1": (10, 10)}, 6, gen=g)
+        app.finish_rebuild("revenue")
+        want = [(True, json.dumps({TOPIC: {"0": 3}}), None)]
+        sql = "SELECT partial_history, history_since, upcoming_columns FROM system.stores WHERE store = 'revenue'"
+        assert writer_gw.sql(sql).rows() == want
+        deadline = time.monotonic() + 10  # a reader rescans store.json at most every 100 ms
+        while reader_gw.sql(sql).rows() != want and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert reader_gw.sql(sql).rows() == want
+        assert app.history("revenue")["partial"] is True and reader.history("per_min") is None
+    finally:
+        writer_gw.close()
+        reader_gw.close()
+        assert app.close(10)

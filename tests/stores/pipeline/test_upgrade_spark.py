@@ -267,9 +267,6 @@ def test_an_upgrade_over_kafka_swaps_at_the_broker_offsets(spark, tmp_path):
             src.close()
 
 
-@pytest.mark.skip(reason="known bug (issue 20, found 2026-11-26 after merging issue 23's shared-query groups): the "
-                         "former query-mates' new shared query reuses state whose schema no longer matches "
-                         "(Spark: StateStoreErrors.stateStoreValueSchemaNotCompatible) and stops; see the closing note")
 def test_a_changed_store_that_shared_a_query_is_rebuilt_alone_and_its_query_mate_stays_right(spark, tmp_path):
     """``revenue`` and ``orders_per_item`` share one streaming query (issue 23); then ``revenue`` changes.
 
@@ -309,6 +306,8 @@ def test_a_changed_store_that_shared_a_query_is_rebuilt_alone_and_its_query_mate
             wait_until(lambda: caught_up(app, log, (*STORES, "orders_per_item")), "catching up", 180)
         assert client.failures == [] and client.went_back == [], (client.failures + client.went_back)[:5]
         assert check_all(app, log, profiles=False)["orders"] == 640
+        # the query-mate was rebuilt beside itself (its state was in the abandoned shared query) and swapped in
+        assert app.current_generation("orders_per_item") == 1 and not any(shared_root(state).glob("*/members.json"))
         items = dict(gw.sql("SELECT item, orders FROM orders_per_item").rows())
         con = duckdb.connect()
         log_table(con, log, "orders", app.positions()["orders_per_item"], ("amount", "item"), "orders_log")

@@ -1,0 +1,49 @@
+"""Processes the benchmarks start and measure: free ports, /proc status fields, a process tree's memory."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+__all__ = ["free_port", "status_kb", "process_tree", "tree_rss_kb"]
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that was free a moment ago (for a server the benchmark starts)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def status_kb(pid: int, field: str) -> int:
+    """A ``/proc/<pid>/status`` figure in kB (``VmRSS``, ``VmHWM``, ``RssAnon``…); 0 once the process is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants, children of every thread included.
+
+    Why every thread: the JVM forks Spark's Python workers from its own threads, and
+    ``/proc/<pid>/task/<pid>/children`` lists only the main thread's children.
+    """
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(k) for k in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return out
+
+
+def tree_rss_kb(pid: int) -> int:
+    """The summed resident memory of ``pid`` and its descendants, in kB."""
+    return sum(status_kb(p, "VmRSS") for p in process_tree(pid))
