@@ -15,8 +15,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.bench_scans import IQGATE, ROOT, _fill, _free_port, _post, _start, _status_kb, _stop
+from benchmarks.bench_scans import IQGATE, ROOT, _fill, _post, _start, _stop
 from benchmarks.common import Figure
+from benchmarks.procs import free_port, status_kb
 
 __all__ = ["run"]
 
@@ -55,9 +56,9 @@ def _http_growth(state: Path, sql: str, accept: str) -> tuple[float, float, int]
     proc, port = _start(state, 1)
     try:
         _post(port, "SELECT * FROM bench_scan WHERE id < 2000", accept=accept)  # warm this format's path
-        before = _status_kb(proc.pid, "VmRSS")
+        before = status_kb(proc.pid, "VmRSS")
         size = _post(port, sql, accept=accept)
-        return before / 1024, (_status_kb(proc.pid, "VmHWM") - before) / 1024, size
+        return before / 1024, (status_kb(proc.pid, "VmHWM") - before) / 1024, size
     finally:
         _stop(proc)
 
@@ -65,7 +66,7 @@ def _http_growth(state: Path, sql: str, accept: str) -> tuple[float, float, int]
 def _pg_growth(state: Path, sql: str) -> tuple[float, float, int]:
     import psycopg
 
-    http, pg = _free_port(), _free_port()
+    http, pg = free_port(), free_port()
     proc = subprocess.Popen(IQGATE + ["serve", "--state-dir", str(state), "--port", str(http), "--workers", "1",
                                       "--pg-port", str(pg)], cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -74,9 +75,9 @@ def _pg_growth(state: Path, sql: str) -> tuple[float, float, int]:
         with psycopg.connect(host="127.0.0.1", port=pg, user="iqgate", dbname="iqgate", autocommit=True,
                              connect_timeout=30) as con:
             con.execute("SELECT * FROM bench_scan WHERE id < 2000").fetchall()
-            before = _status_kb(proc.pid, "VmRSS")
+            before = status_kb(proc.pid, "VmRSS")
             n = sum(1 for _ in con.cursor().stream(sql))  # the client keeps nothing
-            return before / 1024, (_status_kb(proc.pid, "VmHWM") - before) / 1024, n
+            return before / 1024, (status_kb(proc.pid, "VmHWM") - before) / 1024, n
     finally:
         _stop(proc)
 
