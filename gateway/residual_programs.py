@@ -23,6 +23,7 @@ from .residual_eval import Compiled, Fallback, Unsupported, compile_for, signatu
 __all__ = ["Programs"]
 
 _log = logging.getLogger(__name__)
+_MAX_SIGNATURES = 16  # parameter-type combinations compiled per program
 
 
 _RESULT_TYPES = frozenset({"BIGINT", "INTEGER", "HUGEINT", "DOUBLE", "VARCHAR", "BOOLEAN"})
@@ -57,6 +58,8 @@ class Programs:
                 by_sig = self._compiled.setdefault(program, {})
         compiled = by_sig.get(sig, False)
         if compiled is False:
+            if len(by_sig) >= _MAX_SIGNATURES:  # a client varying its parameters' types: DuckDB answers the rest
+                return None
             try:
                 compiled = compile_for(program, sig)
             except Unsupported:
