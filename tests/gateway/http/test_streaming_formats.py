@@ -18,8 +18,9 @@ from urllib.parse import urlparse
 import pytest
 
 from gateway import Gateway, GatewayConfig
-from gateway.errors import ResponseTooLarge
+from gateway.errors import ResponseTooLarge, RowLimitExceeded
 from gateway.http import create_app
+from gateway.result import Result
 from gateway.server import ServerThread
 from stores.app.streams import StreamsApp
 from tests.gateway.gwfixtures import Http, Shop
@@ -114,3 +115,33 @@ def test_remote_dbapi_raises_an_in_band_error(small_chunks: Http) -> None:
         assert len(cur.fetchall()) == 3
     finally:
         con.close()
+
+
+def test_a_thread_cursor_handed_over_to_a_stream_leaves_the_thread_a_fresh_one(shop_app: StreamsApp,
+                                                                              shop: Shop) -> None:
+    """Scans held in memory (key lookups) run on the thread's reused DuckDB cursor; an answer larger than a
+    chunk takes that cursor over to stream, and the next statement on the thread gets a cursor of its own."""
+    g = Gateway(shop_app, config=GatewayConfig(ndjson_batch_rows=2))
+    try:
+        keys = sorted(shop.revenue)
+
+        def lookup(ks: list[str], **kw: object) -> Result:
+            sql = "SELECT customer, orders FROM revenue WHERE customer IN (" + ", ".join("?" * len(ks)) + ") ORDER BY 1"
+            return g.sql(sql, params=ks, **kw)  # type: ignore[arg-type]
+
+        big = lookup(keys, stream=True)
+        assert big.streaming  # more than a chunk: handed over
+        chunks = big.iter_batches()
+        first = next(chunks)
+        small = lookup(keys[:2], stream=True)  # same thread, meanwhile: a fresh cursor, its own rows
+        assert not small.streaming and small.rows() == [(k, shop.revenue[k][1]) for k in keys[:2]]
+        rest = [r for chunk in chunks for r in chunk]
+        assert first + rest == [(k, shop.revenue[k][1]) for k in keys]
+        big.close()
+        with pytest.raises(RowLimitExceeded):
+            over = lookup(keys, stream=True, max_rows=5)
+            for _ in over.iter_batches():
+                pass
+        assert lookup(keys[3:5]).rows() == [(k, shop.revenue[k][1]) for k in keys[3:5]]
+    finally:
+        g.close()
