@@ -138,7 +138,7 @@ class _Node:
 class Compiled:
     """A program compiled for one parameter signature: ``run(rows, params)`` → the result rows."""
 
-    __slots__ = ("_where", "_outputs", "_aggregate", "_checks", "_extras")
+    __slots__ = ("_where", "_outputs", "_aggregate", "_checks", "_extras", "_limit", "_offset")
 
     def __init__(self, program: Program, sig: tuple[str, ...]) -> None:
         self._checks: dict[int, str] = {}
@@ -148,6 +148,7 @@ class Compiled:
             node = self._predicate(program.where, sig)
             self._where = node.fn
         self._aggregate = program.aggregate
+        self._limit, self._offset = _count(program.limit, sig), _count(program.offset, sig)
         if program.aggregate:
             self._outputs = [self._agg(o, sig) for o in program.outputs]
         else:
@@ -163,10 +164,17 @@ class Compiled:
         p = params + tuple(extra(params) for extra in self._extras) if self._extras else params
         where = self._where
         kept = [r for r in rows if where(r, p) is True] if where is not None else list(rows)
+        offset = self._offset(params) if self._offset is not None else 0
+        limit = self._limit(params) if self._limit is not None else None
         if self._aggregate:
-            return [tuple(agg(kept, p) for agg in self._outputs)]
-        outs = self._outputs
-        return [tuple(f(r, p) for f in outs) for r in kept]
+            out = [tuple(agg(kept, p) for agg in self._outputs)]
+        else:
+            if offset or limit is not None:  # the rows are cut before their values are computed, as DuckDB does
+                kept = kept[offset:None if limit is None else offset + limit]
+                offset, limit = 0, None
+            outs = self._outputs
+            out = [tuple(f(r, p) for f in outs) for r in kept]
+        return out[offset:None if limit is None else offset + limit]
 
     # -- expressions ---------------------------------------------------------------
     def _expr(self, node: Any, sig: tuple[str, ...]) -> _Node:
@@ -385,6 +393,25 @@ class Compiled:
                 return s if func == "sum" else s / float(len(vs))
             return float_total
         raise Unsupported
+
+
+def _count(node: Any, sig: tuple[str, ...]) -> Callable[[tuple[Any, ...]], int] | None:
+    """A LIMIT / OFFSET value: a literal count, or a parameter that must be a non-negative integer."""
+    if node is None:
+        return None
+    if isinstance(node, Lit):
+        value = node.value
+        return lambda _p: value
+    if not isinstance(node, Slot) or sig[node.index] != "I":
+        raise Unsupported  # NULL, a fraction, text: DuckDB's casts and errors
+    i = node.index
+
+    def count(p: tuple[Any, ...]) -> int:
+        v = p[i]
+        if v < 0:
+            raise Fallback  # DuckDB's error
+        return v
+    return count
 
 
 def _decimal(v: Any) -> Decimal:

@@ -30,7 +30,7 @@ PROGRAM_TYPES = frozenset({SqlType.BIGINT, SqlType.INTEGER, SqlType.DOUBLE, SqlT
 _INT_RE = re.compile(r"[0-9]+")
 _DEC_RE = re.compile(r"[0-9]+\.[0-9]*|\.[0-9]+")
 _DOUBLE_RE = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][+-]?[0-9]+")
-_SELECT_ARGS = frozenset({"expressions", "from_", "where"})
+_SELECT_ARGS = frozenset({"expressions", "from_", "where", "limit", "offset"})
 _CMP = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
 _ARITH = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/"}
 _AGGS = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max"}
@@ -124,6 +124,8 @@ class Program:
     where: Any
     aggregate: bool
     width: int  # store columns in a scan row
+    limit: Lit | Slot | None = None  # LIMIT / OFFSET (rows in scan order, as DuckDB keeps insertion order)
+    offset: Lit | Slot | None = None
 
 
 class _NotInSubset(Exception):
@@ -174,7 +176,18 @@ class _Compiler:
             raise _NotInSubset  # a column beside an aggregate without GROUP BY: DuckDB's error
         where = select.args.get("where")
         return Program(tuple(outputs), self.predicate(where.this) if where is not None else None, aggregate,
-                       self.width)
+                       self.width, self.count(select.args.get("limit")), self.count(select.args.get("offset")))
+
+    def count(self, clause: exp.Expression | None) -> Lit | Slot | None:
+        """A LIMIT or OFFSET of a literal count or a parameter (checked when its value is known)."""
+        if clause is None:
+            return None
+        if any(v for k, v in clause.args.items() if k != "expression"):
+            raise _NotInSubset  # LIMIT … PERCENT, WITH TIES, ``LIMIT a, b``
+        node = self.value(clause.expression)
+        if isinstance(node, Slot) or (isinstance(node, Lit) and type(node.value) is int and node.value >= 0):
+            return node
+        raise _NotInSubset
 
     def _all_columns(self) -> list[Col]:
         cols = list(self.columns.values())

@@ -121,6 +121,10 @@ class _Gen:
                 aggs.append("count(*)" if func == "count" and self.r.random() < 0.4 else f"{func}({self.value(1)})")
             select = ", ".join(aggs)
         where = f" WHERE {self.predicate()}" if self.r.random() < 0.85 else ""
+        if self.r.random() < 0.2:
+            where += f" LIMIT {self.pick(['0', '1', '2', '5']) if self.r.random() < 0.7 else self.param()}"
+            if self.r.random() < 0.5:
+                where += f" OFFSET {self.pick(['0', '1', '3']) if self.r.random() < 0.7 else self.param()}"
         return f"SELECT {select} FROM t{where}"
 
 
@@ -223,6 +227,7 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Any:
     ("SELECT * FROM t WHERE k = ? AND c <> 'x'", [10]),
     ("SELECT count(*), sum(b) FROM t WHERE k IN (?, ?) AND c IS NULL", [10, 11]),
     ("SELECT sum(a) FROM t WHERE k IN (8, 9)", []),  # beyond BIGINT: HUGEINT, decimal128(38, 0) in Arrow
+    ("SELECT c, a FROM t WHERE k IN (1, 2, 3, 4, 5) AND a > ? LIMIT 2 OFFSET 1", [0]),
 ])
 def test_gateway_answers_the_same_with_and_without_duckdb(gw: Gateway, sql: str, params: list[Any]) -> None:
     first = gw.sql(sql, params=params)  # DuckDB answers, the evaluator learns the columns
