@@ -485,6 +485,11 @@ class StreamsApp:
         return {"columns": cols, "serving": [c.name for c in spec.columns()],
                 "progress": self.health.get(name).progress}
 
+    @property
+    def synchronous(self) -> str:
+        """SQLite's ``synchronous`` for the stores: FULL (every commit synced, the default), NORMAL or EXTRA."""
+        return self._synchronous
+
     def history(self, name: str) -> dict[str, Any] | None:
         """``{"partial": true, "since": …}`` when the store was rebuilt from what its source still held, else None."""
         try:

@@ -28,6 +28,7 @@ from ..iqv2.position import Position
 __all__ = ["ChangelogRecord", "ChangelogFormatError", "FORMAT"]
 
 FORMAT = 1
+_IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level=1))
 
 
 class ChangelogFormatError(ValueError):
@@ -45,11 +46,20 @@ class ChangelogRecord:
     rows: pa.Table
 
     # -- bytes -----------------------------------------------------------------------------------
-    def rows_ipc(self) -> bytes:
+    def rows_buffer(self) -> pa.Buffer:
+        """The rows as an Arrow IPC stream, zstd-compressed (any Arrow reader decompresses it).
+
+        Why compressed: a big batch's record is copied several times on its
+        way to the log (base64 and JSON on the embedded log); measured on 1M
+        rows, zstd level 1 cut the record ~3x and the write's peak memory with it.
+        """
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, self.rows.schema) as w:
+        with pa.ipc.new_stream(sink, self.rows.schema, options=_IPC_OPTIONS) as w:
             w.write_table(self.rows)
-        return sink.getvalue().to_pybytes()
+        return sink.getvalue()
+
+    def rows_ipc(self) -> bytes:
+        return self.rows_buffer().to_pybytes()
 
     def header(self) -> dict[str, Any]:
         return {"f": FORMAT, "b": self.batch_id, "p": self.position.to_json_map(), "o": self.observed,
@@ -57,7 +67,7 @@ class ChangelogRecord:
 
     # -- the embedded log: a JSON value ----------------------------------------------------------
     def to_value(self) -> dict[str, Any]:
-        return {**self.header(), "rows": base64.b64encode(self.rows_ipc()).decode("ascii")}
+        return {**self.header(), "rows": base64.b64encode(self.rows_buffer()).decode("ascii")}
 
     @classmethod
     def from_value(cls, value: Any, where: str) -> ChangelogRecord:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple, Protocol
 
 from ..log.eventlog import EventLog
@@ -95,19 +95,28 @@ class ChangelogLog(Protocol):
         ...
 
 
-def changelog_log_for(source: Any) -> ChangelogLog | None:
-    """The changelog log that goes with a pipeline's source log: the same EventLog, or the same Kafka cluster."""
+def changelog_log_for(source: Any, *, fsync: bool = True) -> ChangelogLog | None:
+    """The changelog log that goes with a pipeline's source log: the same EventLog, or the same Kafka cluster.
+
+    ``fsync=False`` (the stores are not synced per commit either) makes embedded-log appends crash-safe
+    but not power-loss-safe; Kafka's durability is the brokers' (acks=all), whatever this says.
+    """
     if isinstance(source, EventLog):
-        return EventLogChangelog(source)
+        return EventLogChangelog(source, fsync=fsync)
     if isinstance(source, KafkaSource):
         return KafkaChangelog(source.bootstrap_servers, source.options)
     return None
 
 
 # -- the embedded EventLog ------------------------------------------------------------------------------
+def _lazy_value(record: ChangelogRecord) -> Iterator[tuple[str, dict[str, Any], None]]:
+    yield str(record.batch_id), record.to_value(), None
+
+
 class EventLogChangelog:
-    def __init__(self, log_: EventLog) -> None:
+    def __init__(self, log_: EventLog, *, fsync: bool = True) -> None:
         self.log = log_
+        self.fsync = fsync
 
     def describe(self) -> str:
         return self.log.describe()
@@ -122,8 +131,9 @@ class EventLogChangelog:
         """Nothing to fence: an EventLog append is all-or-nothing across partitions."""
 
     def append(self, topic: str, records: Mapping[int, ChangelogRecord]) -> dict[int, int]:
-        return self.log.append_to_partitions(
-            topic, {p: [(str(r.batch_id), r.to_value(), None)] for p, r in records.items()})
+        # one partition's value at a time: only the encoded lines are kept (a big batch's value is large)
+        return self.log.append_to_partitions(topic, {p: _lazy_value(r) for p, r in records.items()},
+                                             fsync=self.fsync)
 
     def last(self, topic: str, partition: int) -> Item | None:
         end = self.log.end_offsets(topic).get(partition, 0)

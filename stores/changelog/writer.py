@@ -31,6 +31,7 @@ from ..catalog.schema import StoreSpec
 from ..engine.base import PartitionStore
 from ..engine.batch import changes_to_table, encode, split_by_partition
 from ..engine.codec import BatchError, ValueCodec
+from ..engine.writer import apply_shares
 from ..iqv2.position import Position
 from .record import ChangelogRecord
 from .topics import ChangelogLog, changelog_topic
@@ -77,7 +78,8 @@ class ChangelogWriter:
         if check is not None:
             check()
         where = f"store {self.spec.name!r} batch {batch_id}"
-        shares = split_by_partition(self.spec, encode(self.spec, table, where))
+        identity = next(iter(self.stores.values())).IDENTITY
+        shares = split_by_partition(self.spec, encode(self.spec, table, where), identity)
         with self._lock:
             logged = self._logged_batches()
             todo: dict[int, ChangelogRecord] = {}
@@ -104,8 +106,11 @@ class ChangelogWriter:
                 for p in fresh:
                     logged[p] = batch_id
                 todo.update(fresh)
-        for p, rec in sorted(todo.items()):
-            self.stores[p].apply_rows(rec.batch_id, rec.rows, rec.position, rec.observed)
+        # fresh records' rows are in the split's stable key order, the order apply_rows sorts into (a record read
+        # back from the changelog may predate that: it is sorted again); big batches merge partitions in parallel
+        threads = getattr(self.inner, "threads", 1) if len(table) >= getattr(self.inner, "parallel_min_rows", 0) else 1
+        apply_shares([(self.stores[p], rec.rows, rec.observed, rec.position, p in fresh)
+                      for p, rec in sorted(todo.items())], batch_id, threads, self.spec.name)
 
     def last_batch_id(self) -> int | None:
         return self.inner.last_batch_id()

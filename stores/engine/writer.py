@@ -20,7 +20,7 @@ skips the partitions that applied it.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -29,10 +29,10 @@ import pyarrow as pa
 from ..catalog.schema import StoreSpec
 from ..iqv2.position import Position
 from .base import PartitionStore
-from .batch import PartitionRows, changes_to_table, encode, split_by_partition
+from .batch import changes_to_table, encode, split_by_partition
 from .codec import BatchError, ValueCodec
 
-__all__ = ["PartitionedWriter", "PARALLEL_MIN_ROWS"]
+__all__ = ["PartitionedWriter", "PARALLEL_MIN_ROWS", "apply_shares"]
 
 PARALLEL_MIN_ROWS = 20_000  # below this a batch's partitions are written one after another: threads cost more
 
@@ -96,17 +96,8 @@ class PartitionedWriter:
     def _write(self, batch_id: int, table: pa.Table, position: Position, where: str) -> None:
         identity = next(iter(self._stores.values())).IDENTITY
         shares = split_by_partition(self.spec, encode(self.spec, table, where), identity)
-        jobs = [(self._stores[p], share) for p, share in enumerate(shares)]
-        workers = min(self.threads, len(jobs))
-        if workers < 2 or len(table) < self.parallel_min_rows:
-            for store, share in jobs:
-                store.apply_rows(batch_id, share.rows, position, share.observed, presorted=True)
-            return
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"iqgate-write-{self.spec.name}") as pool:
-            futures = [pool.submit(_apply, store, batch_id, share, position) for store, share in jobs]
-        errors = [f.exception() for f in futures if f.exception() is not None]
-        if errors:
-            raise errors[0]
+        apply_shares([(self._stores[p], share.rows, share.observed, position, True) for p, share in enumerate(shares)],
+                     batch_id, self.threads if len(table) >= self.parallel_min_rows else 1, self.spec.name)
 
     def last_batch_id(self) -> int | None:
         """The smallest last-applied batch id over the partitions (None if some partition never applied one)."""
@@ -116,5 +107,23 @@ class PartitionedWriter:
         return min(ids)  # type: ignore[type-var]
 
 
-def _apply(store: PartitionStore, batch_id: int, share: PartitionRows, position: Position) -> bool:
-    return store.apply_rows(batch_id, share.rows, position, share.observed, presorted=True)
+def apply_shares(jobs: Sequence[tuple[PartitionStore, pa.Table, int | None, Position, bool]], batch_id: int,
+                 threads: int, store_name: str) -> None:
+    """Apply each partition's share ``(store, rows, observed, position, presorted)``; in threads when ``threads`` > 1.
+
+    Why threads help: SQLite releases the GIL while it works, so partitions
+    (separate files) merge in parallel. The first error is raised after all
+    threads finished (each partition is its own transaction: the others hold
+    their batch, and a replay skips them).
+    """
+    workers = min(threads, len(jobs))
+    if workers < 2:
+        for store, rows, observed, position, presorted in jobs:
+            store.apply_rows(batch_id, rows, position, observed, presorted=presorted)
+        return
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"iqgate-write-{store_name}") as pool:
+        futures = [pool.submit(store.apply_rows, batch_id, rows, position, observed, presorted=presorted)
+                   for store, rows, observed, position, presorted in jobs]
+    errors = [f.exception() for f in futures if f.exception() is not None]
+    if errors:
+        raise errors[0]

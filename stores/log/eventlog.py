@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 from ..catalog.partitioner import partition_for_key
 from ..iqv2.timeutil import now_ms
 from .records import InvalidRecordError, check_record, unpack_record
-from .segment import CorruptLogError, EventLogError, FileOps, LogWriteError, PartitionFiles, Repair
+from .segment import CorruptLogError, EventLogError, FileOps, LogWriteError, NoSyncOps, PartitionFiles, Repair
 
 __all__ = [
     "EventLog", "Record", "EventLogError", "UnknownTopicError", "TopicExistsError", "CorruptLogError",
@@ -281,12 +281,14 @@ class EventLog:
                 out[i] = (p, first + j)
         return out
 
-    def append_to_partitions(self, topic: str, records: Mapping[int, Iterable[tuple[Any, Any, Any]]]
-                             ) -> dict[int, int]:
+    def append_to_partitions(self, topic: str, records: Mapping[int, Iterable[tuple[Any, Any, Any]]],
+                             *, fsync: bool = True) -> dict[int, int]:
         """Append ``{partition: [(key, value, timestamp)]}`` all-or-nothing; the first offset written per partition.
 
         For writers that choose partitions themselves (store changelogs: one log partition per store
-        partition), with the same checks and the same atomic publish as ``append_batch``.
+        partition), with the same checks and the same atomic publish as ``append_batch``. ``fsync=False``
+        skips the fsyncs (three per partition): the append still survives a killed process, not a power
+        loss — for a store changelog whose store is itself not synced per commit (SQLite ``NORMAL``).
         """
         n = self.partitions(topic)
         lines: dict[int, list[bytes]] = {}
@@ -296,9 +298,10 @@ class EventLog:
             for i, rec in enumerate(recs):
                 key, value, ts = unpack_record(rec, i)
                 lines.setdefault(p, []).append(_encode(key, value, ts, f"record {i} for partition {p} of {topic!r}"))
-        return self._append_atomically(topic, lines) if lines else {}
+        return self._append_atomically(topic, lines, self._ops if fsync else NoSyncOps(self._ops)) if lines else {}
 
-    def _append_atomically(self, topic: str, lines: dict[int, list[bytes]]) -> dict[int, int]:
+    def _append_atomically(self, topic: str, lines: dict[int, list[bytes]], ops: FileOps | None = None
+                           ) -> dict[int, int]:
         """Write every partition's records, then publish them all; on any failure none is published.
 
         Locks are taken in partition order, so producers writing overlapping
@@ -317,7 +320,7 @@ class EventLog:
             p = parts[0] if parts else 0
             try:
                 for p in parts:
-                    first, handle = PartitionFiles(d, topic, p, self._ops).append(lines[p])
+                    first, handle = PartitionFiles(d, topic, p, ops or self._ops).append(lines[p])
                     pending.append(handle)
                     firsts[p] = first
                 for p, handle in zip(parts, pending):

@@ -81,6 +81,23 @@ class FileOps:
         os.ftruncate(fd, length)
 
 
+class NoSyncOps(FileOps):
+    """``ops`` without fsync: an append that survives a crashed process (the page cache has it) but not a
+    power loss; for writers whose own data is no more durable than that (see ``EventLog.append_to_partitions``)."""
+
+    def __init__(self, ops: FileOps) -> None:
+        self._ops = ops
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> int:
+        return self._ops.pwrite(fd, data, offset)
+
+    def fsync(self, fd: int) -> None:
+        return None
+
+    def ftruncate(self, fd: int, length: int) -> None:
+        self._ops.ftruncate(fd, length)
+
+
 class Repair(tuple):  # type: ignore[type-arg]
     """(topic, partition, committed offset count, bytes dropped) of one repaired partition."""
 

@@ -30,7 +30,10 @@ class ChangelogWriters:
     def __init__(self, topology: Any, app: Any) -> None:
         self.app = app
         self.enabled = bool(getattr(topology, "changelogs", True))
-        self._log: ChangelogLog | None = changelog_log_for(getattr(topology, "log", None)) if self.enabled else None
+        # as durable as the stores: with SQLite NORMAL a commit is not synced either, so neither is the record
+        fsync = getattr(app, "synchronous", "FULL") != "NORMAL"
+        self._log: ChangelogLog | None = (changelog_log_for(getattr(topology, "log", None), fsync=fsync)
+                                          if self.enabled else None)
         self._writers: dict[str, ChangelogWriter] = {}
         self._warned: set[str] = set()
         self._lock = threading.Lock()

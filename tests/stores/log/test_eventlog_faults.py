@@ -249,3 +249,18 @@ def test_kill_9_during_appends_loses_no_acknowledged_record_and_leaves_no_garbag
             assert js == want, f"round {round_}: batch {i} is half visible in partition {p}: {sorted(js)}"
         for p in range(3):
             assert [o for q, o, _ in _everything(log) if q == p] == list(range(log.end_offsets("t")[p]))
+
+
+def test_an_append_without_fsync_writes_the_same_records_and_syncs_nothing(tmp_path: Path) -> None:
+    """``fsync=False`` (a changelog of stores that are not synced per commit): the same atomic append, no fsync."""
+    ops = CountingOps()
+    log = EventLog(tmp_path / "log", file_ops=ops)
+    log.create_topic("t", partitions=2)
+    ops.calls.clear()
+    log.append_to_partitions("t", {0: [("a", {"x": 1}, 5)], 1: [("b", {"x": 2}, 6)]}, fsync=False)
+    assert "fsync" not in ops.calls and ops.calls.count("pwrite") >= 4
+    log.append_to_partitions("t", {0: [("c", {"x": 3}, 7)]})
+    assert ops.calls.count("fsync") == 3  # records, index entries, then the committing header
+    again = EventLog(tmp_path / "log")  # what another process reads
+    assert [(r.key, r.value) for r in again.read("t", 0)] == [("a", {"x": 1}), ("c", {"x": 3})]
+    assert [(r.key, r.value) for r in again.read("t", 1)] == [("b", {"x": 2})]

@@ -83,7 +83,7 @@ def standalone_cluster(tmp_path: Path) -> Iterator[str]:
                 p.wait(10)
 
 
-def test_a_kafka_pipeline_on_a_standalone_cluster_matches_the_oracle(standalone_cluster: str, tmp_path: Path) -> None:
+def test_a_kafka_pipeline_on_a_standalone_cluster_matches_the_oracle_before_and_after_an_upgrade(standalone_cluster: str, tmp_path: Path) -> None:
     with LocalBroker(log_path=tmp_path / "broker.log") as broker:
         src = KafkaSource(broker.bootstrap_servers)
         src.create_topic("orders", 3)
@@ -96,6 +96,7 @@ def test_a_kafka_pipeline_on_a_standalone_cluster_matches_the_oracle(standalone_
     tail = (child.stdout + child.stderr)[-3000:]
     assert child.returncode == 0, tail
     assert "OK orders=1500 executors=1" in child.stdout, tail
+    assert "UPGRADED revenue_keys=25" in child.stdout, tail  # issue 20 on a cluster: rebuilt, swapped, oracle
 
 
 WORKER_CHECK = """
