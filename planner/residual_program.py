@@ -76,15 +76,13 @@ class Not:
 
 @dataclass(frozen=True, slots=True)
 class IsNull:
-    item: Any
-    negated: bool
+    item: Any  # IS NOT NULL is Not(IsNull)
 
 
 @dataclass(frozen=True, slots=True)
 class In:
-    item: Any
+    item: Any  # NOT IN is Not(In)
     options: tuple[Any, ...]
-    negated: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,11 +268,11 @@ class _Compiler:
         if isinstance(e, exp.Is):
             if not isinstance(e.expression, exp.Null):
                 raise _NotInSubset  # IS TRUE / IS DISTINCT FROM …
-            return IsNull(self.value(e.this), False)
+            return IsNull(self.value(e.this))
         if isinstance(e, exp.In):
             if any(e.args.get(k) for k in ("query", "unnest", "field")) or not e.expressions:
                 raise _NotInSubset
-            return In(self.value(e.this), tuple(self.value(x) for x in e.expressions), False)
+            return In(self.value(e.this), tuple(self.value(x) for x in e.expressions))
         if isinstance(e, exp.Between):
             if e.args.get("symmetric"):
                 raise _NotInSubset
