@@ -138,7 +138,7 @@ class _Node:
 class Compiled:
     """A program compiled for one parameter signature: ``run(rows, params)`` → the result rows."""
 
-    __slots__ = ("_where", "_outputs", "_aggregate", "_checks", "_extras", "_limit", "_offset")
+    __slots__ = ("_where", "_outputs", "_aggregate", "_checks", "_extras", "_limit", "_offset", "_group", "_order")
 
     def __init__(self, program: Program, sig: tuple[str, ...]) -> None:
         self._checks: dict[int, str] = {}
@@ -149,10 +149,21 @@ class Compiled:
             self._where = node.fn
         self._aggregate = program.aggregate
         self._limit, self._offset = _count(program.limit, sig), _count(program.offset, sig)
-        if program.aggregate:
+        self._group = [self._expr(c, sig).fn for c in program.group] if program.group else None
+        self._order = [(self._sort_key(c, sig), desc, nulls_first) for c, desc, nulls_first in program.order]
+        if program.group:  # a grouping column's value is the group's: its first row's (0.0 and -0.0 group together)
+            self._outputs = [self._agg(o, sig) if isinstance(o, Agg) else _first_row(self._expr(o, sig).fn)
+                             for o in program.outputs]
+        elif program.aggregate:
             self._outputs = [self._agg(o, sig) for o in program.outputs]
         else:
             self._outputs = [self._expr(o, sig).fn for o in program.outputs]
+
+    def _sort_key(self, node: Any, sig: tuple[str, ...]) -> Fn:
+        n = self._expr(node, sig)
+        if n.kind not in ("I", "I32", "D", "S", "B"):
+            raise Unsupported
+        return n.fn
 
     def run(self, rows: Sequence[tuple[Any, ...]], params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         checks = self._checks
@@ -166,7 +177,14 @@ class Compiled:
         kept = [r for r in rows if where(r, p) is True] if where is not None else list(rows)
         offset = self._offset(params) if self._offset is not None else 0
         limit = self._limit(params) if self._limit is not None else None
-        if self._aggregate:
+        if self._group is not None:
+            groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+            keys = self._group
+            for r in kept:
+                groups.setdefault(tuple(f(r, p) for f in keys), []).append(r)
+            ordered = _ordered(list(groups.values()), self._order, p)
+            out = [tuple(f(rows, p) for f in self._outputs) for rows in ordered]
+        elif self._aggregate:
             out = [tuple(agg(kept, p) for agg in self._outputs)]
         else:
             if offset or limit is not None:  # the rows are cut before their values are computed, as DuckDB does
@@ -393,6 +411,27 @@ class Compiled:
                 return s if func == "sum" else s / float(len(vs))
             return float_total
         raise Unsupported
+
+
+def _first_row(f: Fn) -> Callable[[list[tuple[Any, ...]], tuple[Any, ...]], Any]:
+    return lambda rows, p: f(rows[0], p)
+
+
+def _ordered(groups: list[list[tuple[Any, ...]]], order: list[tuple[Fn, bool, bool]],
+             p: tuple[Any, ...]) -> list[list[tuple[Any, ...]]]:
+    """Groups in ORDER BY order (by their first row), NULLs last unless NULLS FIRST, as DuckDB sorts them.
+
+    One stable sort per key, the last key first; the keys cover every grouping column, so no two groups tie.
+    """
+    for f, desc, nulls_first in reversed(order):
+        values = [f(g[0], p) for g in groups]
+        present = [i for i, v in enumerate(values) if v is not None]
+        if any(type(values[i]) is float and values[i] == 0.0 for i in present):
+            raise Fallback  # 0.0 and -0.0 are one group: which one DuckDB shows is settled, its order not tested
+        present.sort(key=values.__getitem__, reverse=desc)
+        missing = [i for i, v in enumerate(values) if v is None]
+        groups = [groups[i] for i in (missing + present if nulls_first else present + missing)]
+    return groups
 
 
 def _count(node: Any, sig: tuple[str, ...]) -> Callable[[tuple[Any, ...]], int] | None:

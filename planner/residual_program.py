@@ -30,7 +30,7 @@ PROGRAM_TYPES = frozenset({SqlType.BIGINT, SqlType.INTEGER, SqlType.DOUBLE, SqlT
 _INT_RE = re.compile(r"[0-9]+")
 _DEC_RE = re.compile(r"[0-9]+\.[0-9]*|\.[0-9]+")
 _DOUBLE_RE = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][+-]?[0-9]+")
-_SELECT_ARGS = frozenset({"expressions", "from_", "where", "limit", "offset"})
+_SELECT_ARGS = frozenset({"expressions", "from_", "where", "group", "order", "limit", "offset"})
 _CMP = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
 _ARITH = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/"}
 _AGGS = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max"}
@@ -124,6 +124,8 @@ class Program:
     width: int  # store columns in a scan row
     limit: Lit | Slot | None = None  # LIMIT / OFFSET (rows in scan order, as DuckDB keeps insertion order)
     offset: Lit | Slot | None = None
+    group: tuple[Col, ...] = ()  # GROUP BY columns (then ``order`` orders the groups completely)
+    order: tuple[tuple[Any, bool, bool], ...] = ()  # ORDER BY (expression, descending, nulls first)
 
 
 class _NotInSubset(Exception):
@@ -169,12 +171,46 @@ class _Compiler:
                 outputs.append(self.output(e))
         if not outputs:
             raise _NotInSubset
-        aggregate = any(isinstance(o, Agg) for o in outputs)
-        if aggregate and not all(isinstance(o, Agg) for o in outputs):
-            raise _NotInSubset  # a column beside an aggregate without GROUP BY: DuckDB's error
+        group = self.group_by(select.args.get("group"))
+        aggregate = bool(group) or any(isinstance(o, Agg) for o in outputs)
+        if aggregate and not all(isinstance(o, Agg) or o in group for o in outputs):
+            raise _NotInSubset  # a column beside an aggregate that is not grouped by: DuckDB's error
+        order = self.order_by(select.args.get("order"), group)
         where = select.args.get("where")
         return Program(tuple(outputs), self.predicate(where.this) if where is not None else None, aggregate,
-                       self.width, self.count(select.args.get("limit")), self.count(select.args.get("offset")))
+                       self.width, self.count(select.args.get("limit")), self.count(select.args.get("offset")),
+                       group, order)
+
+    def group_by(self, clause: exp.Expression | None) -> tuple[Col, ...]:
+        if clause is None:
+            return ()
+        if any(v for k, v in clause.args.items() if k != "expressions") or not clause.expressions:
+            raise _NotInSubset  # ROLLUP, CUBE, GROUPING SETS, GROUP BY ALL
+        cols = tuple(self.value(e) for e in clause.expressions)
+        if not all(isinstance(c, Col) for c in cols) or len(set(cols)) != len(cols):
+            raise _NotInSubset  # GROUP BY 1, an expression, a column twice
+        return cols  # type: ignore[return-value]
+
+    def order_by(self, clause: exp.Expression | None, group: tuple[Col, ...]) -> tuple[tuple[Any, bool, bool], ...]:
+        """ORDER BY only where it orders completely: the groups by every grouping column (groups are unique);
+        other orders leave ties in an order only DuckDB knows, so they stay with DuckDB."""
+        if clause is None:
+            if group:
+                raise _NotInSubset  # groups come out in DuckDB's hash order
+            return ()
+        if not group or any(v for k, v in clause.args.items() if k != "expressions"):
+            raise _NotInSubset
+        items = []
+        for o in clause.expressions:
+            if not isinstance(o, exp.Ordered) or o.args.get("with_fill"):
+                raise _NotInSubset
+            node = self.value(o.this)
+            if not isinstance(node, Col) or node not in group:
+                raise _NotInSubset
+            items.append((node, bool(o.args.get("desc")), bool(o.args.get("nulls_first"))))
+        if {c for c, _, _ in items} != set(group):
+            raise _NotInSubset
+        return tuple(items)
 
     def count(self, clause: exp.Expression | None) -> Lit | Slot | None:
         """A LIMIT or OFFSET of a literal count or a parameter (checked when its value is known)."""

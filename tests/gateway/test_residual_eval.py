@@ -121,6 +121,12 @@ class _Gen:
                 aggs.append("count(*)" if func == "count" and self.r.random() < 0.4 else f"{func}({self.value(1)})")
             select = ", ".join(aggs)
         where = f" WHERE {self.predicate()}" if self.r.random() < 0.85 else ""
+        if roll >= 0.55 and self.r.random() < 0.4:  # grouped, groups ordered by every grouping column
+            keys = self.r.sample(["a", "i", "b", "c", "f"], self.r.randint(1, 2))
+            select = ", ".join(keys) + ", " + select
+            order = ", ".join(k + self.pick(["", " DESC", " ASC NULLS FIRST", " DESC NULLS LAST"])
+                              for k in self.r.sample(keys, len(keys)))
+            where += f" GROUP BY {', '.join(keys)} ORDER BY {order}"
         if self.r.random() < 0.2:
             where += f" LIMIT {self.pick(['0', '1', '2', '5']) if self.r.random() < 0.7 else self.param()}"
             if self.r.random() < 0.5:
@@ -228,6 +234,7 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Any:
     ("SELECT count(*), sum(b) FROM t WHERE k IN (?, ?) AND c IS NULL", [10, 11]),
     ("SELECT sum(a) FROM t WHERE k IN (8, 9)", []),  # beyond BIGINT: HUGEINT, decimal128(38, 0) in Arrow
     ("SELECT c, a FROM t WHERE k IN (1, 2, 3, 4, 5) AND a > ? LIMIT 2 OFFSET 1", [0]),
+    ("SELECT f, count(*), sum(a) FROM t WHERE k IN (1, 2, 3, 4, 5, 10) GROUP BY f ORDER BY f DESC LIMIT ?", [2]),
 ])
 def test_gateway_answers_the_same_with_and_without_duckdb(gw: Gateway, sql: str, params: list[Any]) -> None:
     first = gw.sql(sql, params=params)  # DuckDB answers, the evaluator learns the columns
