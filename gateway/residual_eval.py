@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable, Sequence
-from decimal import Decimal
 from typing import Any
 
 from planner.residual_program import (
@@ -44,10 +43,26 @@ from planner.residual_program import (
 )
 from stores.catalog.schema import SqlType
 
+from .residual_values import (
+    Fallback,
+    Fn,
+    Unsupported,
+    as_double,
+    count_of,
+    decimal_of,
+    first_row,
+    i64,
+    literal_kind,
+    logic_and,
+    logic_and3,
+    logic_or,
+    ordered,
+    signature,
+)
+
 __all__ = ["Compiled", "Fallback", "Unsupported", "compile_for", "signature", "MAX_ROWS"]
 
 MAX_ROWS = 256  # beyond this many rows DuckDB's vectorized engine wins; the scan is not small
-_I64 = (-(2**63), 2**63 - 1)
 _CMP: dict[str, Callable[[Any, Any], bool]] = {
     "=": operator.eq, "<>": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
 }
@@ -56,74 +71,6 @@ _COL_KIND = {SqlType.BIGINT: "I", SqlType.INTEGER: "I32", SqlType.DOUBLE: "D", S
 _PY_TYPE = {"I": int, "I32": int, "D": float, "S": str, "B": bool}
 _INTS = ("I", "I32")
 
-Fn = Callable[[tuple[Any, ...], tuple[Any, ...]], Any]
-
-
-class Unsupported(Exception):
-    """This program with these parameter types is not evaluated here (DuckDB answers)."""
-
-
-class Fallback(Exception):
-    """This evaluation met something only DuckDB answers exactly (NaN, an overflow error, …)."""
-
-
-def _value_kind(v: Any) -> str:
-    """The DuckDB type family of a parameter value as ``sql_literal`` writes it into the residual SQL."""
-    if v is None:
-        return "NULL"
-    if isinstance(v, bool):
-        return "B"
-    if isinstance(v, int):
-        if _I64[0] <= v <= _I64[1]:
-            return "I"
-        raise Unsupported
-    if isinstance(v, float):
-        if not math.isfinite(v):
-            raise Unsupported
-        text = repr(v)
-        return "D" if "e" in text else "N"  # '1.5' is a DECIMAL literal to DuckDB, '1e+20' a DOUBLE
-    if isinstance(v, Decimal):
-        if not v.is_finite():
-            raise Unsupported
-        return "N"
-    if isinstance(v, str):
-        if "\x00" in v:
-            raise Unsupported
-        return "S"
-    raise Unsupported
-
-
-def signature(values: Sequence[Any]) -> tuple[str, ...]:
-    """The parameter kinds a compiled program depends on (raises Unsupported for values it cannot take)."""
-    return tuple(_value_kind(v) for v in values)
-
-
-def _literal_kind(v: Any) -> str:
-    if v is None:
-        return "NULL"
-    if isinstance(v, bool):
-        return "B"
-    if isinstance(v, int):
-        return "I"
-    if isinstance(v, float):
-        if not math.isfinite(v):
-            raise Unsupported
-        return "D"
-    if isinstance(v, Decimal):
-        return "N"
-    if isinstance(v, str):
-        return "S"
-    raise Unsupported
-
-
-def _as_double(v: Any) -> float:
-    """A DECIMAL (or integer) value as DuckDB casts it to DOUBLE; decimals only where that cast is exact-rounded."""
-    if isinstance(v, Decimal):
-        t = v.as_tuple()
-        if len(t.digits) > 15 or not -22 <= int(t.exponent) <= 22:  # type: ignore[arg-type]
-            raise Fallback
-        return float(v)
-    return float(v)
 
 
 class _Node:
@@ -148,11 +95,11 @@ class Compiled:
             node = self._predicate(program.where, sig)
             self._where = node.fn
         self._aggregate = program.aggregate
-        self._limit, self._offset = _count(program.limit, sig), _count(program.offset, sig)
+        self._limit, self._offset = count_of(program.limit, sig), count_of(program.offset, sig)
         self._group = [self._expr(c, sig).fn for c in program.group] if program.group else None
         self._order = [(self._sort_key(c, sig), desc, nulls_first) for c, desc, nulls_first in program.order]
         if program.group:  # a grouping column's value is the group's: its first row's (0.0 and -0.0 group together)
-            self._outputs = [self._agg(o, sig) if isinstance(o, Agg) else _first_row(self._expr(o, sig).fn)
+            self._outputs = [self._agg(o, sig) if isinstance(o, Agg) else first_row(self._expr(o, sig).fn)
                              for o in program.outputs]
         elif program.aggregate:
             self._outputs = [self._agg(o, sig) for o in program.outputs]
@@ -182,8 +129,8 @@ class Compiled:
             keys = self._group
             for r in kept:
                 groups.setdefault(tuple(f(r, p) for f in keys), []).append(r)
-            ordered = _ordered(list(groups.values()), self._order, p)
-            out = [tuple(f(rows, p) for f in self._outputs) for rows in ordered]
+            in_order = ordered(list(groups.values()), self._order, p)
+            out = [tuple(f(rows, p) for f in self._outputs) for rows in in_order]
         elif self._aggregate:
             out = [tuple(agg(kept, p) for agg in self._outputs)]
         else:
@@ -202,14 +149,14 @@ class Compiled:
             i = node.index
             return _Node(lambda r, _p: r[i], kind, True)
         if isinstance(node, Lit):
-            kind = _literal_kind(node.value)
+            kind = literal_kind(node.value)
             value = node.value
             return _Node(lambda _r, _p: value, kind, False)
         if isinstance(node, Slot):
             i = node.index
             kind = sig[i]
             if kind == "N":
-                return _Node(lambda _r, p: _decimal(p[i]), kind, False)
+                return _Node(lambda _r, p: decimal_of(p[i]), kind, False)
             return _Node(lambda _r, p: p[i], kind, False)
         if isinstance(node, Neg):
             return self._neg(self._expr(node.item, sig))
@@ -223,7 +170,7 @@ class Compiled:
         f = a.fn
         if a.kind == "D":
             return _Node(lambda r, p: None if (v := f(r, p)) is None else -v, "D", True)
-        return _Node(lambda r, p: None if (v := f(r, p)) is None else _i64(-v), "I", True)
+        return _Node(lambda r, p: None if (v := f(r, p)) is None else i64(-v), "I", True)
 
     def _arith(self, op: str, a: _Node, b: _Node) -> _Node:
         if not (a.has_col or b.has_col) or a.kind not in ("I", "D", "N") or b.kind not in ("I", "D", "N"):
@@ -236,14 +183,14 @@ class Compiled:
         if kinds == {"I"} and op != "/":
             def int_op(r: tuple[Any, ...], p: tuple[Any, ...]) -> Any:
                 x, y = fa(r, p), fb(r, p)
-                return None if x is None or y is None else _i64(pyop(x, y))
+                return None if x is None or y is None else i64(pyop(x, y))
             return _Node(int_op, "I", True)
 
         def double_op(r: tuple[Any, ...], p: tuple[Any, ...]) -> Any:  # DOUBLE: both sides cast, IEEE arithmetic
             x, y = fa(r, p), fb(r, p)
             if x is None or y is None:
                 return None
-            x, y = _as_double(x), _as_double(y)
+            x, y = as_double(x), as_double(y)
             if op == "/" and y == 0.0:
                 raise Fallback
             v = pyop(x, y)
@@ -270,12 +217,12 @@ class Compiled:
         if n.kind in ("D", "NULL"):
             return n
         f = n.fn
-        return _Node(lambda r, p: None if (v := f(r, p)) is None else _as_double(v), "D", n.has_col)
+        return _Node(lambda r, p: None if (v := f(r, p)) is None else as_double(v), "D", n.has_col)
 
     def _predicate(self, node: Any, sig: tuple[str, ...]) -> _Node:
         if isinstance(node, Logic):
             items = [self._predicate(i, sig).fn for i in node.items]
-            return _Node(_and(items) if node.op == "and" else _or(items), "B", True)
+            return _Node(logic_and(items) if node.op == "and" else logic_or(items), "B", True)
         if isinstance(node, Not):
             f = self._predicate(node.item, sig).fn
             return _Node(lambda r, p: None if (v := f(r, p)) is None else not v, "B", True)
@@ -305,7 +252,7 @@ class Compiled:
                 v, a, b = fx(r, p), flo(r, p), fhi(r, p)
                 ge = None if v is None or a is None else v >= a
                 le = None if v is None or b is None else v <= b
-                return _and3(ge, le)
+                return logic_and3(ge, le)
             return _Node(between, "B", True)
         if isinstance(node, In):
             return self._in(node, sig)
@@ -411,90 +358,6 @@ class Compiled:
                 return s if func == "sum" else s / float(len(vs))
             return float_total
         raise Unsupported
-
-
-def _first_row(f: Fn) -> Callable[[list[tuple[Any, ...]], tuple[Any, ...]], Any]:
-    return lambda rows, p: f(rows[0], p)
-
-
-def _ordered(groups: list[list[tuple[Any, ...]]], order: list[tuple[Fn, bool, bool]],
-             p: tuple[Any, ...]) -> list[list[tuple[Any, ...]]]:
-    """Groups in ORDER BY order (by their first row), NULLs last unless NULLS FIRST, as DuckDB sorts them.
-
-    One stable sort per key, the last key first; the keys cover every grouping column, so no two groups tie.
-    """
-    for f, desc, nulls_first in reversed(order):
-        values = [f(g[0], p) for g in groups]
-        present = [i for i, v in enumerate(values) if v is not None]
-        if any(type(values[i]) is float and values[i] == 0.0 for i in present):
-            raise Fallback  # 0.0 and -0.0 are one group: which one DuckDB shows is settled, its order not tested
-        present.sort(key=values.__getitem__, reverse=desc)
-        missing = [i for i, v in enumerate(values) if v is None]
-        groups = [groups[i] for i in (missing + present if nulls_first else present + missing)]
-    return groups
-
-
-def _count(node: Any, sig: tuple[str, ...]) -> Callable[[tuple[Any, ...]], int] | None:
-    """A LIMIT / OFFSET value: a literal count, or a parameter that must be a non-negative integer."""
-    if node is None:
-        return None
-    if isinstance(node, Lit):
-        value = node.value
-        return lambda _p: value
-    if not isinstance(node, Slot) or sig[node.index] != "I":
-        raise Unsupported  # NULL, a fraction, text: DuckDB's casts and errors
-    i = node.index
-
-    def count(p: tuple[Any, ...]) -> int:
-        v = p[i]
-        if v < 0:
-            raise Fallback  # DuckDB's error
-        return v
-    return count
-
-
-def _decimal(v: Any) -> Decimal:
-    return v if isinstance(v, Decimal) else Decimal(repr(v))
-
-
-def _i64(v: int) -> int:
-    if not _I64[0] <= v <= _I64[1]:
-        raise Fallback  # DuckDB: "Overflow in … of INT64"
-    return v
-
-
-def _and3(a: Any, b: Any) -> Any:
-    if a is False or b is False:
-        return False
-    if a is None or b is None:
-        return None
-    return True
-
-
-def _and(items: list[Fn]) -> Fn:
-    def f(r: tuple[Any, ...], p: tuple[Any, ...]) -> Any:
-        unknown = False
-        for item in items:
-            v = item(r, p)
-            if v is False:
-                return False
-            if v is None:
-                unknown = True
-        return None if unknown else True
-    return f
-
-
-def _or(items: list[Fn]) -> Fn:
-    def f(r: tuple[Any, ...], p: tuple[Any, ...]) -> Any:
-        unknown = False
-        for item in items:
-            v = item(r, p)
-            if v is True:
-                return True
-            if v is None:
-                unknown = True
-        return None if unknown else False
-    return f
 
 
 def compile_for(program: Program, sig: tuple[str, ...]) -> Compiled:
