@@ -3,7 +3,8 @@
 DuckDB's fixed cost per statement (~190 us here) is most of what a point
 lookup plus an aggregate costs (issue 14 item 3). For one store read by key
 and a residual made only of a filter, a projection of columns and arithmetic,
-or ``count/sum/avg/min/max`` over the rows, the gateway can compute the answer
+``count/sum/avg/min/max`` over the rows (or over groups of grouping columns
+ordered by all of them), LIMIT and OFFSET, the gateway can compute the answer
 from the few rows the lookup returned (``gateway/residual_eval.py``). This
 module only recognizes that subset and writes it down (pure: sqlglot AST in,
 frozen nodes out); anything else gets no program and runs in DuckDB as before.
