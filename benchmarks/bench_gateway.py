@@ -8,6 +8,8 @@ Figures (each beside a baseline measured in the same run):
   >= 0.5x; p50 <= 2 ms and p99 <= 10 ms.
 - ``Gateway.sql(...).rows()`` point lookup p50 against sqlglot's bare parse of
   the same SQL, goal <= 200 us.
+- the same lookup with an aggregate and a filter as residual SQL, against the
+  plain lookup (goal <= 2x); and with a residual only DuckDB runs (LIKE).
 
 The load generator runs in a child process (so its GIL is not the server's),
 talks only to 127.0.0.1, and is bounded in request count and in time.
@@ -187,8 +189,16 @@ def run(quick: bool) -> list[Figure]:
             residual = percentile(time_calls(lambda: gw.sql(
                 "SELECT count(*) FROM bench_kv WHERE id = ? AND amount >= 0", params=[next(keys) % n_keys]).rows(),
                 max(100, n_calls // 5)), 50) * 1e6
-            figures.append(Figure("Gateway.sql point lookup + residual DuckDB p50", residual, "us", ours,
-                                  "fast path p50", "<= 2x", residual <= 2 * ours, "same lookup, aggregate in DuckDB"))
+            figures.append(Figure("Gateway.sql point lookup + aggregate p50", residual, "us", ours,
+                                  "fast path p50", "<= 2x", residual <= 2 * ours,
+                                  "same lookup, count(*) and a filter as residual SQL: evaluated without DuckDB "
+                                  "(gateway/residual_eval.py) once DuckDB answered it first"))
+            in_duck = percentile(time_calls(lambda: gw.sql(
+                "SELECT count(*) FROM bench_kv WHERE id = ? AND name LIKE 'n%'", params=[next(keys) % n_keys]).rows(),
+                max(100, n_calls // 5)), 50) * 1e6
+            figures.append(Figure("Gateway.sql point lookup + residual DuckDB p50", in_duck, "us", ours,
+                                  "fast path p50", "", None,
+                                  "same lookup, a residual outside the evaluator's subset (LIKE): run by DuckDB"))
             # full scans into Arrow are measured at size, against sqlite3 and ADBC, in bench_scans.py
             logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # backlog notes are expected under load
             tune_process_for_serving()  # as `iqgate serve` does

@@ -65,7 +65,13 @@ def _in_list_figures(quick: bool) -> list[Figure]:
     """Planning ``k IN (?, …)`` with 100 / 1,000 / 10,000 keys: linear means each size costs 10x the last.
 
     The baseline of each size is the 100-key time scaled by the key count: a ratio near 1 is linear.
+    The heap built so far is frozen first, as a serving process does (``gateway.server.freeze_startup_heap``):
+    otherwise the cyclic GC's full collections, triggered by the many small objects a big IN list binds,
+    walk whatever earlier benchmarks left alive, and the cost per key grows with the plan (GC, not planning).
     """
+    from gateway.server import freeze_startup_heap
+
+    freeze_startup_heap()
     sizes = (100, 1_000, 10_000) if not quick else (100, 1_000, 5_000)
     out: list[Figure] = []
     base_uncached = base_cached = 0.0

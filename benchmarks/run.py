@@ -29,6 +29,7 @@ MODULES = (
     "benchmarks.bench_gateway",
     "benchmarks.bench_pg",
     "benchmarks.bench_scans",
+    "benchmarks.bench_formats",
     "benchmarks.bench_dbapi",
     "benchmarks.bench_replicas",
     "benchmarks.bench_pipeline",

@@ -9,7 +9,7 @@ turn file, network or extension access back on.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import duckdb
@@ -24,7 +24,7 @@ from .errors import (
     SqlError,
 )
 
-__all__ = ["DuckPool", "ThreadCursors", "arrow_batches", "SECURITY_SETTINGS", "duck_error", "fetch_chunks", "row_limit_error"]
+__all__ = ["DuckPool", "Streamed", "ThreadCursors", "arrow_batches", "SECURITY_SETTINGS", "duck_error", "fetch_chunks", "row_limit_error"]
 
 # Order matters: lock_configuration last, or the others could not be set.
 SECURITY_SETTINGS: tuple[tuple[str, str], ...] = (
@@ -104,8 +104,11 @@ class ThreadCursors:
         self._pool = pool
         self._local = threading.local()
 
-    def run(self, tables: dict[str, Any], sql: str, limit_rows: int, watch: Any,
-            relations: dict[str, str]) -> tuple[list[tuple[str, str]], list[tuple[Any, ...]]]:
+    def run(self, tables: dict[str, Any], sql: str, limit_rows: int, watch: Any, relations: dict[str, str],
+            chunk: int | None = None) -> tuple[list[tuple[str, str]], list[tuple[Any, ...]], Streamed | None]:
+        """``(columns, rows, None)``; with ``chunk`` (a streaming answer) a result larger than one chunk comes
+        back as ``(columns, [], Streamed)``: the thread's cursor is handed over to stream the rest, chunk by
+        chunk (memory: a chunk), and the thread makes a new cursor next time."""
         local = self._local
         cur = getattr(local, "cursor", None)
         if cur is None:
@@ -113,6 +116,7 @@ class ThreadCursors:
             local.relations = {}
         held: dict[str, _Relation] = local.relations
         watch.attach(cur.interrupt)
+        handed_over = False
         try:
             for name, table in tables.items():
                 rel = held.get(name)
@@ -123,25 +127,54 @@ class ThreadCursors:
                     rel.data = table
             cur.execute(sql)
             columns = [(str(d[0]), str(d[1])) for d in cur.description or ()]
-            out = cur.fetchmany(limit_rows + 1)
-            if len(out) > limit_rows:
-                raise row_limit_error(limit_rows)
+            n = limit_rows if chunk is None else min(chunk, limit_rows)
+            out = cur.fetchmany(n + 1)
+            if len(out) > n:
+                if n == limit_rows:
+                    raise row_limit_error(limit_rows)
+                local.cursor = None  # this statement keeps the cursor (and its relations' data) until streamed
+                local.relations = {}
+                handed_over = True
+                assert chunk is not None
+                return columns, [], Streamed(cur, _then(out, fetch_chunks(cur, chunk, limit_rows, watch, relations,
+                                                                          seen=len(out))))
             watch.check()
-            return columns, out
+            return columns, out, None
         except duckdb.Error as exc:
             raise duck_error(exc, watch, relations) from exc
         finally:
-            watch.attach(None)
-            for name in tables:
-                rel = held.get(name)
-                if rel is not None:
-                    rel.data = rel.data.schema.empty_table()
+            if not handed_over:
+                watch.attach(None)
+                for name in tables:
+                    rel = held.get(name)
+                    if rel is not None:
+                        rel.data = rel.data.schema.empty_table()
+
+
+def _then(first: list[tuple[Any, ...]], rest: Generator[list[tuple[Any, ...]], None, None]
+          ) -> Iterator[list[tuple[Any, ...]]]:
+    try:
+        yield first
+        yield from rest
+    finally:
+        rest.close()
+
+
+class Streamed:
+    """A statement's cursor handed over to stream its rows, and the chunks still to come."""
+
+    __slots__ = ("cursor", "chunks")
+
+    def __init__(self, cursor: duckdb.DuckDBPyConnection, chunks: Iterator[list[tuple[Any, ...]]]) -> None:
+        self.cursor, self.chunks = cursor, chunks
 
 
 def fetch_chunks(cur: duckdb.DuckDBPyConnection, size: int, limit_rows: int, watch: Any,
-                 relations: dict[str, str]) -> Iterator[list[tuple[Any, ...]]]:
-    """Chunks of rows as DuckDB produces them; past the row limit it is an error, never a silent truncation."""
-    seen = 0
+                 relations: dict[str, str], *, seen: int = 0) -> Iterator[list[tuple[Any, ...]]]:
+    """Chunks of rows as DuckDB produces them; past the row limit it is an error, never a silent truncation.
+
+    ``seen``: rows of the statement already handed out (they count towards the limit).
+    """
     try:
         while True:
             try:

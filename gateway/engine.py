@@ -42,6 +42,8 @@ from .duck import DuckPool, ThreadCursors, arrow_batches, duck_error, fetch_chun
 from .errors import BadRequest, GatewayInternalError, translate
 from .guards import Guards, StatementWatch
 from .outcomes import partition_error, record_outcomes
+from .residual_eval import MAX_ROWS as RESIDUAL_EVAL_ROWS
+from .residual_programs import Programs
 from .result import PartitionOutcome, Result
 from .routing.membership import partition_rows
 from .scans import Waiting, probe_query, run_scan
@@ -61,6 +63,7 @@ class Gateway:
         self.config = config or GatewayConfig()
         self._pool = DuckPool(memory_limit_bytes=self.config.max_memory_bytes)
         self._cursors = ThreadCursors(self._pool)
+        self._programs = Programs()  # simple residuals answered without DuckDB (residual_eval.py)
         self._guards = Guards(self.config.max_memory_bytes)
         self._waiters = threading.BoundedSemaphore(self.config.max_waiters)
         self._owns_source = False
@@ -292,6 +295,19 @@ class Gateway:
                     raise row_limit_error(limit_rows)
                 return Result(columns=columns, position=merged, partitions=partitions,
                               statement=StatementKind.SELECT, rows=out, cursor_factory=self._pool.cursor)
+            program = plan.residual_program
+            learn = False
+            if (program is not None and len(scans) == 1 and not streamed and not scans[0][1].streams
+                    and len(scans[0][1].rows) <= RESIDUAL_EVAL_ROWS):
+                columns = self._programs.columns(program)
+                if columns is not None and (not arrow or all(t in _ARROW_READY for _, t in columns)):
+                    out = self._programs.evaluate(program, plan.residual_values, scans[0][1].rows)
+                    if out is not None:
+                        if len(out) > limit_rows:
+                            raise row_limit_error(limit_rows)
+                        return Result(columns=columns, position=merged, partitions=partitions,
+                                      statement=StatementKind.SELECT, rows=out, cursor_factory=self._pool.cursor)
+                learn = not arrow and not self._programs.known(program)
             system = (lambda cur: register_system_tables(cur, plan.system_tables, catalog, context, settings,
                                                          lambda: partition_rows(self.source),
                                                          lambda: store_rows(self.source, catalog))
@@ -301,6 +317,8 @@ class Gateway:
                                     streamed=streamed, streams=streams)
             if not result.streaming:
                 close_streams(streams)
+            if learn and not result.streaming:
+                self._programs.learn(program, plan.residual_values, scans[0][1].rows, result.columns, result.rows())
             return result
         except BaseException:
             for _, rows in scans:  # every snapshot ends with the statement (a LIMIT stops reading early)
@@ -319,9 +337,13 @@ class Gateway:
         """
         relations = {scan.relation: scan.store for scan, _ in scans}
         sql = plan.residual_sql or ""
-        if not stream and not arrow and system is None and not streamed:  # small, answered at once: reuse
+        if not arrow and system is None and not streamed:  # scans in memory: the thread's cursor, reused
             tables = {scan.relation: rows.to_arrow(scan.include_failures) for scan, rows in scans}
-            columns, out = self._cursors.run(tables, sql, limit_rows, watch, relations)
+            columns, out, rest = self._cursors.run(tables, sql, limit_rows, watch, relations,
+                                                   self.config.ndjson_batch_rows if stream else None)
+            if rest is not None:  # more than a chunk: the rest streams from the cursor handed over to it
+                return Result(columns=columns, chunks=rest.chunks, cursor=rest.cursor, position=position,
+                              partitions=partitions, statement=StatementKind.SELECT, residual_sql=sql)
             return Result(columns=columns, rows=out, position=position, partitions=partitions,
                           statement=StatementKind.SELECT, residual_sql=sql, rerunnable=False,
                           cursor_factory=self._pool.cursor)
@@ -367,6 +389,10 @@ class Gateway:
         finally:
             if not handed_over:
                 watch.attach(None)
+
+
+# Result types whose Arrow form the rows of a result built without DuckDB reproduce (result.py)
+_ARROW_READY = frozenset({"BIGINT", "INTEGER", "DOUBLE", "VARCHAR", "BOOLEAN"})
 
 
 def _bound_from(value: Any) -> Position | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import duckdb
@@ -67,7 +68,8 @@ class Result:
     """
 
     __slots__ = ("columns", "position", "partitions", "statement", "settings", "_table", "_rows",
-                 "_cursor_factory", "_cursor", "_relation", "_chunks", "_sql", "_rerunnable", "_on_close", "_arrow_stream")
+                 "_cursor_factory", "_cursor", "_relation", "_chunks", "_sql", "_rerunnable", "_on_close", "_arrow_stream",
+                 "_streaming")
 
     def __init__(
         self,
@@ -95,6 +97,7 @@ class Result:
         self._table = table
         self._rows = rows
         self._chunks = chunks
+        self._streaming: Any = None  # the chunks iter_batches is handing out (closed by close())
         self._cursor = cursor
         self._sql = residual_sql
         self._cursor_factory = cursor_factory
@@ -160,6 +163,7 @@ class Result:
         """
         if self._chunks is not None:  # streamed: nothing is kept, so memory is one chunk's (issue 14 item 2)
             chunks, self._chunks = self._chunks, None
+            self._streaming = chunks
             self._rows = _STREAMED
             for chunk in chunks:
                 yield from _chunks(chunk, max_rows)
@@ -195,6 +199,12 @@ class Result:
             if close is not None:
                 close()
             self._arrow_stream = None
+        streaming, self._streaming = self._streaming, None
+        if streaming is not None and hasattr(streaming, "close"):  # a reader stopped early ends the statement
+            try:
+                streaming.close()
+            except ValueError:  # running in another thread right now: it ends when that thread stops
+                pass
         if self._chunks is not None:
             close = getattr(self._chunks, "close", None)
             if close is not None:
@@ -250,5 +260,8 @@ def _rows_table(columns: list[tuple[str, str]], rows: list[tuple[Any, ...]]) -> 
     arrays = []
     for i, (_, t) in enumerate(columns):
         values = [r[i] for r in rows]
+        if t == "HUGEINT":  # sum() of integers (residual_eval.py): DuckDB's Arrow for it is decimal128(38, 0)
+            arrays.append(pa.array([None if v is None else Decimal(v) for v in values], type=pa.decimal128(38, 0)))
+            continue
         arrays.append(pa.array(values, type=_DUCK_TO_ARROW.get(t)))
     return pa.Table.from_arrays(arrays, names=[n for n, _ in columns]) if columns else pa.table({})

@@ -33,6 +33,7 @@ from .pg_compat import rewrite_pg_compat
 from .plan import FAILURE_COLUMNS, PSEUDO_COLUMNS, StatementKind
 from .positions import line_col, node_position
 from .residual import rewrite_stars, unsupported_table_args, wrap_store
+from .residual_program import compile_program
 from .scopes import analyze_scope
 from .statements import plan_describe, plan_reset, plan_set, plan_show
 from .systables import SYSTEM_SCHEMAS, relation_name
@@ -224,6 +225,9 @@ def _analyze_query(sql: str, root: exp.Expression, catalog: Mapping[str, StoreSp
     for scope in traverse_scope(root):
         if isinstance(scope.expression, exp.Select):
             rewrite_stars(scope.expression, by_table, exposed_by_scan)
+    if len(scans) == 1 and len(store_tables) == 1 and not system and not exposed_by_scan.get(id(store_tables[0][0])):
+        table = store_tables[0][0]
+        template.program = compile_program(root, table, scans[0].spec, scans[0].alias, param_index)
     for table, _scope in store_tables:
         scan = by_table.get(id(table))
         if scan is not None:

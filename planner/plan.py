@@ -87,3 +87,7 @@ class Plan:
     # SELECT: system tables (information_schema, pg_catalog) the residual SQL reads, as keys of
     # planner.systables.SYSTEM_TABLES; the gateway registers each as planner.systables.relation_name(key).
     system_tables: tuple[str, ...] = ()
+    # SELECT over one store with a simple residual (planner/residual_program.py): the residual as a program the
+    # gateway may evaluate over the scan's rows instead of DuckDB, and the parameter values its slots refer to.
+    residual_program: Any = None
+    residual_values: tuple[Any, ...] = ()

@@ -135,6 +135,9 @@ def plan(
         position_bound=bound,
         fast_path=fast_path,
         system_tables=template.system_tables,
+        residual_program=template.program if len(scans) == 1 else None,
+        residual_values=tuple(params[k] for k in template.slot_keys) if template.program is not None and params
+        else (),
     )
     return _explained(result) if template.explain else result
 

@@ -16,6 +16,7 @@ from stores.iqv2.query import ResultOrder
 from .literals import ValueRef
 from .plan import StatementKind
 from .predicates import Constraint
+from .residual_program import Program
 
 __all__ = ["ScanTemplate", "Template", "SystemTime"]
 
@@ -68,3 +69,4 @@ class Template:
     describe: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     system_tables: tuple[str, ...] = ()  # keys of planner.systables.SYSTEM_TABLES the residual SQL reads
+    program: Program | None = None  # the residual as an expression tree, when it is simple (residual_program.py)

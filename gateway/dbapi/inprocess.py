@@ -8,7 +8,7 @@ transport keeps them for a server.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -49,29 +49,30 @@ class InProcessTransport:
         try:
             result = self._gateway.sql(
                 sql, params=params, position=bound, partial=self._partial, wait_ms=self._wait_ms,
-                session=self._session,
+                session=self._session, stream=True,
             )
             statement = result.statement.value
             if statement == "set":
                 return Outcome(statement, [], [], result.position, [], dict(result.settings))
-            rows = result.rows()
             columns = [(str(n), str(t)) for n, t in result.columns]
             fixes = [native_fix_for(t) for _, t in columns]
-            if any(fixes):
-                rows = [
-                    tuple(f(v) if f is not None and v is not None else v for f, v in zip(fixes, r, strict=False))
-                    for r in rows
-                ]
-            result.close()  # rows are Python values now: give the DuckDB cursor back
+            chunks = result.iter_batches()
+            try:
+                first = next(chunks, None) or []
+                second = next(chunks, None) if first else None
+            except BaseException:
+                result.close()
+                raise
+            if second is None:
+                result.close()  # the whole answer is in hand: give the DuckDB cursor back
+                return Outcome(statement=statement, columns=columns, rows=_fixed(first, fixes),
+                               position=result.position, partitions=result.partitions)
         except Exception as exc:  # noqa: BLE001 - every failure reaches the caller as a PEP 249 class
             raise as_dbapi_error(exc) from exc
-        return Outcome(
-            statement=statement,
-            columns=columns,
-            rows=rows if isinstance(rows, list) else list(rows),
-            position=result.position,
-            partitions=result.partitions,
-        )
+        # more than a chunk: the cursor pulls the rest as it fetches (memory: a chunk, issue 14)
+        return Outcome(statement=statement, columns=columns, rows=_fixed(first, fixes), position=result.position,
+                       partitions=result.partitions, more=_rest(second, chunks, fixes, result),
+                       close=result.close)
 
     def settings(self) -> dict[str, Any]:
         return dict(self._session.settings) if self._session is not None else {}
@@ -84,6 +85,26 @@ class InProcessTransport:
 
     def close(self) -> None:
         self._session = None
+
+
+def _fixed(rows: list[tuple[Any, ...]], fixes: list[Any]) -> list[tuple[Any, ...]]:
+    if not any(fixes):
+        return rows if isinstance(rows, list) else list(rows)
+    return [tuple(f(v) if f is not None and v is not None else v for f, v in zip(fixes, r, strict=False))
+            for r in rows]
+
+
+def _rest(second: list[tuple[Any, ...]], chunks: Iterator[list[tuple[Any, ...]]], fixes: list[Any],
+          result: Any) -> Iterator[list[tuple[Any, ...]]]:
+    """The chunks after the first, as PEP 249 errors when the engine fails while they stream."""
+    try:
+        yield _fixed(second, fixes)
+        for chunk in chunks:
+            yield _fixed(chunk, fixes)
+    except Exception as exc:  # noqa: BLE001 - a fetch raises a PEP 249 class
+        raise as_dbapi_error(exc) from exc
+    finally:
+        result.close()
 
 
 def as_dbapi_error(exc: BaseException) -> Error:

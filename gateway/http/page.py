@@ -69,12 +69,11 @@ def register_page(app: Flask, gateway: Any, cfg: GatewayConfig) -> None:
                 raise BadRequest(f"position is not JSON: {exc}") from None
         req = parse_sql_request(json.dumps(body).encode(), cfg.max_request_bytes)
         media = _FORMATS[fmt]
-        result = gateway.sql(req.sql, None, req.position, partial=req.partial, stream=media == NDJSON,
+        result = gateway.sql(req.sql, None, req.position, partial=req.partial, stream=media != ARROW,
                              arrow=media == ARROW, cancelled=request.environ.get("waitress.client_disconnected"))
         resp = RENDERERS[media](result, cfg.max_response_bytes)
         resp.headers["X-IQ-Position"] = position_header(result)
         if media in _EXTENSIONS:
             resp.headers["Content-Disposition"] = f'attachment; filename="iqgate-result.{_EXTENSIONS[media]}"'
-        if media != NDJSON:
-            result.close()
+        resp.call_on_close(result.close)  # the answers stream: each closes when sent (or never read)
         return resp

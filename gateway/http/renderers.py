@@ -1,14 +1,18 @@
 """Result → response body, one renderer per media type (chosen by Accept).
 
-JSON (whole body), NDJSON (header line, a line per row, trailer line; an
-error after the headers went out comes in-band), CSV and Arrow IPC. Values
-are encoded as ``gateway.json_values`` says.
+Every format streams the rows chunk by chunk as the engine produces them
+(issue 14): JSON (an error after the headers went out ends the object with
+an ``"error"`` member), NDJSON (header line, a line per row, trailer line; an
+error comes in-band), CSV and Arrow IPC (no in-band error: the connection is
+dropped before the last chunk). Values are encoded as ``gateway.json_values``
+says.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -66,16 +70,83 @@ def _too_large(limit: int) -> ResponseTooLarge:
                             "add a LIMIT, select fewer columns, or aggregate")
 
 
+def _first_chunk(result: Result) -> tuple[Iterator[list[tuple[Any, ...]]] | None, list[tuple[Any, ...]] | None]:
+    """The first chunk and the rest, read before any byte goes out: an error there keeps its status code.
+
+    The rest is None when the first chunk is the whole answer (the second was asked for and there was
+    none): such an answer is sent whole, with a Content-Length, as small answers always were.
+    """
+    try:
+        chunks = result.iter_batches()
+        first = next(chunks, None)
+        second = next(chunks, None) if first is not None else None
+        if second is None:
+            result.close()
+            return None, first
+        return itertools.chain([second], chunks), first
+    except BaseException:
+        result.close()
+        raise
+
+
 def render_json(result: Result, max_bytes: int) -> Response:
-    rows = result.rows()
-    head = dumps({"columns": _columns(result), "rows": rows, "statement": result.statement.value})
-    if len(head) > max_bytes:
-        raise _too_large(max_bytes)
-    tail = (',"position":' + (position_json(result.position) or "{}") + ',"partitions":' + _partitions_json(result)
-            + ',"row_count":' + str(len(rows)))
+    """One JSON object, written chunk by chunk as the rows come (memory: a chunk, issue 14).
+
+    An error found after the status line went out (row or size limit,
+    timeout) ends the rows array and the object with an ``"error"`` member
+    (the one error shape) instead of ``position``/``row_count``: the body is
+    still valid JSON and never looks like a complete answer.
+    """
     if result.statement.value == "set":
-        tail += ',"settings":' + dumps(result.settings)
-    return Response(head[:-1] + tail + "}", content_type=_JSON_CT)
+        rows = result.rows()
+        result.close()
+        head = dumps({"columns": _columns(result), "rows": rows, "statement": "set"})
+        tail = (',"position":' + (position_json(result.position) or "{}") + ',"partitions":'
+                + _partitions_json(result) + ',"row_count":' + str(len(rows)) + ',"settings":' + dumps(result.settings))
+        return Response(head[:-1] + tail + "}", content_type=_JSON_CT)
+    chunks, first = _first_chunk(result)
+    head = '{"columns":' + dumps(_columns(result)) + ',"rows":['
+    try:
+        body = dumps(first)[1:-1] if first else ""
+        if len(head) + len(body) > max_bytes:
+            raise _too_large(max_bytes)
+    except BaseException:
+        result.close()
+        raise
+    if chunks is None:
+        return Response(head + body + _json_end(result, len(first or ())), content_type=_JSON_CT)
+
+    def gen() -> Iterator[str]:
+        n = len(first) if first else 0
+        sent = len(head) + len(body)
+        end = '],"statement":' + dumps(result.statement.value)
+        try:
+            yield head + body
+            for chunk in chunks:
+                if not chunk:
+                    continue
+                text = ("," if n else "") + dumps(chunk)[1:-1]
+                n += len(chunk)
+                sent += len(text)
+                if sent > max_bytes:
+                    raise _too_large(max_bytes)
+                yield text
+        except GatewayError as exc:
+            yield end + "," + dumps(exc.to_error_body())[1:]
+            return
+        except Exception as exc:  # noqa: BLE001 - the status line is gone; the client must still learn of it
+            yield end + "," + dumps(GatewayInternalError(f"{type(exc).__name__}: {exc}").to_error_body())[1:]
+            return
+        finally:
+            result.close()
+        yield _json_end(result, n)
+
+    return Response(gen(), content_type=_JSON_CT)
+
+
+def _json_end(result: Result, row_count: int) -> str:
+    return ('],"statement":' + dumps(result.statement.value) + ',"position":' + (position_json(result.position) or "{}")
+            + ',"partitions":' + _partitions_json(result) + ',"row_count":' + str(row_count) + "}")
 
 
 def render_ndjson(result: Result, max_bytes: int) -> Response:
@@ -117,17 +188,49 @@ def _csv_value(v: Any) -> Any:
     return json_default(v)
 
 
-def render_csv(result: Result, max_bytes: int) -> Response:
+def _csv_text(rows: list[tuple[Any, ...]]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\r\n")
-    w.writerow([n for n, _ in result.columns])
-    for i, row in enumerate(result.rows()):
+    for row in rows:
         w.writerow([_csv_value(v) for v in row])
-        if i % 1024 == 0 and buf.tell() > max_bytes:
+    return buf.getvalue()
+
+
+def render_csv(result: Result, max_bytes: int) -> Response:
+    """A header line, then the rows chunk by chunk as they come (memory: a chunk, issue 14).
+
+    CSV has no in-band error: one found after the status line went out (row
+    or size limit, timeout) drops the connection before the response's last
+    chunk, so the client sees an incomplete response, never a short answer.
+    """
+    chunks, first = _first_chunk(result)
+    try:
+        head = _csv_text([tuple(n for n, _ in result.columns)]) + (_csv_text(first) if first else "")
+        if len(head) > max_bytes:
             raise _too_large(max_bytes)
-    if buf.tell() > max_bytes:
-        raise _too_large(max_bytes)
-    return Response(buf.getvalue(), mimetype=CSV, headers={"Content-Type": "text/csv; charset=utf-8"})
+    except BaseException:
+        result.close()
+        raise
+    if chunks is None:
+        return Response(head, mimetype=CSV, headers={"Content-Type": "text/csv; charset=utf-8"})
+
+    def gen() -> Iterator[str]:
+        sent = len(head)
+        try:
+            yield head
+            for chunk in chunks:
+                text = _csv_text(chunk)
+                sent += len(text)
+                if sent > max_bytes:
+                    raise _too_large(max_bytes)
+                yield text
+        except GatewayError as exc:
+            log.warning("a CSV answer was cut short after its headers went out: %s", exc)
+            raise
+        finally:
+            result.close()
+
+    return Response(gen(), mimetype=CSV, headers={"Content-Type": "text/csv; charset=utf-8"})
 
 
 class _Pieces:

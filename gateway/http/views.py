@@ -18,7 +18,6 @@ from .renderers import (
     ARROW,
     JSON,
     MEDIA_TYPES,
-    NDJSON,
     RENDERERS,
     dumps,
     position_header,
@@ -58,15 +57,14 @@ def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metric
         media = JSON if not accept or accept in _JSON_ACCEPTS else negotiate(request.accept_mimetypes)
         req = parse_sql_request(request.get_data(), cfg.max_request_bytes)
         result = gateway.sql(req.sql, req.params, req.position, partial=req.partial, wait_ms=req.wait_ms,
-                             session=req.session, max_rows=req.max_rows, stream=media == NDJSON,
+                             session=req.session, max_rows=req.max_rows, stream=media != ARROW,
                              arrow=media == ARROW, cancelled=request.environ.get("waitress.client_disconnected"))
         failed = [p.failure_reason for p in result.partitions if p.failure_reason]
         if failed:
             metrics.partition_failures(failed)
         resp = RENDERERS[media](result, cfg.max_response_bytes)
         resp.headers["X-IQ-Position"] = position_header(result)
-        if media not in (NDJSON, ARROW):  # streamed answers close when their last byte is out
-            result.close()
+        resp.call_on_close(result.close)  # also when the body was never read (the answers close when sent)
         return resp
 
     @app.get("/v1/stores")

@@ -179,6 +179,7 @@ class PgServer:
             finally:
                 if session is not None:
                     session.cancel.cancel()
+                    session.close_portals()
                     with self._lock:
                         self._sessions.pop(session.pid, None)
 
@@ -271,6 +272,7 @@ class PgServer:
     def _loop(self, sock: Any, session: Session) -> None:
         reader = MessageReader(sock, self.max_message_bytes, self.body_timeout_s)
         out = session.out
+        session.sock = sock
         while True:
             kind, payload = reader.message()
             if kind == b"X":

@@ -69,6 +69,7 @@ class Session:
     portals: dict[str, Portal] = field(default_factory=dict)
     last_position: Position = field(default_factory=Position.empty)
     on_report: Callable[[str, str], None] | None = None
+    sock: Any = None  # set by the server: rows are flushed to it a chunk at a time while a SELECT streams
 
     def __post_init__(self) -> None:
         if self.gateway_session is None:
@@ -92,10 +93,13 @@ class Session:
             return Answer(columns=None, rows=[], tag="", empty=True)
         self.cancel.reset()
         result = self.gateway.sql(prepared.sql, params if prepared.params else None, session=self.gateway_session,
-                                  context=self.context(), cancel=self.cancel)
+                                  context=self.context(), cancel=self.cancel, stream=True)
         try:
             answer = answer_of(result)
-        finally:
+        except BaseException:
+            result.close()
+            raise
+        if answer.result is None:
             result.close()
         if answer.position is not None:
             self.last_position = answer.position
@@ -113,15 +117,42 @@ class Session:
         self.out.row_description(fields)
 
     def send_rows(self, answer: Answer, formats: list[int], start: int, limit: int) -> int:
-        """DataRows from ``start``; at most ``limit`` (0: all). Returns how many were sent."""
+        """DataRows from ``start``; at most ``limit`` (0: all). Returns how many were sent.
+
+        A streamed answer is sent a chunk at a time, flushed to the client after each (memory: a chunk);
+        an error while its rows come (row limit, timeout, cancel) propagates after the rows already sent,
+        and the caller sends an ErrorResponse instead of CommandComplete, as PostgreSQL does.
+        """
         cols = answer.columns or []
         encoders = [encoder(column_type(d), _format(formats, i) == 1) for i, (_, d) in enumerate(cols)]
+        if not answer.done:
+            return self._send_streamed(answer, encoders, limit)
         rows = answer.rows
         end = len(rows) if limit <= 0 else min(len(rows), start + limit)
         data_row = self.out.data_row
         for r in range(start, end):
             data_row([None if v is None else enc(v) for enc, v in zip(encoders, rows[r])])
         return end - start
+
+    def _send_streamed(self, answer: Answer, encoders: list[Any], limit: int) -> int:
+        data_row = self.out.data_row
+        sent = 0
+        while True:
+            rows = answer.rows
+            take = len(rows) if limit <= 0 else min(len(rows), limit - sent)
+            for r in range(take):
+                data_row([None if v is None else enc(v) for enc, v in zip(encoders, rows[r])])
+            answer.rows = rows[take:]
+            sent += take
+            answer.count += take
+            if self.sock is not None and len(self.out.buf) >= _FLUSH_BYTES:
+                self.out.flush(self.sock)
+            if answer.rows:
+                return sent  # the row limit of this Execute stopped inside a chunk
+            if not answer.next_rows():
+                return sent
+            if 0 < limit <= sent:
+                return sent  # more rows wait: PortalSuspended
 
     def send_notices(self, answer: Answer) -> None:
         for fields in answer.notices:
@@ -152,10 +183,13 @@ class Session:
                 if prepared.params:
                     raise ProtocolError(f"there is no parameter ${prepared.params}", "42P02")
                 answer = self.run(prepared, [])
-                self.send_notices(answer)
-                if answer.columns is not None:
-                    self.send_description(answer, [])
-                    self.send_rows(answer, [], 0, 0)
+                try:
+                    self.send_notices(answer)
+                    if answer.columns is not None:
+                        self.send_description(answer, [])
+                        self.send_rows(answer, [], 0, 0)
+                finally:
+                    answer.close()
                 self.out.command_complete(answer.tag)
             except Exception as exc:  # noqa: BLE001 - every failure is an ErrorResponse; the rest is skipped
                 self.send_error(exc, sql)
@@ -190,6 +224,7 @@ class Session:
             oid = prepared.param_oids[i] if i < len(prepared.param_oids) else 0
             params.append(decode_param(raw, oid, _format(param_formats, i) == 1))
         formats = [buf.int16() for _ in range(buf.int16())]
+        _drop(self.portals.get(portal))
         self.portals[portal] = Portal(prepared, params, formats)
         self.out.bind_complete()
 
@@ -219,21 +254,34 @@ class Session:
             self.out.empty_query()
             return
         if answer.columns is not None:
-            portal.sent += self.send_rows(answer, portal.formats, portal.sent, limit)
-            if 0 < limit and portal.sent < len(answer.rows):
+            try:
+                portal.sent += self.send_rows(answer, portal.formats, portal.sent, limit)
+            except BaseException:
+                answer.close()
+                raise
+            if 0 < limit and (portal.sent < len(answer.rows) if answer.done else True):
                 self.out.portal_suspended()
                 return
         self.out.command_complete(answer.tag)
 
     def close(self, buf: Buffer) -> None:
         what, name = buf.byte(), buf.cstring()
-        (self.statements if what == b"S" else self.portals).pop(name, None)
+        if what == b"S":
+            self.statements.pop(name, None)
+        else:
+            _drop(self.portals.pop(name, None))
         self.out.close_complete()
 
     def sync(self) -> None:
         self.skip_to_sync = False
-        self.portals.pop("", None)
+        _drop(self.portals.pop("", None))
         self.out.ready(self.tx)
+
+    def close_portals(self) -> None:
+        """End every open portal's statement (the connection ends)."""
+        for portal in self.portals.values():
+            _drop(portal)
+        self.portals.clear()
 
     def _statement(self, name: str) -> Prepared:
         prepared = self.statements.get(name)
@@ -262,6 +310,14 @@ class Session:
             return Answer(columns=None, rows=[], tag="")
         cols = self.gateway.result_columns(prepared.sql, session=self.gateway_session, context=self.context())
         return Answer(columns=cols or None, rows=[], tag="")
+
+
+_FLUSH_BYTES = 1 << 16
+
+
+def _drop(portal: Portal | None) -> None:
+    if portal is not None and portal.answer is not None:
+        portal.answer.close()
 
 
 def _param_count(prepared: Prepared) -> int:

@@ -1,8 +1,11 @@
 """The PEP 249 cursor: a thin facade that turns an ``Outcome`` into description, rowcount and fetches.
 
-Rows are fetched in full when a statement runs (the gateway builds the whole
-result before answering anyway), so ``rowcount`` is exact for every result
-set and fetches never touch the transport.
+A result that fits in one chunk is fetched in full when the statement runs
+(``rowcount`` exact); a larger one (in-process transport) streams: fetches
+pull chunk after chunk from the engine, only the current chunk is held, and
+``rowcount`` is -1 until the last row was fetched (PEP 249's "cannot be
+determined"). An error found while the rows stream (row limit, timeout) is
+raised by the fetch that meets it.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ class Cursor:
         self._outcome: Outcome | None = None
         self._rows: list[tuple[Any, ...]] = []
         self._next = 0
+        self._base = 0  # rows of the result before ``_rows`` (dropped chunks of a streamed result)
+        self._more: Iterator[list[tuple[Any, ...]]] | None = None
         self._description: list[Description] | None = None
         self.rowcount = -1
         self.lastrowid = None
@@ -85,7 +90,7 @@ class Cursor:
     @property
     def rownumber(self) -> int | None:
         """PEP 249 optional extension: the 0-based index of the next row in the result set."""
-        return self._next if self._description is not None else None
+        return self._base + self._next if self._description is not None else None
 
     # -- execution -------------------------------------------------------------
     def execute(self, operation: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None) -> Cursor:
@@ -105,10 +110,11 @@ class Cursor:
         if outcome.statement in ROWLESS_STATEMENTS:
             return self
         self._rows = outcome.rows
+        self._more = outcome.more
         self._description = [
             (name, type_name, None, None, *_precision_scale(type_name), None) for name, type_name in outcome.columns
         ]
-        self.rowcount = len(outcome.rows)
+        self.rowcount = len(outcome.rows) if outcome.more is None else -1
         return self
 
     def executemany(self, operation: str, seq_of_parameters: Sequence[Sequence[Any] | Mapping[str, Any]]) -> Cursor:
@@ -122,11 +128,38 @@ class Cursor:
         return self
 
     def _reset(self) -> None:
-        self._outcome = None
+        outcome, self._outcome = self._outcome, None
+        if self._more is not None and outcome is not None and outcome.close is not None:
+            outcome.close()  # the statement was still streaming: end it
+        self._more = None
         self._rows = []
         self._next = 0
+        self._base = 0
         self._description = None
         self.rowcount = -1
+
+    def _fill(self) -> bool:
+        """Past the held rows: the next chunk of a streamed result (False at its end, rowcount then known)."""
+        while self._more is not None:
+            try:
+                chunk = next(self._more, None)
+            except BaseException:
+                self._end_stream()
+                raise
+            if chunk is None:
+                self._end_stream()
+                self.rowcount = self._base + len(self._rows)
+                return False
+            if chunk:
+                self._base += len(self._rows)
+                self._rows, self._next = chunk, 0
+                return True
+        return False
+
+    def _end_stream(self) -> None:
+        self._more = None
+        if self._outcome is not None and self._outcome.close is not None:
+            self._outcome.close()
 
     # -- fetching ----------------------------------------------------------------
     def _result_rows(self) -> list[tuple[Any, ...]]:
@@ -140,7 +173,9 @@ class Cursor:
     def fetchone(self) -> tuple[Any, ...] | None:
         rows = self._result_rows()
         if self._next >= len(rows):
-            return None
+            if not self._fill():
+                return None
+            rows = self._rows
         row = rows[self._next]
         self._next += 1
         return row
@@ -152,12 +187,19 @@ class Cursor:
             raise ProgrammingError(f"fetchmany size must be a non-negative integer, got {n!r}")
         out = rows[self._next : self._next + n]
         self._next += len(out)
+        while len(out) < n and self._fill():
+            more = self._rows[: n - len(out)]
+            self._next = len(more)
+            out += more
         return out
 
     def fetchall(self) -> list[tuple[Any, ...]]:
         rows = self._result_rows()
         out = rows[self._next :]
         self._next = len(rows)
+        while self._fill():
+            out += self._rows
+            self._next = len(self._rows)
         return out
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
@@ -179,7 +221,7 @@ class Cursor:
         """Parameters are sent with their values' own types, so sizes are not needed."""
 
     def setoutputsize(self, size: int, column: int | None = None) -> None:
-        """Results arrive whole, so there is no buffer to size."""
+        """Results arrive whole or chunk by chunk as the engine makes them: there is no buffer to size."""
 
     # -- closing -------------------------------------------------------------------------
     def close(self) -> None:

@@ -6,7 +6,7 @@ cursor (the PEP 249 face) is written once and cannot drift between them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -55,6 +55,11 @@ class Outcome:
     position: Position
     partitions: list[Any] = field(default_factory=list)
     settings: Mapping[str, Any] | None = None
+    #: rows still coming after ``rows`` (a large result the transport streams chunk by chunk); fetching from
+    #: it may raise the statement's error (row limit, timeout) after earlier rows were handed out
+    more: Iterator[list[tuple[Any, ...]]] | None = None
+    #: ends the statement when the cursor is done with it before ``more`` ran out
+    close: Callable[[], None] | None = None
 
 
 class Transport(Protocol):

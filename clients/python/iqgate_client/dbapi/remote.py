@@ -119,6 +119,11 @@ class RemoteTransport:
             retry_after = headers.get("Retry-After")
             err.retry_after = float(retry_after) if retry_after and retry_after.isdigit() else None  # type: ignore[attr-defined]
             raise err
+        if isinstance(payload, dict) and isinstance(payload.get("error"), dict):
+            # an error found after the rows began to stream ends the JSON answer in-band (status 200 went out)
+            err = GatewayError.from_error_body(status, payload)
+            err.http_status = type(err).http_status  # type: ignore[misc]
+            raise err
         if self._server_version is None:
             self._server_version = headers.get("X-IQ-Version") or ""
         outcome = self._outcome(payload)

@@ -1,0 +1,357 @@
+"""Residual SQL simple enough to evaluate without DuckDB: the statement as a small expression tree.
+
+DuckDB's fixed cost per statement (~190 us here) is most of what a point
+lookup plus an aggregate costs (issue 14 item 3). For one store read by key
+and a residual made only of a filter, a projection of columns and arithmetic,
+``count/sum/avg/min/max`` over the rows (or over groups of grouping columns
+ordered by all of them), LIMIT and OFFSET, the gateway can compute the answer
+from the few rows the lookup returned (``gateway/residual_eval.py``). This
+module only recognizes that subset and writes it down (pure: sqlglot AST in,
+frozen nodes out); anything else gets no program and runs in DuckDB as before.
+What DuckDB would do with mixed types is decided by the evaluator when the
+parameter values are known; it declines whatever it cannot match exactly.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from sqlglot import exp
+
+from stores.catalog.schema import SqlType, StoreSpec
+
+__all__ = ["Program", "Col", "Lit", "Slot", "Cmp", "Logic", "Not", "IsNull", "In", "Between", "Arith", "Neg", "Agg",
+           "compile_program", "PROGRAM_TYPES"]
+
+# Column types the evaluator computes with exactly as DuckDB does (no time zones, decimals, blobs or nesting).
+PROGRAM_TYPES = frozenset({SqlType.BIGINT, SqlType.INTEGER, SqlType.DOUBLE, SqlType.VARCHAR, SqlType.BOOLEAN})
+_INT_RE = re.compile(r"[0-9]+")
+_DEC_RE = re.compile(r"[0-9]+\.[0-9]*|\.[0-9]+")
+_DOUBLE_RE = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][+-]?[0-9]+")
+_SELECT_ARGS = frozenset({"expressions", "from_", "where", "group", "order", "limit", "offset"})
+_CMP = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
+_ARITH = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/"}
+_AGGS = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max"}
+
+
+@dataclass(frozen=True, slots=True)
+class Col:
+    index: int  # in the scan's row (spec.columns() order)
+    sql_type: SqlType
+
+
+@dataclass(frozen=True, slots=True)
+class Lit:
+    """A literal as DuckDB types it: int (INTEGER/BIGINT), Decimal (DECIMAL), float (DOUBLE), str, bool, None."""
+
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """A placeholder: ``index`` into the plan's ``residual_values``."""
+
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class Cmp:
+    op: str
+    left: Any
+    right: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Logic:
+    op: str  # "and" / "or"
+    items: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Not:
+    item: Any
+
+
+@dataclass(frozen=True, slots=True)
+class IsNull:
+    item: Any  # IS NOT NULL is Not(IsNull)
+
+
+@dataclass(frozen=True, slots=True)
+class In:
+    item: Any  # NOT IN is Not(In)
+    options: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Between:
+    item: Any
+    low: Any
+    high: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Arith:
+    op: str
+    left: Any
+    right: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Neg:
+    item: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Agg:
+    func: str  # count_star, count, sum, avg, min, max
+    arg: Any = None
+
+
+@dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)
+class Program:
+    """``SELECT outputs FROM <the one scan> WHERE where``; ``aggregate``: every output is an aggregate (one row).
+
+    Compared by identity: the gateway keeps what it learned about a program (its result columns) per object,
+    and a program lives as long as its cached template.
+    """
+
+    outputs: tuple[Any, ...]
+    where: Any
+    aggregate: bool
+    width: int  # store columns in a scan row
+    limit: Lit | Slot | None = None  # LIMIT / OFFSET (rows in scan order, as DuckDB keeps insertion order)
+    offset: Lit | Slot | None = None
+    group: tuple[Col, ...] = ()  # GROUP BY columns (then ``order`` orders the groups completely)
+    order: tuple[tuple[Any, bool, bool], ...] = ()  # ORDER BY (expression, descending, nulls first)
+
+
+class _NotInSubset(Exception):
+    pass
+
+
+def compile_program(select: exp.Expression, table: exp.Table, spec: StoreSpec, alias: str,
+                    param_index: dict[int, int]) -> Program | None:
+    """The program of ``select`` over the one store ``table``, or None when DuckDB must run it."""
+    try:
+        return _Compiler(spec, alias, param_index).program(select, table)
+    except _NotInSubset:
+        return None
+
+
+class _Compiler:
+    def __init__(self, spec: StoreSpec, alias: str, param_index: dict[int, int]) -> None:
+        self.columns: dict[str, Col | None] = {}
+        for i, c in enumerate(spec.columns()):
+            name = c.name.lower()
+            typ = c.type if isinstance(c.type, SqlType) and c.type in PROGRAM_TYPES else None
+            # a name twice (case differs) is ambiguous to DuckDB: out of the subset
+            self.columns[name] = None if name in self.columns or typ is None else Col(i, typ)
+        self.width = len(spec.columns())
+        self.alias = alias.lower()
+        self.param_index = param_index
+
+    def program(self, select: exp.Expression, table: exp.Table) -> Program:
+        if not isinstance(select, exp.Select) or any(v for k, v in select.args.items() if k not in _SELECT_ARGS):
+            raise _NotInSubset
+        frm = select.args.get("from_")
+        if frm is None or frm.this is not table:
+            raise _NotInSubset
+        outputs: list[Any] = []
+        for e in select.expressions:
+            if isinstance(e, exp.Alias):
+                e = e.this
+            if isinstance(e, exp.Star):
+                if any(e.args.values()):
+                    raise _NotInSubset
+                outputs += self._all_columns()
+            else:
+                outputs.append(self.output(e))
+        if not outputs:
+            raise _NotInSubset
+        group = self.group_by(select.args.get("group"))
+        aggregate = bool(group) or any(isinstance(o, Agg) for o in outputs)
+        if aggregate and not all(isinstance(o, Agg) or o in group for o in outputs):
+            raise _NotInSubset  # a column beside an aggregate that is not grouped by: DuckDB's error
+        order = self.order_by(select.args.get("order"), group)
+        where = select.args.get("where")
+        return Program(tuple(outputs), self.predicate(where.this) if where is not None else None, aggregate,
+                       self.width, self.count(select.args.get("limit")), self.count(select.args.get("offset")),
+                       group, order)
+
+    def group_by(self, clause: exp.Expression | None) -> tuple[Col, ...]:
+        if clause is None:
+            return ()
+        if any(v for k, v in clause.args.items() if k != "expressions") or not clause.expressions:
+            raise _NotInSubset  # ROLLUP, CUBE, GROUPING SETS, GROUP BY ALL
+        cols = tuple(self.value(e) for e in clause.expressions)
+        if not all(isinstance(c, Col) for c in cols) or len(set(cols)) != len(cols):
+            raise _NotInSubset  # GROUP BY 1, an expression, a column twice
+        return cols  # type: ignore[return-value]
+
+    def order_by(self, clause: exp.Expression | None, group: tuple[Col, ...]) -> tuple[tuple[Any, bool, bool], ...]:
+        """ORDER BY only where it orders completely: the groups by every grouping column (groups are unique);
+        other orders leave ties in an order only DuckDB knows, so they stay with DuckDB."""
+        if clause is None:
+            if group:
+                raise _NotInSubset  # groups come out in DuckDB's hash order
+            return ()
+        if not group or any(v for k, v in clause.args.items() if k != "expressions"):
+            raise _NotInSubset
+        items = []
+        for o in clause.expressions:
+            if not isinstance(o, exp.Ordered) or o.args.get("with_fill"):
+                raise _NotInSubset
+            node = self.value(o.this)
+            if not isinstance(node, Col) or node not in group:
+                raise _NotInSubset
+            items.append((node, bool(o.args.get("desc")), bool(o.args.get("nulls_first"))))
+        if {c for c, _, _ in items} != set(group):
+            raise _NotInSubset
+        return tuple(items)
+
+    def count(self, clause: exp.Expression | None) -> Lit | Slot | None:
+        """A LIMIT or OFFSET of a literal count or a parameter (checked when its value is known)."""
+        if clause is None:
+            return None
+        if any(v for k, v in clause.args.items() if k != "expression"):
+            raise _NotInSubset  # LIMIT … PERCENT, WITH TIES, ``LIMIT a, b``
+        node = self.value(clause.expression)
+        if isinstance(node, Slot) or (isinstance(node, Lit) and type(node.value) is int and node.value >= 0):
+            return node
+        raise _NotInSubset
+
+    def _all_columns(self) -> list[Col]:
+        cols = list(self.columns.values())
+        if any(c is None for c in cols) or len(cols) != self.width:
+            raise _NotInSubset
+        return cols  # type: ignore[return-value]
+
+    # -- expressions -----------------------------------------------------------
+    def output(self, e: exp.Expression) -> Any:
+        agg = _AGGS.get(type(e))
+        if agg is not None:
+            return self.aggregate(agg, e)
+        node = self.value(e)
+        if isinstance(node, (Lit, Slot)) or _has_slot(node):
+            raise _NotInSubset  # a constant's name and type are DuckDB's guess: leave it to DuckDB
+        return node
+
+    def aggregate(self, func: str, e: exp.Expression) -> Agg:
+        if any(v for k, v in e.args.items() if k not in ("this", "big_int")):
+            raise _NotInSubset  # DISTINCT inside, FILTER, several arguments, ...
+        arg = e.this
+        if func == "count" and (arg is None or isinstance(arg, exp.Star)):
+            return Agg("count_star")
+        if isinstance(arg, exp.Distinct) or arg is None:
+            raise _NotInSubset
+        node = self.value(arg)
+        if isinstance(node, (Lit, Slot)) or _has_slot(node):
+            raise _NotInSubset
+        return Agg(func, node)
+
+    def value(self, e: exp.Expression) -> Any:
+        if isinstance(e, exp.Paren):
+            return self.value(e.this)
+        if isinstance(e, exp.Column):
+            return self.column(e)
+        if isinstance(e, exp.Placeholder):
+            if id(e) not in self.param_index:
+                raise _NotInSubset
+            return Slot(self.param_index[id(e)])
+        if isinstance(e, (exp.Literal, exp.Boolean, exp.Null)):
+            return Lit(_literal(e))
+        if isinstance(e, exp.Neg):
+            inner = e.this
+            if isinstance(inner, exp.Literal) and not inner.is_string:
+                v = _literal(inner)
+                return Lit(-v)
+            return Neg(self.value(inner))
+        op = _ARITH.get(type(e))
+        if op is not None:
+            if op == "/" and (e.args.get("typed") or e.args.get("safe")):
+                raise _NotInSubset
+            return Arith(op, self.value(e.this), self.value(e.expression))
+        raise _NotInSubset
+
+    def column(self, e: exp.Column) -> Col:
+        if not isinstance(e.this, exp.Identifier) or e.args.get("db") or e.args.get("catalog"):
+            raise _NotInSubset
+        if e.table and e.table.lower() != self.alias:
+            raise _NotInSubset
+        col = self.columns.get(e.name.lower())
+        if col is None:
+            raise _NotInSubset
+        return col
+
+    def predicate(self, e: exp.Expression) -> Any:
+        if isinstance(e, exp.Paren):
+            return self.predicate(e.this)
+        if isinstance(e, (exp.And, exp.Or)):
+            op = "and" if isinstance(e, exp.And) else "or"
+            items: list[Any] = []
+            for side in (e.this, e.expression):
+                node = self.predicate(side)
+                items += node.items if isinstance(node, Logic) and node.op == op else [node]
+            return Logic(op, tuple(items))
+        if isinstance(e, exp.Not):
+            return Not(self.predicate(e.this))
+        op = _CMP.get(type(e))
+        if op is not None:
+            return Cmp(op, self.value(e.this), self.value(e.expression))
+        if isinstance(e, exp.Is):
+            if not isinstance(e.expression, exp.Null):
+                raise _NotInSubset  # IS TRUE / IS DISTINCT FROM …
+            return IsNull(self.value(e.this))
+        if isinstance(e, exp.In):
+            if any(e.args.get(k) for k in ("query", "unnest", "field")) or not e.expressions:
+                raise _NotInSubset
+            return In(self.value(e.this), tuple(self.value(x) for x in e.expressions))
+        if isinstance(e, exp.Between):
+            if e.args.get("symmetric"):
+                raise _NotInSubset
+            return Between(self.value(e.this), self.value(e.args["low"]), self.value(e.args["high"]))
+        if isinstance(e, exp.Column):
+            col = self.column(e)
+            if col.sql_type is not SqlType.BOOLEAN:
+                raise _NotInSubset
+            return col
+        if isinstance(e, exp.Boolean):
+            return Lit(bool(e.this))
+        raise _NotInSubset
+
+
+def _has_slot(node: Any) -> bool:
+    if isinstance(node, Slot):
+        return True
+    if isinstance(node, Arith):
+        return _has_slot(node.left) or _has_slot(node.right)
+    if isinstance(node, Neg):
+        return _has_slot(node.item)
+    return False
+
+
+def _literal(e: exp.Expression) -> Any:
+    """The value of a literal as DuckDB reads its text: digits → integer, ``1.5`` → DECIMAL, ``1e3`` → DOUBLE."""
+    if isinstance(e, exp.Null):
+        return None
+    if isinstance(e, exp.Boolean):
+        return bool(e.this)
+    if not isinstance(e, exp.Literal):
+        raise _NotInSubset
+    text = str(e.this)
+    if e.is_string:
+        return text
+    if _INT_RE.fullmatch(text):
+        v = int(text)
+        if v >= 2**63:
+            raise _NotInSubset  # HUGEINT or DOUBLE in DuckDB
+        return v
+    if _DEC_RE.fullmatch(text):
+        return Decimal(text)
+    if _DOUBLE_RE.fullmatch(text):
+        return float(text)
+    raise _NotInSubset
