@@ -17,7 +17,7 @@ from pathlib import Path
 
 from benchmarks.bench_scans import IQGATE, ROOT, _fill, _post, _start, _stop
 from benchmarks.common import Figure
-from benchmarks.procs import free_port, status_kb
+from benchmarks.procs import free_port, status_kb, wait_http
 
 __all__ = ["run"]
 
@@ -71,7 +71,7 @@ def _pg_growth(state: Path, sql: str) -> tuple[float, float, int]:
                                       "--pg-port", str(pg)], cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
-        _wait_port(proc, http)
+        wait_http(proc, http)
         with psycopg.connect(host="127.0.0.1", port=pg, user="iqgate", dbname="iqgate", autocommit=True,
                              connect_timeout=30) as con:
             con.execute("SELECT * FROM bench_scan WHERE id < 2000").fetchall()
@@ -80,22 +80,6 @@ def _pg_growth(state: Path, sql: str) -> tuple[float, float, int]:
             return before / 1024, (status_kb(proc.pid, "VmHWM") - before) / 1024, n
     finally:
         _stop(proc)
-
-
-def _wait_port(proc: subprocess.Popen[bytes], port: int) -> None:
-    import time
-    import urllib.request
-
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"iqgate serve exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/ping", timeout=2):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("iqgate serve did not answer in 60 s")
 
 
 def _dbapi_growth(state: Path, rows: int) -> tuple[float, float, int]:

@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 
 from benchmarks.common import Figure
-from benchmarks.procs import free_port, status_kb, tree_rss_kb
+from benchmarks.procs import free_port, status_kb, tree_rss_kb, wait_http
 
 ROOT = Path(__file__).resolve().parents[1]
 IQGATE = [sys.executable, "-m", "gateway.cli"]
@@ -31,19 +31,6 @@ def _post(port: int, sql: str, params: list | None = None) -> dict:
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/sql", body, {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=30) as r:
         return json.loads(r.read())
-
-
-def _wait_healthy(port: int, proc: subprocess.Popen, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/health", timeout=2):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("server did not become healthy")
 
 
 def _fill_state_dir(state_dir: Path, keys: int) -> object:
@@ -73,7 +60,7 @@ def worker_figures(quick: bool) -> list[Figure]:
     proc = subprocess.Popen(IQGATE + ["serve", "--state-dir", str(root / "state"), "--port", str(port), "--workers", "1"],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_healthy(port, proc, 60)
+        wait_http(proc, port, "/v1/health")
         _post(port, "SELECT revenue FROM revenue WHERE key = ?", ["c0000001"])
         idle_kb = status_kb(proc.pid, "VmRSS")
         deadline = time.monotonic() + (15 if quick else 60)

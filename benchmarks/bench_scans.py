@@ -37,7 +37,7 @@ import urllib.request
 from pathlib import Path
 
 from benchmarks.common import Figure
-from benchmarks.procs import free_port, status_kb
+from benchmarks.procs import free_port, status_kb, wait_http
 
 __all__ = ["run"]
 
@@ -146,17 +146,12 @@ def _start(state: Path, workers: int, threads: int = 4) -> tuple[subprocess.Pope
     proc = subprocess.Popen(IQGATE + ["serve", "--state-dir", str(state), "--port", str(port), "--workers",
                                       str(workers), "--threads", str(threads)],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"iqgate serve exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/ping", timeout=2):
-                return proc, port
-        except OSError:
-            time.sleep(0.1)
-    _stop(proc)
-    raise RuntimeError("iqgate serve did not answer in 60 s")
+    try:
+        wait_http(proc, port)
+    except RuntimeError:
+        _stop(proc)
+        raise
+    return proc, port
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

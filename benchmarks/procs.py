@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
-__all__ = ["free_port", "status_kb", "process_tree", "tree_rss_kb"]
+__all__ = ["free_port", "status_kb", "process_tree", "tree_rss_kb", "wait_http"]
 
 
 def free_port() -> int:
@@ -47,3 +50,17 @@ def process_tree(pid: int) -> list[int]:
 def tree_rss_kb(pid: int) -> int:
     """The summed resident memory of ``pid`` and its descendants, in kB."""
     return sum(status_kb(p, "VmRSS") for p in process_tree(pid))
+
+
+def wait_http(proc: subprocess.Popen[bytes], port: int, path: str = "/v1/ping", seconds: float = 60.0) -> None:
+    """Wait until the server ``proc`` started answers ``path`` on 127.0.0.1:``port``; raise if it exits or times out."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"iqgate serve exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"iqgate serve did not answer {path} in {seconds:.0f} s")
