@@ -33,6 +33,7 @@ __all__ = ["StoreFiles", "move_aside", "RETIRE_AFTER_S"]
 log = logging.getLogger(__name__)
 
 RETIRE_AFTER_S = 2.0  # how long a swapped-out generation stays open for statements still reading it
+RETIRE_WAIT_S = 120.0  # at most this long more for Arrow scans still reading it (a statement's time budget)
 
 
 class StoreFiles:
@@ -181,8 +182,16 @@ def _has_commits(checkpoint: Path) -> bool:
 
 
 def _retire(stores: list[PartitionStore], after: Any = None) -> None:
-    """Close swapped-out partition stores a little later: statements that picked them up finish first."""
+    """Close swapped-out partition stores a little later: statements that picked them up finish first.
+
+    Arrow scans still reading a store are waited for (up to RETIRE_WAIT_S, then closed regardless):
+    closing the ``sqlite3`` connections of a file that the ADBC copy of SQLite is reading is how two
+    SQLite copies in one process damage each other (sqlite.org/howtocorrupt.html §2.2).
+    """
     def run() -> None:
+        deadline = time.monotonic() + RETIRE_WAIT_S
+        while any(s.arrow_scans_in_flight for s in stores) and time.monotonic() < deadline:
+            time.sleep(0.1)
         for s in stores:
             try:
                 s.close()

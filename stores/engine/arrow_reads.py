@@ -381,6 +381,12 @@ class AdbcReaders:
 
         return position_of(text), ArrowRows(spec, columns, iter(reader), release)
 
+    @property
+    def busy(self) -> int:
+        """Arrow scans reading now (each holds one read transaction until read to the end or closed)."""
+        with self._cond:
+            return self._busy
+
     def close(self, wait_s: float = 5.0) -> Callable[[], None]:
         """Stop handing out connections and wait (bounded) for streams in flight; returns the finishing step.
 

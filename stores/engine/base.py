@@ -353,6 +353,12 @@ class PartitionStore:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def arrow_scans_in_flight(self) -> int:
+        """Arrow scans still reading this partition: closing its ``sqlite3`` side under them is unsafe
+        (two SQLite copies in one process, see arrow_reads.py), so a retired store waits for them."""
+        return self._arrow.busy
+
     # -- snapshots ---------------------------------------------------------------
     def position_of(self, text: str) -> Position:
         """Parse the stored position JSON once per change, not once per read."""
