@@ -24,7 +24,12 @@ including the other copy's (https://sqlite.org/howtocorrupt.html §2.2). So:
   read-only "anchor"): neither copy then ever closes its last descriptor
   while the other still uses the file;
 - they are opened ``mode=ro``: a read-only connection never checkpoints or
-  deletes the WAL when it closes;
+  deletes the WAL when it closes; and ``readonly_shm=1``: the first
+  connection of a SQLite copy truncates the ``-shm`` file to reinitialize it
+  when no other *process* holds it, which the other copy in this process,
+  with the file mapped, would meet as SIGBUS (seen once in CI, 2026-11-26;
+  ``strace`` shows ``ftruncate(shm, 3)`` without the flag, none with it);
+  with it the copy reads the WAL index from a read-only mapping;
 - at close, in-flight streams are waited for (bounded), the ``sqlite3`` side
   closes first and the idle ADBC connections last (a dropped lock then
   protects nothing that is still reading).
@@ -261,7 +266,10 @@ class AdbcReaders:
 
     def __init__(self, path: Path, writer: sqlite3.Connection | None) -> None:
         self.path = path
-        self._uri = f"file:{path.resolve()}?mode=ro"
+        # readonly_shm=1: the ADBC copy opens the -shm read-only, so its first connection never truncates it
+        # (SQLite's first connection in a *process* truncates the -shm to 3 bytes, and F_GETLK cannot see
+        # the sqlite3 copy's locks in this same process: its mapping of the -shm would then fault, SIGBUS)
+        self._uri = f"file:{path.resolve()}?mode=ro&readonly_shm=1"
         self._has_writer = writer is not None
         self._anchor: sqlite3.Connection | None = None
         self._idle: list[_Conn] = []

@@ -190,6 +190,21 @@ def test_the_writers_locks_survive_arrow_scans(small: tuple[StreamsApp, Gateway]
     assert _locks(store.path) >= before[0] and _locks(shm) >= before[1]
 
 
+def test_a_first_arrow_scan_leaves_the_writers_wal_index_alone(small: tuple[StreamsApp, Gateway]) -> None:
+    """SQLite's first connection in a process truncates the ``-shm`` file to reinitialize it unless another
+    *process* holds it; the ADBC copy cannot see the sqlite3 copy's locks in this process, so without
+    ``readonly_shm`` it truncated the index the writer has mapped (a SIGBUS in CI, 2026-11-26)."""
+    import time
+
+    app, g = small
+    app.writer("t").write_batch(1, [Change(i, ("a", True, 1, 1)) for i in range(20)], Position.from_map({"s": {0: 1}}))
+    shms = [Path(f"{store.path}-shm") for store in app._stores["t"].values()]  # noqa: SLF001
+    time.sleep(0.05)  # past the file system's timestamp granularity
+    before = [(f.stat().st_mtime_ns, f.stat().st_size) for f in shms]
+    assert len(g.sql("SELECT * FROM t").rows()) == 20  # a streamed (Arrow) scan of every partition
+    assert [(f.stat().st_mtime_ns, f.stat().st_size) for f in shms] == before
+
+
 def test_arrow_query_failures_are_iqv2_failures(small: tuple[StreamsApp, Gateway]) -> None:
     app, _ = small
     bad = app.query(StateQueryRequest.in_store("t").with_query(ArrowQuery(KeyQuery.with_key(1))))
