@@ -21,6 +21,8 @@ FAULTS = [
     ("RuntimeError: CORRUPT_LOG: topic 'orders' partition 0 offset 5: checksum mismatch", "damaged source log"),
     ("KafkaUnavailableError: cannot reach Kafka at 127.0.0.1:9 to read the end offsets of 'o'", "source unreachable"),
     ("org.apache.spark.SparkException: Python worker failed to connect back.", "Spark's Python worker did not start"),
+    ("Lost task 0.0 in stage 4.0 (TID 4) (192.0.2.2 executor driver): java.io.OptionalDataException",
+     "Spark could not deserialize a task"),
 ]
 FAILURES = [
     "ValueError: invalid literal for int() with base 10: 'x'",
