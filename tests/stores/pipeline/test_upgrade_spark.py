@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -59,13 +60,23 @@ QUERIES = {"revenue": "SELECT key, revenue, orders FROM revenue",
 
 
 class SqlClient(Background):
-    """Runs SQL on every store in a loop, each with the last Position it saw as its bound; records problems."""
+    """Runs SQL on every store in a loop, each with the last Position it saw as its bound; records problems.
 
-    def __init__(self, gw: Gateway, queries: dict[str, str]) -> None:
+    A retryable error (a partition still behind the bound after the statement's
+    wait, e.g. one write stalled on a loaded machine) is retried as an IQv2
+    client does, for up to ``retry_s``; what still fails then, and every
+    error that is not retryable, is a failure (with the store's health then).
+    """
+
+    retry_s = 60.0
+
+    def __init__(self, gw: Gateway, queries: dict[str, str], app: StreamsApp) -> None:
         super().__init__()
         self.gw = gw
+        self.app = app
         self.queries = queries
         self.failures: list[str] = []
+        self.retried: list[str] = []
         self.went_back: list[str] = []
         self.answers = 0
         self.last: dict[str, dict[tuple[str, int], int]] = {}
@@ -75,19 +86,34 @@ class SqlClient(Background):
             if self.stopped(0.02):
                 return
             for store, text in self.queries.items():
-                seen = self.last.get(store, {})
-                bound = {t: {str(p): o for (tt, p), o in seen.items() if tt == t} for t, _ in seen}
-                try:
-                    res = self.gw.sql(text, position=bound or None, wait_ms=5000)
-                except Exception as exc:  # noqa: BLE001 - every failure is a finding
-                    self.failures.append(f"{store}: {type(exc).__name__}: {exc}")
+                self._ask(store, text)
+
+    def _ask(self, store: str, text: str) -> None:
+        seen = self.last.get(store, {})
+        bound = {t: {str(p): o for (tt, p), o in seen.items() if tt == t} for t, _ in seen}
+        give_up = time.monotonic() + self.retry_s
+        for _ in range(1000):  # bounded; the clock ends it first
+            try:
+                res = self.gw.sql(text, position=bound or None, wait_ms=5000)
+                break
+            except Exception as exc:  # noqa: BLE001 - every failure is a finding
+                problem = f"{store}: {type(exc).__name__}: {exc}"
+                if getattr(exc, "retryable", False) and time.monotonic() < give_up:
+                    self.retried.append(problem)
+                    if self.stopped(0.2):
+                        return  # the test is over: no verdict on a statement cut short
                     continue
-                self.answers += 1
-                now = {(t, p): o for t in res.position.topics() for p, o in res.position.partition_positions(t).items()}
-                for k, o in seen.items():
-                    if now.get(k, -1) < o:
-                        self.went_back.append(f"{store} went back in time at {k}: {o} -> {now.get(k)}")
-                self.last[store] = {k: max(o, seen.get(k, -1)) for k, o in now.items()}
+                health = self.app.status()["stores"].get(store)
+                self.failures.append(f"{problem} [store health then: {health.to_json() if health else None}]")
+                return
+        else:
+            return
+        self.answers += 1
+        now = {(t, p): o for t in res.position.topics() for p, o in res.position.partition_positions(t).items()}
+        for k, o in seen.items():
+            if now.get(k, -1) < o:
+                self.went_back.append(f"{store} went back in time at {k}: {o} -> {now.get(k)}")
+        self.last[store] = {k: max(o, seen.get(k, -1)) for k, o in now.items()}
 
 
 class Producer(Background):
@@ -162,7 +188,7 @@ def test_a_changed_store_is_rebuilt_beside_the_old_one_and_swapped_without_faile
                 gw.sql("SELECT key, avg_amount FROM revenue")
             with pytest.raises(SqlError, match="unknown column 'no_such_column'"):
                 gw.sql("SELECT no_such_column FROM revenue")
-            with SqlClient(gw, QUERIES) as client:
+            with SqlClient(gw, QUERIES, app) as client:
                 wait_until(lambda: app.current_generation("revenue") == 1, "the rebuilt revenue swapped in", 240)
                 wait_until(lambda: client.answers >= 30, "answers after the swap", 60)
                 assert app.status()["stores"]["revenue"].status == "running"
@@ -233,7 +259,7 @@ def test_an_upgrade_over_kafka_swaps_at_the_broker_offsets(spark, tmp_path):
                 app.start()
                 assert [(c.store, c.action) for c in app.upgrades.plan.changes] == [
                     ("revenue", "changed"), ("revenue_per_min", "unchanged"), ("last_order", "unchanged")]
-                with SqlClient(gw, {"revenue": QUERIES["revenue"]}) as client:
+                with SqlClient(gw, {"revenue": QUERIES["revenue"]}, app) as client:
                     wait_until(lambda: app.current_generation("revenue") == 1, "the swap", 240)
                     src.append_batch("orders", shop.generate_orders(50, customers=30, seed=26,
                                                                     start_ts=1_700_060_000_000))
@@ -279,7 +305,7 @@ def test_a_changed_store_that_shared_a_query_is_rebuilt_alone_and_its_query_mate
             "revenue": "changed", "revenue_per_min": "unchanged", "last_order": "unchanged",
             "orders_per_item": "unchanged"}
         with SqlClient(gw, {"revenue": QUERIES["revenue"],
-                            "orders_per_item": "SELECT item, orders FROM orders_per_item"}) as client:
+                            "orders_per_item": "SELECT item, orders FROM orders_per_item"}, app) as client:
             wait_until(lambda: app.current_generation("revenue") == 1, "the swap", 240)
             log.append_batch("orders", shop.generate_orders(40, customers=30, seed=28, start_ts=1_700_060_000_000))
             wait_until(lambda: caught_up(app, log, (*STORES, "orders_per_item")), "catching up", 180)
