@@ -48,6 +48,7 @@ class ReplicaSource:
     def status(self) -> dict[str, Any]:
         out = dict(self.reader.status())
         out["partitions"] = [lag.to_json() for lag in self.replica.lags()]  # KIP-535 lags, in health and metrics
+        out["changelogs"] = self.replica.generations()  # which generation's topic each store follows
         if self.replica.errors:
             out["health"] = {**out["health"], "status": "degraded",
                              "reason": "; ".join(f"store {n}: {e}" for n, e in sorted(self.replica.errors.items()))}
