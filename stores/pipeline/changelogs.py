@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from ..changelog.topics import ChangelogLog, changelog_log_for, changelog_topic, generation_topics
@@ -62,7 +63,9 @@ class ChangelogWriters:
         gen = self.app.current_generation(name) if generation is None else generation
         with self._lock:
             w = self._writers.get((name, gen))
-            if w is None or w.inner is not inner:
+            if w is not None and w.inner is not inner and _same_stores(w.stores, inner.partition_stores):
+                w.inner = inner  # the building generation's writer and, after the swap, the current one's: one tail
+            elif w is None or w.inner is not inner:
                 w = self._writers[(name, gen)] = ChangelogWriter(inner, self._log, self.app.application_id, gen)
             clean = gen > 0 and gen == self.app.current_generation(name) and (name, gen) not in self._cleaned
             if clean:
@@ -102,3 +105,8 @@ class ChangelogWriters:
         close = getattr(self._log, "close", None)
         if close is not None:
             close()
+
+
+def _same_stores(a: Mapping[int, Any], b: Mapping[int, Any]) -> bool:
+    """The very same open partition stores (not equal copies): a writer's view of the changelog's tail holds."""
+    return a.keys() == b.keys() and all(a[p] is b[p] for p in a)
