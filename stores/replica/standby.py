@@ -240,6 +240,8 @@ class Replica:
     def _follow(self, st: _Store) -> None:
         """Start, keep or drop the copy beside the serving one, as discovery last pointed the store."""
         want = st.want
+        if want is not None and st.serving.follows(*want):
+            want = None  # discovery looked before a swap: the copy answering already follows it
         b = st.building
         if b is not None and (want is None or not b.follows(*want)):
             log.warning("replica %s: store %s: dropping the copy restored from %s (the store now follows %s)",
@@ -280,7 +282,7 @@ class Replica:
         old = st.serving
         with self._lock:
             layout.write_store(self.state_dir, b.name, b.spec, b.generation)  # the swap: one atomic rewrite
-            st.serving, st.building, st.serving_gone = b, None, False
+            st.serving, st.building, st.serving_gone, st.want = b, None, False, None
             st.swaps += 1
         old.retire()
         self._write_app_json()

@@ -102,7 +102,7 @@ class Reads:
     """Queries the replica in a loop; records every answer's Position, columns, and any that went back in time."""
 
     def __init__(self, src: ReplicaSource) -> None:
-        self.src, self.went_back, self.columns, self.answers = src, [], set(), 0
+        self.src, self.went_back, self.columns, self.answers, self.failed = src, [], set(), 0, []
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
@@ -111,6 +111,7 @@ class Reads:
         while not self._stop.wait(0.005):
             res = self.src.query(StateQueryRequest.in_store("revenue").with_query(RangeQuery.with_no_bounds()))
             if not res.partition_results or not all(r.is_success for r in res.partition_results.values()):
+                self.failed.append({p: r.failure_reason for p, r in res.partition_results.items()})
                 continue
             pos = res.position
             if last is not None and not reached(pos, last):
@@ -162,7 +163,8 @@ def test_a_rebuilt_generation_is_logged_and_the_replica_swaps_only_once_it_has_c
             wait_for(lambda: old_topic not in log.list_topics(), "generation 0's topic deleted")
             wait_for(lambda: _same(active_dir, tmp_path / "replica", V2), "the replica equal to the active")
             wait_for(rep.caught_up, "caught up")
-        assert reads.answers > 0 and reads.went_back == [], reads.went_back[:3]
+            wait_for(lambda: 3 in reads.columns, "an answer with the new column")
+        assert reads.answers > 0 and reads.went_back == [] and reads.failed == [], (reads.went_back + reads.failed)[:3]
         assert reads.columns == {2, 3}  # answers from both generations, the new column after the swap
         assert [_batch_ids(log, topic, p) for p in range(3)] == [[0, 1, 2, 3, 4, 5]] * 3
         assert rep.generations()["revenue"] == {"serving": topic, "local_generation": 1, "swaps": 1,
