@@ -31,6 +31,9 @@ class ReplicaSource:
         return self.reader.catalog()
 
     def query(self, request: StateQueryRequest) -> StateQueryResult:
+        # notice a swap to a new copy (store.json rewritten) even when no statement asked for the catalog first:
+        # the copy swapped out is deleted a little later
+        self.reader.catalog()
         return self.reader.query(request)
 
     def app_info(self) -> Any:

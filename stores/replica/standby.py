@@ -23,6 +23,7 @@ store).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -349,10 +350,23 @@ class Replica:
 
     # -- what it has -------------------------------------------------------------------------------------
     def lags(self) -> list[PartitionLag]:
-        """Per hosted store partition of the copies answering: changelog offsets, offset and time lag, Position."""
+        """Per hosted store partition of the copies answering: changelog offsets, offset and time lag (KIP-535), and
+        the Position of the answers."""
         with self._lock:
-            copies = [st.serving for st in self._stores.values()]
-        return [lag for c in copies for lag in c.lags()]
+            stores = list(self._stores.values())
+        out = []
+        for st in stores:
+            lags = st.serving.lags()
+            b = st.building
+            if st.serving_gone and b is not None and b.polled:
+                # the active writes only the new generation's topic now: how far this replica is behind it is how
+                # far the copy being restored is (answers still come from, and at the Position of, the old copy)
+                ahead = {lag.partition: lag for lag in b.lags()}
+                lags = [dataclasses.replace(lag, current_offset=n.current_offset, end_offset=n.end_offset,
+                                            time_lag_ms=n.time_lag_ms, read_to=n.read_to)
+                        if (n := ahead.get(lag.partition)) is not None else lag for lag in lags]
+            out += lags
+        return out
 
     def generations(self) -> dict[str, dict[str, Any]]:
         """Per store: the topic its answers come from, the one being restored beside it (None: none) and that

@@ -238,3 +238,34 @@ def _batch_ids(log: EventLog, topic: str, p: int) -> list[int]:
     from stores.changelog import ChangelogRecord
 
     return [ChangelogRecord.from_value(r.value, "t").batch_id for r in log.read(topic, p)]
+
+
+def test_a_replica_whose_topic_was_deleted_while_it_was_away_answers_from_its_copy_then_swaps(active, tmp_path):
+    """The old generation's topic is deleted once the new one is current; a replica that was still on it (here:
+    stopped through the whole rebuild) keeps answering from its copy at the Position it reached, restores the new
+    generation beside it and swaps; the old topic's absence is no error."""
+    log, app, writers, active_dir = active
+    cl = EventLogChangelog(log)
+    for i in range(3):
+        writers.get("revenue", None).write_batch(i, batch(i), position(i))
+    with Replica(cl, APP, tmp_path / "replica") as rep:
+        wait_for(rep.caught_up, "generation 0 restored")
+    writers.get("revenue", None).write_batch(3, batch(3), position(3))  # the replica misses this one
+    _rebuild(app, writers)
+    for i in range(5):
+        writers.get("revenue", 1).write_batch(i, v2_batch(i), position(i))
+    app.finish_rebuild("revenue")
+    writers.get("revenue", None).write_batch(5, v2_batch(5), position(5))
+    wait_for(lambda: changelog_topic(APP, "revenue") not in log.list_topics(), "generation 0's topic deleted")
+    rep = Replica(cl, APP, tmp_path / "replica")
+    src = ReplicaSource(rep)
+    try:
+        rep.start()
+        res = src.query(StateQueryRequest.in_store("revenue").with_query(RangeQuery.with_no_bounds()))
+        assert res.position == Position.from_map(position(2))  # its copy, as far as it had got
+        wait_for(lambda: rep.catalog()["revenue"] == V2 and _same(active_dir, tmp_path / "replica", V2), "the swap")
+        assert rep.generations()["revenue"]["swaps"] == 1 and rep.errors == {}
+        wait_for(lambda: src.query(StateQueryRequest.in_store("revenue").with_query(RangeQuery.with_no_bounds()))
+                 .position == Position.from_map(position(5)), "answers from the new copy")  # once its reader rescans
+    finally:
+        src.close()
