@@ -188,6 +188,7 @@ class Replica:
                     raise ReplicaError(f"store {name!r}: the changelog's definition differs from the one restored in "
                                        f"{self.state_dir}; remove {layout.store_dir(self.state_dir, name)} to restore "
                                        "it anew")
+            _remove_leftovers(self.state_dir, name, keep=(gen, gen + 1))  # a swap's old copy a stop left behind
             serving = StoreCopy(self.state_dir, have, gen, self._hosted(have), topic, topic_id, self.changelog,
                                 saved_offsets(meta))
             st = _Store(serving)
@@ -402,3 +403,14 @@ class Replica:
                 "pid": os.getpid(), "updated_at": time.time(), "hosted": {}, "standby": standby,
                 "role": "replica", "source": self.source, "stores": {}}
         layout.write_json_atomic(layout.app_json_path(self.state_dir), data)
+
+
+def _remove_leftovers(state_dir: Path, store: str, keep: tuple[int, ...]) -> None:
+    """Delete local generations of ``store`` other than ``keep`` (their removal is a timer a stop cuts short)."""
+    if 0 not in keep:
+        remove_generation(state_dir, store, 0)
+    d = layout.store_dir(state_dir, store)
+    for sub in d.glob("gen-*") if d.is_dir() else ():
+        g = sub.name[4:]
+        if g.isdigit() and int(g) not in keep:
+            remove_generation(state_dir, store, int(g))

@@ -269,3 +269,11 @@ def test_a_replica_whose_topic_was_deleted_while_it_was_away_answers_from_its_co
                  .position == Position.from_map(position(5)), "answers from the new copy")  # once its reader rescans
     finally:
         src.close()
+    # stopped before the old copy's files went (their removal is a timer): the next start removes them
+    store_dir = layout.store_dir(tmp_path / "replica", "revenue")
+    (store_dir / "partition-0.db").write_bytes(b"left over")
+    (store_dir / "gen-7").mkdir()
+    with Replica(cl, APP, tmp_path / "replica") as rep:
+        wait_for(rep.caught_up, "restarted")
+        assert not (store_dir / "partition-0.db").exists() and not (store_dir / "gen-7").exists()
+        assert _same(active_dir, tmp_path / "replica", V2) and rep.generations()["revenue"]["local_generation"] == 1
