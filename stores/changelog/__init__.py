@@ -1,6 +1,7 @@
 """Store changelogs (issue 17): every store partition's applied changes, also written to a log topic.
 
-One changelog topic per store, ``<application_id>-<store>-changelog``, one
+One changelog topic per store and generation, ``<application_id>-<store>-changelog``
+(generation 0) or ``<application_id>-<store>.g<N>-changelog`` (a rebuild's generation N), one
 partition per store partition, on the log the pipeline reads (the embedded
 EventLog, or Kafka). Each record is one batch's share of one store partition:
 its canonical rows (Arrow IPC), the batch id, the batch's Position and the
@@ -15,8 +16,18 @@ tail these topics.
 from __future__ import annotations
 
 from .record import ChangelogFormatError, ChangelogRecord
-from .topics import ChangelogLog, EventLogChangelog, KafkaChangelog, changelog_log_for, changelog_topic, store_of_topic
+from .topics import (
+    ChangelogLog,
+    EventLogChangelog,
+    KafkaChangelog,
+    changelog_log_for,
+    changelog_topic,
+    generation_topics,
+    parse_changelog_topic,
+    store_of_topic,
+)
 from .writer import ChangelogWriter
 
 __all__ = ["ChangelogRecord", "ChangelogFormatError", "ChangelogLog", "EventLogChangelog", "KafkaChangelog",
-           "changelog_topic", "changelog_log_for", "store_of_topic", "ChangelogWriter"]
+           "changelog_topic", "changelog_log_for", "store_of_topic", "parse_changelog_topic", "generation_topics",
+           "ChangelogWriter"]

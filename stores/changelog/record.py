@@ -37,13 +37,19 @@ class ChangelogFormatError(ValueError):
 
 @dataclass(frozen=True)
 class ChangelogRecord:
-    """``rows`` of store ``spec`` applied by batch ``batch_id``, leaving the partition at ``position``."""
+    """``rows`` of store ``spec`` applied by batch ``batch_id``, leaving the partition at ``position``.
+
+    ``topic_id`` is the id of the changelog topic the writer wrote it to (EventLog epoch, Kafka topic id; None
+    when the log cannot tell, and in records written before it was recorded): a replica that finds a record of
+    another id is reading a topic deleted and created again (a rebuild begun anew) and must not mix the two.
+    """
 
     spec: StoreSpec
     batch_id: int
     position: Position
     observed: int | None
     rows: pa.Table
+    topic_id: str | None = None
 
     # -- bytes -----------------------------------------------------------------------------------
     def rows_buffer(self) -> pa.Buffer:
@@ -62,8 +68,11 @@ class ChangelogRecord:
         return self.rows_buffer().to_pybytes()
 
     def header(self) -> dict[str, Any]:
-        return {"f": FORMAT, "b": self.batch_id, "p": self.position.to_json_map(), "o": self.observed,
+        head = {"f": FORMAT, "b": self.batch_id, "p": self.position.to_json_map(), "o": self.observed,
                 "s": json.loads(self.spec.to_json()), "n": len(self.rows)}
+        if self.topic_id is not None:
+            head["t"] = self.topic_id
+        return head
 
     # -- the embedded log: a JSON value ----------------------------------------------------------
     def to_value(self) -> dict[str, Any]:
@@ -104,9 +113,10 @@ class ChangelogRecord:
             position = Position.from_map(meta["p"])
             batch_id = int(meta["b"])
             observed = None if meta.get("o") is None else int(meta["o"])
+            topic_id = None if meta.get("t") is None else str(meta["t"])
             rows = pa.ipc.open_stream(pa.py_buffer(raw)).read_all()
         except (KeyError, TypeError, ValueError, pa.ArrowInvalid) as exc:
             raise ChangelogFormatError(f"{where}: a damaged changelog record: {type(exc).__name__}: {exc}") from None
         if len(rows) != meta.get("n", len(rows)):
             raise ChangelogFormatError(f"{where}: the record says {meta.get('n')} rows but holds {len(rows)}")
-        return cls(spec, batch_id, position, observed, rows)
+        return cls(spec, batch_id, position, observed, rows, topic_id)

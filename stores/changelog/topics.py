@@ -11,36 +11,69 @@ reporting where each ends (for lag).
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple, Protocol
 
-from ..log.eventlog import EventLog
+from ..log.eventlog import EventLog, UnknownTopicError
 from ..log.kafka import KafkaClient, KafkaError, KafkaSource, client_config
 from .record import ChangelogRecord
 
 __all__ = ["ChangelogLog", "EventLogChangelog", "KafkaChangelog", "Item", "Tail", "changelog_topic",
-           "store_of_topic", "changelog_log_for", "SUFFIX"]
+           "store_of_topic", "parse_changelog_topic", "generation_topics", "changelog_log_for", "SUFFIX"]
 
 log = logging.getLogger(__name__)
 _LOG = logging.getLogger("iqgate.kafka")
 SUFFIX = "-changelog"
+GENERATION_MARK = ".g"  # store names are letters, digits and _: a '.' cannot be part of one
+_STORE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 READ_MAX = 500  # records per partition per poll: bounds a poll's memory and time
 POLL_PAUSE_S = 0.02
 
 
-def changelog_topic(application_id: str, store: str) -> str:
-    """Kafka Streams' name: ``<application_id>-<store>-changelog``."""
-    return f"{application_id}-{store}{SUFFIX}"
+def changelog_topic(application_id: str, store: str, generation: int = 0) -> str:
+    """Kafka Streams' name ``<application_id>-<store>-changelog`` for generation 0 (every store until it is first
+    rebuilt, and every changelog written before generations were logged); ``<application_id>-<store>.g<N>-changelog``
+    for generation N >= 1 (a rebuild's own topic: it starts again at batch 0, beside the generation it replaces)."""
+    if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
+        raise ValueError(f"store {store!r}: a generation is an int >= 0, got {generation!r}")
+    mark = f"{GENERATION_MARK}{generation}" if generation else ""
+    return f"{application_id}-{store}{mark}{SUFFIX}"
+
+
+def parse_changelog_topic(application_id: str, topic: str) -> tuple[str, int] | None:
+    """``(store, generation)`` of one of this application's changelog topics; None for any other topic."""
+    prefix = f"{application_id}-"
+    if not (topic.startswith(prefix) and topic.endswith(SUFFIX)) or len(topic) <= len(prefix) + len(SUFFIX):
+        return None
+    middle = topic[len(prefix):-len(SUFFIX)]
+    store, mark, gen = middle.rpartition(GENERATION_MARK)
+    if not mark:
+        store, generation = middle, 0
+    elif gen.isdigit() and gen.isascii() and not gen.startswith("0"):
+        generation = int(gen)
+    else:
+        return None
+    return (store, generation) if _STORE_NAME.fullmatch(store) else None
 
 
 def store_of_topic(application_id: str, topic: str) -> str | None:
-    """The store a changelog topic belongs to (None if ``topic`` is not one of this application's changelogs)."""
-    prefix = f"{application_id}-"
-    if topic.startswith(prefix) and topic.endswith(SUFFIX) and len(topic) > len(prefix) + len(SUFFIX):
-        return topic[len(prefix):-len(SUFFIX)]
-    return None
+    """The store a changelog topic belongs to, whatever its generation (None if ``topic`` is not one of this
+    application's changelogs)."""
+    parsed = parse_changelog_topic(application_id, topic)
+    return None if parsed is None else parsed[0]
+
+
+def generation_topics(application_id: str, topics: Iterable[str]) -> dict[str, dict[int, str]]:
+    """``{store: {generation: topic}}`` of this application's changelog topics among ``topics``."""
+    out: dict[str, dict[int, str]] = {}
+    for t in topics:
+        parsed = parse_changelog_topic(application_id, t)
+        if parsed is not None:
+            out.setdefault(parsed[0], {})[parsed[1]] = t
+    return out
 
 
 class Item(NamedTuple):
@@ -75,6 +108,14 @@ class ChangelogLog(Protocol):
 
     def ensure(self, topic: str, partitions: int) -> None:
         """Create the topic with ``partitions`` if missing (an existing one must have that many)."""
+        ...
+
+    def delete(self, topic: str) -> bool:
+        """Delete the topic if it exists (False if it did not): a rebuild begun again, a generation swapped out."""
+        ...
+
+    def topic_id(self, topic: str) -> str | None:
+        """An id that changes when the topic is deleted and created again (None: missing, or the log cannot tell)."""
         ...
 
     def prepare(self, topic: str) -> None:
@@ -126,6 +167,19 @@ class EventLogChangelog:
 
     def ensure(self, topic: str, partitions: int) -> None:
         self.log.create_topic(topic, partitions=partitions, exist_ok=True)
+
+    def delete(self, topic: str) -> bool:
+        try:
+            self.log.delete_topic(topic)
+        except UnknownTopicError:
+            return False
+        return True
+
+    def topic_id(self, topic: str) -> str | None:
+        try:
+            return self.log.epoch(topic)
+        except UnknownTopicError:
+            return None
 
     def prepare(self, topic: str) -> None:
         """Nothing to fence: an EventLog append is all-or-nothing across partitions."""
@@ -233,6 +287,22 @@ class KafkaChangelog:
                     raise KafkaError(f"cannot create changelog {topic!r} in Kafka at {self.servers}: {exc}") from None
         self.client.create_topic(topic, partitions, exist_ok=True)  # waits until listed; checks the partitions
         self._ensured.add(topic)
+
+    def delete(self, topic: str) -> bool:
+        """Delete the topic (its transactional producer first: a later writer of a new topic starts afresh)."""
+        with self._lock:
+            producer = self._producers.pop(topic, None)
+        if producer is not None:
+            producer.flush(1.0)
+        self._ensured.discard(topic)
+        try:
+            self.client.delete_topic(topic)
+        except UnknownTopicError:
+            return False
+        return True
+
+    def topic_id(self, topic: str) -> str | None:
+        return self.client.topic_ids([topic]).get(topic)
 
     def prepare(self, topic: str) -> None:
         self._producer(topic)

@@ -1,5 +1,8 @@
 """ChangelogWriter: a StoreWriter that logs each partition's share of a batch before the store commits it.
 
+A store's generation N (a rebuild beside generation N-1, see ``stores.app.generations``) has a topic of its
+own (``topics.changelog_topic``), written from its batch 0 by the same steps below.
+
 Exactly-once, per store partition ``p`` and batch ``b`` (Spark replays a
 failed batch with the same id and offsets):
 
@@ -44,12 +47,14 @@ log = logging.getLogger(__name__)
 class ChangelogWriter:
     """Wraps a store's writer (its ``spec`` and ``partition_stores``) with the store's changelog topic."""
 
-    def __init__(self, inner: Any, changelog: ChangelogLog, application_id: str) -> None:
+    def __init__(self, inner: Any, changelog: ChangelogLog, application_id: str, generation: int = 0) -> None:
         self.inner = inner
         self.spec: StoreSpec = inner.spec
         self.stores: Mapping[int, PartitionStore] = inner.partition_stores
         self.changelog = changelog
-        self.topic = changelog_topic(application_id, self.spec.name)
+        self.generation = generation
+        self.topic = changelog_topic(application_id, self.spec.name, generation)
+        self.topic_id: str | None = None  # stamped on every record (read with the tail)
         self._codec = ValueCodec(self.spec)
         self._lock = threading.Lock()
         self._logged: dict[int, int] | None = None  # partition -> last batch id in the changelog (-1: none)
@@ -100,7 +105,7 @@ class ChangelogWriter:
                     log.warning("%s partition %d: applying the changelog's record of this batch (a replay after "
                                 "a crash between the changelog append and the store commit)", where, p)
                     continue
-                fresh[p] = ChangelogRecord(self.spec, batch_id, position, share.observed, share.rows)
+                fresh[p] = ChangelogRecord(self.spec, batch_id, position, share.observed, share.rows, self.topic_id)
             if fresh:
                 self.changelog.append(self.topic, fresh)
                 for p in fresh:
@@ -121,6 +126,7 @@ class ChangelogWriter:
         if self._logged is None:
             self.changelog.ensure(self.topic, self.spec.partitions)
             self.changelog.prepare(self.topic)  # fence an earlier writer first: its open batch ends before we read
+            self.topic_id = self.changelog.topic_id(self.topic)
             logged = {}
             for p in range(self.spec.partitions):
                 item = self.changelog.last(self.topic, p)

@@ -362,6 +362,7 @@ class SparkRuntime(SharedQueries):
         self._detach(u)  # a member of a shared query rebuilds on a query of its own
         g = self.app.begin_rebuild(u.name, reason)
         shutil.rmtree(layout.checkpoint_dir(self.state_dir, u.name, g), ignore_errors=True)
+        self._writers.begin(u.name, g)  # its changelog starts over with its checkpoint
         u.building, u.rebuild_target, u.rebuild_reason = g, target, reason
 
     def _maybe_swap(self, u: _Unit) -> None:

@@ -66,6 +66,7 @@ def begin_upgrade(runtime: Any, unit: Any) -> bool:
     runtime._detach(unit)  # never a member of a shared query: its new plan is not the group's checkpointed one
     g = app.begin_rebuild(unit.name, reason, spec=change.new_spec)
     shutil.rmtree(layout.checkpoint_dir(runtime.state_dir, unit.name, g), ignore_errors=True)
+    runtime._writers.begin(unit.name, g)  # its changelog starts over with its checkpoint
     unit.generation = old_gen
     unit.building, unit.rebuild_target, unit.rebuild_reason = g, target, reason
     return True

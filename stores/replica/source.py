@@ -31,6 +31,9 @@ class ReplicaSource:
         return self.reader.catalog()
 
     def query(self, request: StateQueryRequest) -> StateQueryResult:
+        # notice a swap to a new copy (store.json rewritten) even when no statement asked for the catalog first:
+        # the copy swapped out is deleted a little later
+        self.reader.catalog()
         return self.reader.query(request)
 
     def app_info(self) -> Any:
@@ -48,6 +51,7 @@ class ReplicaSource:
     def status(self) -> dict[str, Any]:
         out = dict(self.reader.status())
         out["partitions"] = [lag.to_json() for lag in self.replica.lags()]  # KIP-535 lags, in health and metrics
+        out["changelogs"] = self.replica.generations()  # which generation's topic each store follows
         if self.replica.errors:
             out["health"] = {**out["health"], "status": "degraded",
                              "reason": "; ".join(f"store {n}: {e}" for n, e in sorted(self.replica.errors.items()))}

@@ -6,7 +6,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from stores.app.layout import partition_path
+from stores.app.layout import partition_path, read_store
 from stores.app.streams import StoreTopology, StreamsApp
 from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
 from stores.changelog import ChangelogWriter
@@ -50,9 +50,13 @@ def logged_writer(app: StreamsApp, log: Any, store: str = "revenue") -> Changelo
     return ChangelogWriter(app.writer(store), log, APP)
 
 
-def contents(state_dir: Path, spec: StoreSpec, p: int) -> tuple[list[tuple[Any, ...]], str, int | None]:
-    """(rows sorted, position JSON, last batch id) of one partition file, read directly."""
-    c = sqlite3.connect(f"file:{partition_path(state_dir, spec.name, p)}?mode=ro", uri=True)
+def contents(state_dir: Path, spec: StoreSpec, p: int, generation: int | None = 0
+             ) -> tuple[list[tuple[Any, ...]], str, int | None]:
+    """(rows sorted, position JSON, last batch id) of one partition file (of the generation store.json names when
+    ``generation`` is None), read directly."""
+    if generation is None:
+        generation = read_store(state_dir, spec.name)[1]
+    c = sqlite3.connect(f"file:{partition_path(state_dir, spec.name, p, generation)}?mode=ro", uri=True)
     try:
         table = {StoreKind.KEY_VALUE: "kv", StoreKind.WINDOW: "win"}.get(spec.kind)
         names = [r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name != 'meta'")]

@@ -114,3 +114,41 @@ def test_a_writer_killed_mid_batch_leaves_replicas_at_a_whole_batch(kafka_broker
             assert {lag.position for lag in rep.lags()} == {Position.from_map(position(2))}
     finally:
         app.close()
+
+
+def test_a_rebuilt_generation_has_its_own_topic_on_kafka_and_a_replica_follows_it(kafka_broker, tmp_path) -> None:
+    """``<app>-<store>.g1-changelog`` is a legal Kafka topic; a Kafka replica restores it beside generation 0 and
+    swaps to it once it reached generation 0's Position; deleting a generation's topic (a rebuild begun anew)."""
+    from stores.app.streams import StoreTopology, StreamsApp
+    from stores.changelog import ChangelogWriter
+
+    app_id = f"shop{uuid.uuid4().hex[:8]}"
+    servers = kafka_broker.bootstrap_servers
+    cl = KafkaChangelog(servers)
+    app = StreamsApp(StoreTopology([kv_spec()]), application_id=app_id, state_dir=str(tmp_path / "active"))
+    app.start()
+    try:
+        w0 = ChangelogWriter(app.writer("revenue"), cl, app_id)
+        for i in range(2):
+            w0.write_batch(i, batch(i), position(i))
+        topic = changelog_topic(app_id, "revenue", 1)
+        with Replica(KafkaChangelog(servers), app_id, tmp_path / "replica") as rep:
+            wait_for(rep.caught_up)
+            assert app.begin_rebuild("revenue", "test") == 1
+            w1 = ChangelogWriter(app.writer("revenue", generation=1), cl, app_id, 1)
+            assert w1.topic == topic
+            for i in range(3):
+                w1.write_batch(i, batch(i + 10), position(i))
+            assert cl.list_topics()[topic] == 3 and cl.last(topic, 0).record.batch_id == 2
+            wait_for(lambda: rep.generations()["revenue"]["serving"] == topic)
+            app.finish_rebuild("revenue")
+            wait_for(lambda: all(contents(tmp_path / "active", kv_spec(), p, None)
+                                 == contents(tmp_path / "replica", kv_spec(), p, None) for p in range(3)))
+            assert rep.generations()["revenue"]["swaps"] == 1
+        first_id = cl.topic_id(topic)
+        assert cl.delete(topic) and not cl.delete(topic) and topic not in cl.list_topics()
+        cl.ensure(topic, 3)
+        assert first_id is not None and cl.topic_id(topic) not in (None, first_id)  # KIP-516 topic ids (Tansu has them)
+    finally:
+        app.close()
+        cl.close()
