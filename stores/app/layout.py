@@ -77,6 +77,28 @@ def checkpoint_dir(state_dir: str | os.PathLike[str], store: str, generation: in
     return base / store if generation == 0 else base / f"{store}@{generation}"
 
 
+def shared_checkpoints_dir(state_dir: str | os.PathLike[str]) -> Path:
+    """Where shared streaming queries keep their checkpoints (``<id>/``, members in ``<id>/members.json``).
+
+    "@" cannot start a store name, so this never collides with a store's checkpoint.
+    """
+    return Path(state_dir) / "checkpoints" / "@shared"
+
+
+def shared_query_members(state_dir: str | os.PathLike[str]) -> list[list[str]]:
+    """The member lists of the shared queries recorded on disk (unreadable records are skipped)."""
+    root = shared_checkpoints_dir(state_dir)
+    groups: list[list[str]] = []
+    for members_file in sorted(root.glob("*/members.json")) if root.is_dir() else ():
+        try:
+            names = json.loads(members_file.read_text(encoding="utf-8"))["members"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(names, list):
+            groups.append([str(n) for n in names])
+    return groups
+
+
 def damaged_dir(state_dir: str | os.PathLike[str], store: str) -> Path:
     return Path(state_dir) / "damaged" / store
 

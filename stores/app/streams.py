@@ -219,7 +219,7 @@ class StreamsApp:
         plan = plan_upgrade(self.state_dir, self._specs, definitions() if definitions is not None else None)
         self.upgrades = Upgrades(plan, self._rebuild_from_available)
         for change in plan.changes:  # a new store is news only beside existing ones (not on a first start)
-            quiet = change.action == "unchanged" or (change.action == "new" and
+            quiet = (change.action == "unchanged" and not change.rebuilt_with) or (change.action == "new" and
                                                      all(c.action == "new" for c in plan.changes))
             log.log(logging.INFO if quiet else logging.WARNING,
                     "stream-client %s: upgrade: %s", self.application_id, change.line())

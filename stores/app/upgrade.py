@@ -32,7 +32,7 @@ import logging
 import shutil
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,9 @@ class StoreChange:
     new_spec: StoreSpec | None = None  # the pipeline's spec (None for "removed")
     new_definition: Mapping[str, Any] | None = None
     refused: str | None = None  # why the rebuild cannot replay the source (set when the source was checked)
+    # for "unchanged": the changed/removed stores it shares a streaming query with (that query's state no
+    # longer fits its plan, so this store is rebuilt beside itself all the same; see pipeline/shared_query.py)
+    rebuilt_with: tuple[str, ...] = ()
 
     def line(self) -> str:
         """``revenue: changed (value columns: + avg_amount DOUBLE)``."""
@@ -76,10 +79,14 @@ class StoreChange:
             return f"{self.store}: removed: no longer served; its files stay until `iqgate upgrade --drop-removed`"
         if self.action == "new":
             return f"{self.store}: new: built from the start of its source"
+        if self.rebuilt_with:
+            return (f"{self.store}: unchanged, but rebuilt beside the old version all the same: it shares a "
+                    f"streaming query with {', '.join(self.rebuilt_with)}, whose state no longer fits that query")
         return f"{self.store}: unchanged"
 
     def to_json(self) -> dict[str, Any]:
-        return {"store": self.store, "action": self.action, "what": list(self.what), "refused": self.refused}
+        return {"store": self.store, "action": self.action, "what": list(self.what), "refused": self.refused,
+                "rebuilt_with": list(self.rebuilt_with)}
 
 
 @dataclass(frozen=True)
@@ -142,7 +149,23 @@ def plan_upgrade(state_dir: str | Path, specs: Mapping[str, StoreSpec],
             found = stored_store(state_dir, sub.name)
             if found is not None:
                 changes.append(StoreChange(sub.name, "removed", old_spec=found[0]))
-    return UpgradePlan(tuple(changes))
+    return UpgradePlan(tuple(_with_query_mates(changes, layout.shared_query_members(state_dir))))
+
+
+def _with_query_mates(changes: list[StoreChange], groups: list[list[str]]) -> list[StoreChange]:
+    """Mark unchanged stores whose shared query has a changed or removed member: they are rebuilt too.
+
+    A member that left the pipeline without a "removed" line (a hand-written
+    store set) also breaks the union, so any member not planned as unchanged counts.
+    """
+    unchanged = {c.store for c in changes if c.action == "unchanged"}
+    mates: dict[str, set[str]] = {}
+    for names in groups:
+        breaking = [n for n in names if n not in unchanged]
+        for n in names:
+            if breaking and n in unchanged:
+                mates.setdefault(n, set()).update(breaking)
+    return [replace(c, rebuilt_with=tuple(sorted(mates[c.store]))) if c.store in mates else c for c in changes]
 
 
 def describe_changes(old: StoreSpec, new: StoreSpec, old_def: Mapping[str, Any] | None,

@@ -70,11 +70,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_STORES_PER_QUERY = 32
 _SHAREABLE = {"aggregate": "update", "latest": "append", "versioned": "append"}
-_SHARED = "@shared"  # "@" cannot start a store name (generation checkpoints are "<store>@<n>")
-
-
-def shared_root(state_dir: str | Path) -> Path:
-    return Path(state_dir) / "checkpoints" / _SHARED
+shared_root = layout.shared_checkpoints_dir
 
 
 def has_own_checkpoint(checkpoint: Path) -> bool:

@@ -94,6 +94,31 @@ def test_the_plan_names_each_store_once_with_what_changed(tmp_path: Any) -> None
     assert plan.get("per_min").what == ("the query's plan (same columns, different computation)",)
 
 
+def test_the_plan_says_an_unchanged_store_is_rebuilt_when_its_shared_query_has_a_changed_member(tmp_path: Any) -> None:
+    v1 = Pipeline([kv("revenue", "revenue"), kv("per_min", "n"), kv("last", "n"), kv("alone", "n")])
+    assert _start(v1, tmp_path).close(10)
+    # what the runtime records for two shared queries (pipeline/shared_query.py)
+    for gid, members in (("g1", ["revenue", "per_min"]), ("g2", ["last", "alone"])):
+        layout.write_json_atomic(layout.shared_checkpoints_dir(tmp_path) / gid / "members.json", {"members": members})
+    v2 = Pipeline([kv("revenue", "revenue", "avg"), kv("per_min", "n"), kv("last", "n"), kv("alone", "n")])
+    plan = plan_upgrade(tmp_path, {s.name: s for s in v2.specs}, v2.store_definitions())
+    assert [c.action for c in plan.changes] == ["changed", "unchanged", "unchanged", "unchanged"]
+    assert plan.get("per_min").rebuilt_with == ("revenue",)
+    assert plan.get("per_min").line() == (
+        "per_min: unchanged, but rebuilt beside the old version all the same: it shares a streaming query with "
+        "revenue, whose state no longer fits that query")
+    assert plan.get("per_min").to_json()["rebuilt_with"] == ["revenue"]
+    assert plan.get("last").line() == "last: unchanged" and plan.get("alone").rebuilt_with == ()
+    # a member that left the pipeline breaks its query too
+    v3 = Pipeline([kv("revenue", "revenue"), kv("per_min", "n"), kv("last", "n")])
+    plan = plan_upgrade(tmp_path, {s.name: s for s in v3.specs}, v3.store_definitions())
+    assert plan.get("last").rebuilt_with == ("alone",) and plan.get("per_min").rebuilt_with == ()
+    # a damaged record of a shared query is skipped, as the runtime skips it
+    (layout.shared_checkpoints_dir(tmp_path) / "g2" / "members.json").write_text("{not json")
+    plan = plan_upgrade(tmp_path, {s.name: s for s in v3.specs}, v3.store_definitions())
+    assert plan.get("last").rebuilt_with == ()
+
+
 @pytest.mark.parametrize(("old", "new", "what"), [
     (kv("s", "a"), kv("s", "a", kind=StoreKind.TIMESTAMPED_KEY_VALUE), "kind: key_value -> timestamped_key_value"),
     (kv("s", "a"), kv("s", "a", key="customer"), "key: k VARCHAR -> customer VARCHAR"),

@@ -304,6 +304,8 @@ def test_a_changed_store_that_shared_a_query_is_rebuilt_alone_and_its_query_mate
         assert {c.store: c.action for c in app.upgrades.plan.changes} == {
             "revenue": "changed", "revenue_per_min": "unchanged", "last_order": "unchanged",
             "orders_per_item": "unchanged"}
+        # the plan says the query-mate is rebuilt all the same
+        assert app.upgrades.plan.get("orders_per_item").rebuilt_with == ("revenue",)
         with SqlClient(gw, {"revenue": QUERIES["revenue"],
                             "orders_per_item": "SELECT item, orders FROM orders_per_item"}, app) as client:
             wait_until(lambda: app.current_generation("revenue") == 1, "the swap", 240)
