@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import signal
 import sys
 import threading
 from collections.abc import Sequence
@@ -78,9 +79,35 @@ def request_stop() -> None:
 
 
 def wait_for_stop() -> None:
-    """Block until ``request_stop`` (or Ctrl-C, which raises KeyboardInterrupt here)."""
-    while not _STOP.wait(0.5):
-        pass
+    """Block until ``request_stop``, SIGTERM or Ctrl-C (which raises KeyboardInterrupt here).
+
+    SIGTERM is how supervisors (systemd, Docker, Kubernetes) stop a server: it
+    gets the same clean shutdown as Ctrl-C (listeners closed, the pipeline's
+    queries stopped, worker processes ended) instead of dying mid-write. A
+    second SIGTERM while shutting down ends the process at once.
+    """
+    restore = _stop_on_sigterm()
+    try:
+        while not _STOP.wait(0.5):
+            pass
+    finally:
+        restore()
+
+
+def _stop_on_sigterm() -> Any:
+    """Route SIGTERM to ``request_stop`` while waiting; returns what undoes it (a no-op off the main thread,
+    or when someone else handles SIGTERM, e.g. a worker process that stops with its parent)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return lambda: None
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        print("iqgate: SIGTERM: stopping (a second SIGTERM ends the process at once)", file=sys.stderr, flush=True)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        request_stop()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def stop_requested() -> bool:

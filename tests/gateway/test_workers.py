@@ -79,7 +79,8 @@ def served(shop_app: StreamsApp, tmp_path: Path) -> Iterator[tuple[subprocess.Po
         proc.wait(20)
 
 
-def test_workers_share_the_port_and_the_state_dir(served: tuple[subprocess.Popen[str], str], shop: Shop) -> None:
+def test_workers_share_the_port_and_the_state_dir(served: tuple[subprocess.Popen[str], str], shop: Shop,
+                                                  tmp_path: Path) -> None:
     proc, url = served
     deadline = time.monotonic() + 60
     while len(_children(proc.pid)) < 1 and time.monotonic() < deadline:
@@ -101,9 +102,10 @@ def test_workers_share_the_port_and_the_state_dir(served: tuple[subprocess.Popen
         time.sleep(0.2)
     (again,) = [p for p in _children(proc.pid) if _alive(p)]
     assert again != worker
-    # The first process ends: every worker ends with it.
+    # The first process ends on SIGTERM, cleanly (exit 0, as on Ctrl-C): every worker ends with it.
     proc.send_signal(signal.SIGTERM)
-    proc.wait(20)
+    assert proc.wait(30) == 0
+    assert "SIGTERM: stopping" in (tmp_path / "serve.err").read_text()
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and _alive(again):
         time.sleep(0.2)
