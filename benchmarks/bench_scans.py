@@ -37,7 +37,7 @@ import urllib.request
 from pathlib import Path
 
 from benchmarks.common import Figure
-from benchmarks.procs import free_port, status_kb, wait_http
+from benchmarks.procs import start_serve, status_kb, stop_serve
 
 __all__ = ["run"]
 
@@ -142,25 +142,10 @@ def scan_figures(state: Path, keys: int, reps: int) -> list[Figure]:
 
 
 def _start(state: Path, workers: int, threads: int = 4) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
-    proc = subprocess.Popen(IQGATE + ["serve", "--state-dir", str(state), "--port", str(port), "--workers",
-                                      str(workers), "--threads", str(threads)],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_http(proc, port)
-    except RuntimeError:
-        _stop(proc)
-        raise
-    return proc, port
+    return start_serve(state, workers, threads)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
+_stop = stop_serve
 
 
 def _post(port: int, sql: str, accept: str = "application/json", params: list | None = None) -> int:
@@ -221,30 +206,15 @@ def _client(port: int, bodies: list[bytes], connections: int, per_connection: in
     return len(lat), elapsed
 
 
-_WRK_SCRIPT = """
-local n = 0
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-request = function()
-  n = n + 1
-  return wrk.format(nil, nil, nil, string.format('{"sql": "%s", "params": [%d]}', "__SQL__", (n * 7919) %% __KEYS__))
-end
-"""
-
-
 def _wrk_rate(port: int, keys: int, seconds: int, connections: int) -> float:
     """Requests/s of ``wrk`` (a compiled load generator: a little CPU per request) over ``seconds``."""
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
-        f.write(_WRK_SCRIPT.replace("__SQL__", POINT).replace("__KEYS__", str(keys)).replace("%%", "%"))
-    try:
-        out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s", "-s", f.name,
-                              f"http://127.0.0.1:{port}/v1/sql"], capture_output=True, text=True,
-                             timeout=seconds + 60, check=True).stdout
-    finally:
-        os.unlink(f.name)
-    if "Non-2xx" in out:
-        raise RuntimeError(f"wrk saw non-200 answers: {out}")
-    return float(next(line.split()[1] for line in out.splitlines() if line.startswith("Requests/sec:")))
+    from benchmarks import wrk
+
+    bodies = [json.dumps({"sql": POINT, "params": [(n * 7919) % keys]}).encode() for n in range(1, 201)]
+    run = wrk.run_wrk(f"http://127.0.0.1:{port}/v1/sql", connections, seconds, bodies)
+    if run.errors:
+        raise RuntimeError(f"wrk saw {run.errors} non-200 answers or socket errors")
+    return run.rps
 
 
 def scaling_figures(state: Path, keys: int, quick: bool) -> list[Figure]:

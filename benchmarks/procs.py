@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
 
-__all__ = ["free_port", "status_kb", "process_tree", "tree_rss_kb", "wait_http"]
+__all__ = ["free_port", "status_kb", "process_tree", "tree_rss_kb", "wait_http", "start_serve", "stop_serve"]
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
@@ -64,3 +67,30 @@ def wait_http(proc: subprocess.Popen[bytes], port: int, path: str = "/v1/ping", 
         except OSError:
             time.sleep(0.1)
     raise RuntimeError(f"iqgate serve did not answer {path} in {seconds:.0f} s")
+
+
+def start_serve(state: Path, workers: int | None = None, threads: int | None = None) -> tuple[subprocess.Popen[bytes], int]:
+    """``iqgate serve --state-dir state`` on a free port, answering; ``None`` leaves a flag at the command's default."""
+    port = free_port()
+    argv = [sys.executable, "-m", "gateway.cli", "serve", "--state-dir", str(state), "--port", str(port)]
+    if workers is not None:
+        argv += ["--workers", str(workers)]
+    if threads is not None:
+        argv += ["--threads", str(threads)]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_http(proc, port)
+    except RuntimeError:
+        stop_serve(proc)
+        raise
+    return proc, port
+
+
+def stop_serve(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (the server stops its workers), bounded; SIGKILL if it does not end."""
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)

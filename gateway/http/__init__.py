@@ -22,6 +22,7 @@ from ..errors import (
     RouteNotFound,
 )
 from .auth import OPEN_PATHS, check_bearer
+from .fast import FastPath
 from .metrics import Metrics
 from .page import PAGE_PATHS, register_page
 from .renderers import error_response
@@ -31,8 +32,14 @@ from .views import register_views
 __all__ = ["create_app"]
 
 
-def create_app(gateway: Any, config: GatewayConfig | None = None) -> Flask:
-    """The app for ``gateway``; ``config`` defaults to the gateway's own (limits, auth token)."""
+def create_app(gateway: Any, config: GatewayConfig | None = None, *, fast_path: bool = True) -> Flask:
+    """The app for ``gateway``; ``config`` defaults to the gateway's own (limits, auth token).
+
+    ``fast_path`` (the default) answers the common ``POST /v1/sql`` and
+    ``GET /v1/ping`` requests without Flask's request machinery
+    (``gateway.http.fast``); False sends every request through Flask (the
+    tests compare the two answers).
+    """
     cfg = config or gateway.config
     app = Flask("iqgate")
     app.config["MAX_CONTENT_LENGTH"] = cfg.max_request_bytes
@@ -82,4 +89,6 @@ def create_app(gateway: Any, config: GatewayConfig | None = None) -> Flask:
     register_views(app, gateway, cfg, metrics)
     register_page(app, gateway, cfg)
     register_routing_views(app, gateway)
+    if fast_path:
+        app.wsgi_app = FastPath(app, app.wsgi_app, gateway, cfg, metrics)  # type: ignore[method-assign]
     return app

@@ -24,9 +24,9 @@ from flask import Response
 from ..arrow_rows import position_json
 from ..errors import GatewayError, GatewayInternalError, ResponseTooLarge
 from ..json_values import dumps, json_default
-from ..result import Result
+from ..result import PartitionOutcome, Result
 
-__all__ = ["RENDERERS", "MEDIA_TYPES", "position_header", "error_response"]
+__all__ = ["RENDERERS", "MEDIA_TYPES", "position_header", "error_response", "json_body"]
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +55,41 @@ def _trailer(result: Result, row_count: int) -> dict[str, Any]:
 
 
 def _partitions_json(result: Result) -> str:
-    """The partitions array, assembled from cached position JSON (it repeats on every read of a store)."""
+    """The partitions array, each partition's JSON cached (it repeats on every read of a store until its next batch)."""
     out = []
     for p in result.partitions:
-        served = "" if p.host is None else ',"host":%s,"active":%s' % (json.dumps(p.host), json.dumps(p.active))
-        out.append('{"store":%s,"partition":%d,"failure_reason":%s,"failure_message":%s,"position":%s%s}' % (
-            json.dumps(p.store), p.partition, json.dumps(p.failure_reason), json.dumps(p.failure_message),
-            position_json(p.position) or "null", served))
+        text = _PARTITION_JSON.get(p)
+        if text is None:
+            if len(_PARTITION_JSON) > 4096:
+                _PARTITION_JSON.clear()
+            text = _PARTITION_JSON[p] = _partition_json(p)
+        out.append(text)
     return "[" + ",".join(out) + "]"
+
+
+def _partition_json(p: PartitionOutcome) -> str:
+    served = "" if p.host is None else ',"host":%s,"active":%s' % (json.dumps(p.host), json.dumps(p.active))
+    return '{"store":%s,"partition":%d,"failure_reason":%s,"failure_message":%s,"position":%s%s}' % (
+        json.dumps(p.store), p.partition, json.dumps(p.failure_reason), json.dumps(p.failure_message),
+        position_json(p.position) or "null", served)
+
+
+def _columns_json(result: Result) -> str:
+    """The columns array, cached by the (name, type) pairs: a statement's shape repeats on every call."""
+    try:
+        key = tuple(result.columns)
+        text = _COLUMNS_JSON.get(key)
+    except TypeError:  # not hashable: build it each time
+        return dumps(_columns(result))
+    if text is None:
+        if len(_COLUMNS_JSON) > 4096:
+            _COLUMNS_JSON.clear()
+        text = _COLUMNS_JSON[key] = dumps(_columns(result))
+    return text
+
+
+_PARTITION_JSON: dict[PartitionOutcome, str] = {}
+_COLUMNS_JSON: dict[tuple[Any, ...], str] = {}
 
 
 def _too_large(limit: int) -> ResponseTooLarge:
@@ -90,12 +117,19 @@ def _first_chunk(result: Result) -> tuple[Iterator[list[tuple[Any, ...]]] | None
 
 
 def render_json(result: Result, max_bytes: int) -> Response:
-    """One JSON object, written chunk by chunk as the rows come (memory: a chunk, issue 14).
+    """One JSON object, written chunk by chunk as the rows come (memory: a chunk, issue 14); see ``json_body``."""
+    return Response(json_body(result, max_bytes), content_type=_JSON_CT)
+
+
+def json_body(result: Result, max_bytes: int) -> str | Iterator[str]:
+    """The JSON answer: the whole text when the first chunk was all there is, else the text piece by piece.
 
     An error found after the status line went out (row or size limit,
     timeout) ends the rows array and the object with an ``"error"`` member
     (the one error shape) instead of ``position``/``row_count``: the body is
-    still valid JSON and never looks like a complete answer.
+    still valid JSON and never looks like a complete answer. Whole answers
+    are a plain string so a face can send them with a Content-Length and no
+    response object (``gateway.http.fast``).
     """
     if result.statement.value == "set":
         rows = result.rows()
@@ -103,10 +137,10 @@ def render_json(result: Result, max_bytes: int) -> Response:
         head = dumps({"columns": _columns(result), "rows": rows, "statement": "set"})
         tail = (',"position":' + (position_json(result.position) or "{}") + ',"partitions":'
                 + _partitions_json(result) + ',"row_count":' + str(len(rows)) + ',"settings":' + dumps(result.settings))
-        return Response(head[:-1] + tail + "}", content_type=_JSON_CT)
+        return head[:-1] + tail + "}"
     chunks, first = _first_chunk(result)
-    head = '{"columns":' + dumps(_columns(result)) + ',"rows":['
     try:
+        head = '{"columns":' + _columns_json(result) + ',"rows":['
         body = dumps(first)[1:-1] if first else ""
         if len(head) + len(body) > max_bytes:
             raise _too_large(max_bytes)
@@ -114,7 +148,7 @@ def render_json(result: Result, max_bytes: int) -> Response:
         result.close()
         raise
     if chunks is None:
-        return Response(head + body + _json_end(result, len(first or ())), content_type=_JSON_CT)
+        return head + body + _json_end(result, len(first or ()))
 
     def gen() -> Iterator[str]:
         n = len(first) if first else 0
@@ -141,7 +175,7 @@ def render_json(result: Result, max_bytes: int) -> Response:
             result.close()
         yield _json_end(result, n)
 
-    return Response(gen(), content_type=_JSON_CT)
+    return gen()
 
 
 def _json_end(result: Result, row_count: int) -> str:

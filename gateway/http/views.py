@@ -11,6 +11,7 @@ from stores.iqv2.state import State
 from ..arrow_rows import duck_type
 from ..config import GatewayConfig
 from ..errors import NotAcceptable
+from .fast import JSON_ACCEPTS
 from .limits import parse_sql_request
 from .metrics import Metrics
 from .openapi import openapi_document
@@ -25,8 +26,6 @@ from .renderers import (
 
 __all__ = ["register_views", "negotiate", "source_status"]
 
-# Accept headers common clients send that need no parsing (the point-lookup path is latency-bound).
-_JSON_ACCEPTS = frozenset({"*/*", "application/json", JSON})
 
 
 def negotiate(accept: Any) -> str:
@@ -54,7 +53,7 @@ def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metric
     @app.post("/v1/sql")
     def sql() -> Response:
         accept = request.headers.get("Accept")
-        media = JSON if not accept or accept in _JSON_ACCEPTS else negotiate(request.accept_mimetypes)
+        media = JSON if not accept or accept in JSON_ACCEPTS else negotiate(request.accept_mimetypes)
         req = parse_sql_request(request.get_data(), cfg.max_request_bytes)
         result = gateway.sql(req.sql, req.params, req.position, partial=req.partial, wait_ms=req.wait_ms,
                              session=req.session, max_rows=req.max_rows, stream=media != ARROW,
