@@ -101,7 +101,9 @@ def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metric
         h = status["health"]
         body = {"state": state.value, "healthy": h["status"] == "healthy", **h,
                 "stores": {n: s.to_json() for n, s in sorted(status["stores"].items())}}
-        for extra in ("host", "partitions", "peers"):  # replicas and routing (issue 17): lags per store partition
+        # replicas and routing (issue 17): lags per store partition; on a replica, which changelog (generation)
+        # each store follows and the one it restores beside it
+        for extra in ("host", "partitions", "peers", "changelogs"):
             if extra in status:
                 body[extra] = status[extra]
         # 200 while the client runs, degraded included: its reads answer (the body says what is wrong)

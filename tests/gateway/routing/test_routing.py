@@ -154,6 +154,8 @@ def test_peers_report_roles_positions_and_lags(cluster) -> None:
     assert set(parts) == {("revenue", 0), ("revenue", 1), ("per_min", 0)}
     assert all(p["role"] == "standby" and p["offset_lag"] == 0 for p in parts.values())
     assert body["peers"][0]["url"] == active.server.url and body["peers"][0]["alive"]
+    assert body["changelogs"]["revenue"] == {"serving": "shop-revenue-changelog", "local_generation": 0, "swaps": 0,
+                                             "building": None, "building_lag": None}
     _, _, text = standby.http.request("GET", "/metrics")
     assert b'iqgate_partition_offset_lag{store="revenue",store_partition="0",role="standby"} 0' in text
     assert f'iqgate_peer_up{{peer="{active.server.url}"}} 1'.encode() in text

@@ -277,3 +277,33 @@ def test_a_replica_whose_topic_was_deleted_while_it_was_away_answers_from_its_co
         wait_for(rep.caught_up, "restarted")
         assert not (store_dir / "partition-0.db").exists() and not (store_dir / "gen-7").exists()
         assert _same(active_dir, tmp_path / "replica", V2) and rep.generations()["revenue"]["local_generation"] == 1
+
+
+def test_the_building_generation_is_logged_exactly_once_like_generation_0(active, tmp_path) -> None:
+    """A replayed batch of generation 1 is neither logged nor applied twice; a crash between its append and its
+    commit applies the logged record, not the replay's rows (the same steps as generation 0)."""
+    import pyarrow as pa
+
+    from stores.catalog.partitioner import partition_for_key
+    from stores.changelog import ChangelogRecord, ChangelogWriter
+
+    log, app, writers, active_dir = active
+    cl = EventLogChangelog(log)
+    writers.get("revenue", None).write_batch(0, batch(0), position(0))
+    g = _rebuild(app, writers)
+    topic = changelog_topic(APP, "revenue", g)
+    writers.get("revenue", g).write_batch(0, v2_batch(0), position(0))
+    writers.get("revenue", g).write_batch(0, v2_batch(0), position(0))  # Spark replays it
+    assert [_batch_ids(log, topic, p) for p in range(3)] == [[0]] * 3
+    p = partition_for_key("c1", 3)
+    rows = pa.table({"k": ["c1"], "ts": pa.nulls(1, pa.int64()), "ws": pa.nulls(1, pa.int64()),
+                     "we": pa.nulls(1, pa.int64()), "del": [False], "v0": [111.0], "v1": [1], "v2": [5.0]})
+    cl.append(topic, {p: ChangelogRecord(V2, 1, Position.from_map(position(1)), None, rows, cl.topic_id(topic))})
+    # the restarted pipeline (its rebuild goes on from its checkpoint) replays batch 1 with other rows
+    ChangelogWriter(app.writer("revenue", generation=g), cl, APP, g).write_batch(1, [Change("c1", (9.0, 9, 9.0))],
+                                                                               position(1))
+    got, pos, last = contents(active_dir, V2, p, g)
+    [c1] = [r for r in got if r[0] == "c1"]
+    assert last == 1 and 111.0 in c1 and 9.0 not in c1, c1
+    assert [_batch_ids(log, topic, q) for q in range(3)] == [[0, 1]] * 3
+    assert _batch_ids(log, changelog_topic(APP, "revenue"), 0) == [0]  # generation 0's topic untouched
