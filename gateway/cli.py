@@ -171,7 +171,8 @@ def _serve_until_stopped(gw: Any, args: argparse.Namespace, what: str) -> None:
     tune_process_for_serving()
     sock, workers = _listen(args)
     pg = _pg_server(gw, args) if args.listen_fd is None else None
-    server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die, sock=sock).start()
+    server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die, sock=sock,
+                          cpu=_serving_cpu(args)).start()
     if args.listen_fd is None:
         _start_membership(gw, args, server)
         print(f"iqgate: serving {what} on {server.url}{_workers_note(workers)}", file=sys.stderr, flush=True)
@@ -209,6 +210,18 @@ def _listen(args: argparse.Namespace) -> tuple[Any, Any]:
     token = _token_for_workers(args)
     return sock, Workers(n - 1, sock, state_dir, _worker_options(args),
                                                  {"IQGATE_TOKEN": token} if token else None).start()
+
+
+def _serving_cpu(args: argparse.Namespace) -> int | None:
+    """With ``--workers`` N > 1, each serving process's HTTP threads on a CPU of their own (``ServerThread``)."""
+    from .workers import INDEX_ENV, serving_cpu
+
+    if args.listen_fd is not None:  # a worker: its index comes from the first process
+        try:
+            return serving_cpu(int(os.environ.get(INDEX_ENV, "1")))
+        except ValueError:
+            return None
+    return serving_cpu(0) if (args.workers or 1) > 1 else None
 
 
 def _token_for_workers(args: argparse.Namespace) -> str | None:
@@ -286,7 +299,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     gw = Gateway(routed(hosted, args, cfg.auth_token), config=cfg)
     sock, workers = _listen(args)
     pg = _pg_server(gw, args)
-    server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die, sock=sock).start()
+    server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die, sock=sock,
+                          cpu=_serving_cpu(args)).start()
     _start_membership(gw, args, server)
     discover(gw.source, args, log, module.APPLICATION_ID)
     print(f"iqgate: serving pipeline {module.APPLICATION_ID} on {server.url}{_workers_note(workers)} (the stores "

@@ -15,11 +15,13 @@ nothing staying open.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
+import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from waitress.server import create_server
@@ -36,12 +38,25 @@ class ServerThread:
     """A waitress server in a daemon thread; ``url`` is known once constructed (the socket is bound)."""
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, threads: int = 8, *,
-                 on_failure: Callable[[BaseException], None] | None = None, sock: Any = None) -> None:
-        """``sock``: an already listening socket to accept from (shared by ``--workers`` processes)."""
+                 on_failure: Callable[[BaseException], None] | None = None, sock: Any = None,
+                 cpu: int | None = None) -> None:
+        """``sock``: an already listening socket to accept from (shared by ``--workers`` processes).
+
+        ``cpu``: run the serving loop and its handler threads on that one CPU
+        (``--workers``: one CPU per serving process). Why: a request hops
+        between the loop and a handler thread (and the GIL with it); threads
+        of one process on one core keep their caches, where the scheduler
+        otherwise moves them between cores on every wake-up. Measured on 2
+        cores with 2 workers: about 1.5x the point lookups/s and half the
+        p50. Only these threads are pinned: the rest of the process (a hosted
+        pipeline's Spark, the statement guard) runs anywhere.
+        """
         where: dict[str, Any] = {"sockets": [sock]} if sock is not None else {"host": host, "port": port}
-        self._server = create_server(app, threads=threads, ident="iqgate", channel_timeout=60, connection_limit=1000,
-                                     clear_untrusted_proxy_headers=True, asyncore_use_poll=True,
-                                     channel_request_lookahead=1, **where)
+        self.cpu = cpu
+        with _on_cpu(cpu):  # the handler threads start here and inherit the caller's affinity
+            self._server = create_server(app, threads=threads, ident="iqgate", channel_timeout=60,
+                                         connection_limit=1000, clear_untrusted_proxy_headers=True,
+                                         asyncore_use_poll=True, channel_request_lookahead=1, **where)
         if sock is not None:
             host = sock.getsockname()[0]
         self.host = host
@@ -60,6 +75,8 @@ class ServerThread:
         return self._thread.is_alive()
 
     def _run(self) -> None:
+        if self.cpu is not None:
+            _pin_this_thread({self.cpu})
         try:
             self._server.run()
         except BaseException as exc:  # noqa: BLE001 - the loop ended: on purpose (closing) or not
@@ -98,6 +115,34 @@ class ServerThread:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _pin_this_thread(cpus: set[int]) -> bool:
+    """Restrict the calling thread (Linux: pid 0 is the calling thread) to ``cpus``; False where that cannot be."""
+    try:
+        os.sched_setaffinity(0, cpus)
+    except (AttributeError, OSError, ValueError):
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _on_cpu(cpu: int | None) -> Iterator[None]:
+    """Run the block with the calling thread on ``cpu`` (threads it starts inherit that), then restore it."""
+    if cpu is None:
+        yield
+        return
+    try:
+        before = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        yield
+        return
+    pinned = _pin_this_thread({cpu})
+    try:
+        yield
+    finally:
+        if pinned:
+            _pin_this_thread(before)
 
 
 def keep_pandas_out() -> None:

@@ -9,6 +9,8 @@ the kernel hands each new connection to whichever process is waiting in
 of holding connections in a queue of its own (as SO_REUSEPORT would). The
 workers read the store files read-only (SQLite WAL: any number of reader
 processes beside the one writer); only the first process hosts the pipeline.
+Each process runs its HTTP threads (the serving loop and its handlers) on a
+CPU of its own (``serving_cpu``; ``ServerThread``'s ``cpu`` says why).
 
 Workers die with the first process (PR_SET_PDEATHSIG, and a parent check);
 a worker that exits on its own is started again, at most ``MAX_RESTARTS``
@@ -28,7 +30,10 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-__all__ = ["listening_socket", "Workers", "default_workers", "die_with_parent", "MAX_RESTARTS"]
+__all__ = ["listening_socket", "Workers", "default_workers", "die_with_parent", "serving_cpu", "MAX_RESTARTS",
+           "INDEX_ENV"]
+
+INDEX_ENV = "IQGATE_WORKER_INDEX"  # which serving process this is: 0 the first, 1 … N-1 the workers
 
 MAX_RESTARTS = 5  # per worker per minute
 _BACKLOG = 1024
@@ -40,6 +45,16 @@ def default_workers() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # pragma: no cover - not Linux
         return max(1, os.cpu_count() or 1)
+
+
+def serving_cpu(index: int) -> int | None:
+    """The CPU serving process ``index`` runs its HTTP threads on: the index-th CPU this process may use
+    (round robin), or None where there is one CPU or no affinity to set (see ``ServerThread``'s ``cpu``)."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return None
+    return cpus[index % len(cpus)] if len(cpus) > 1 else None
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -112,8 +127,8 @@ class Workers:
     def _spawn(self, i: int) -> None:
         now = time.monotonic()
         self._starts[i] = [t for t in self._starts[i] if now - t < 60] + [now]
-        self._procs[i] = subprocess.Popen(self._argv, env=self._env, pass_fds=(self._sock.fileno(),),
-                                          stdin=subprocess.DEVNULL)
+        self._procs[i] = subprocess.Popen(self._argv, env={**self._env, INDEX_ENV: str(i + 1)},
+                                          pass_fds=(self._sock.fileno(),), stdin=subprocess.DEVNULL)
 
     def _watch(self) -> None:
         while not self._stop.wait(0.5):

@@ -117,3 +117,47 @@ def test_a_worker_started_alone_refuses_no_flag(shop_app: StreamsApp) -> None:
     out = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", "--state-dir", str(shop_app.state_dir),
                           "--workers", "0"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--workers: must be at least 1, got 0" in out.stderr
+
+
+def _pinned_cpus(pid: int) -> tuple[set[int], list[frozenset[int]]]:
+    """(the CPUs of ``pid``'s main thread, the CPU sets of its threads restricted to one CPU)."""
+    def cpus(status: str) -> frozenset[int]:
+        text = re.search(r"^Cpus_allowed_list:\s*(\S+)", status, re.M).group(1)  # type: ignore[union-attr]
+        out: set[int] = set()
+        for part in text.split(","):
+            lo, _, hi = part.partition("-")
+            out.update(range(int(lo), int(hi or lo) + 1))
+        return frozenset(out)
+
+    main: set[int] = set()
+    one: list[frozenset[int]] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            got = cpus((task / "status").read_text())
+        except OSError:
+            continue
+        if task.name == str(pid):
+            main = set(got)
+        elif len(got) == 1:
+            one.append(got)
+    return main, one
+
+
+@pytest.mark.skipif(len(getattr(os, "sched_getaffinity", lambda _: {0})(0)) < 2, reason="needs 2 CPUs")
+def test_each_serving_process_runs_its_http_threads_on_a_cpu_of_its_own(
+        served: tuple[subprocess.Popen[str], str], shop: Shop) -> None:
+    proc, url = served
+    allowed = os.sched_getaffinity(0)
+    deadline = time.monotonic() + 60
+    pinned: dict[int, list[frozenset[int]]] = {}
+    while time.monotonic() < deadline:
+        kids = [p for p in _children(proc.pid) if _alive(p)]
+        pinned = {p: _pinned_cpus(p)[1] for p in [proc.pid, *kids]}
+        if len(pinned) == 2 and all(len(v) >= 3 for v in pinned.values()):  # the loop and 2 handler threads each
+            break
+        time.sleep(0.2)
+    assert len(pinned) == 2, pinned
+    first, worker = (set().union(*pinned[p]) for p in pinned)
+    assert len(first) == 1 and len(worker) == 1 and first != worker and first | worker <= allowed, pinned
+    assert _pinned_cpus(proc.pid)[0] == allowed  # the rest of the process (a hosted pipeline, Spark) is not pinned
+    assert _count(url) == len(shop.revenue)
