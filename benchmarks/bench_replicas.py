@@ -90,8 +90,9 @@ def _client(ports: list[int], keys: int, seconds: float, seed: int) -> int:
     return n
 
 
-def _wrk_rate(ports: list[int], keys: int, seconds: float, connections: int = 8) -> float:
-    """req/s of point lookups with ``connections`` wrk connections spread over ``ports`` (one wrk each, at once)."""
+def _wrk_rate(ports: list[int], keys: int, seconds: float, connections: int = 8) -> tuple[float, int]:
+    """(req/s, non-200 answers and socket errors) of point lookups with ``connections`` wrk connections spread
+    over ``ports`` (one wrk each, at once)."""
     from concurrent.futures import ThreadPoolExecutor
 
     rnd = random.Random(len(ports))
@@ -101,9 +102,7 @@ def _wrk_rate(ports: list[int], keys: int, seconds: float, connections: int = 8)
     with ThreadPoolExecutor(len(ports)) as pool:
         runs = list(pool.map(lambda pc: wrk.run_wrk(f"http://127.0.0.1:{pc[0]}/v1/sql", pc[1], seconds, bodies),
                              zip(ports, share)))
-    if any(r.errors for r in runs):
-        raise RuntimeError(f"replicas answered errors: {[r.errors for r in runs]}")
-    return sum(r.rps for r in runs)
+    return sum(r.rps for r in runs), sum(r.errors for r in runs)
 
 
 def _python_rates(ports: list[int], keys: int, seconds: float, clients: int, rates: dict[int, float]) -> None:
@@ -141,10 +140,12 @@ def run(quick: bool) -> list[Figure]:
                     raise RuntimeError("replicas did not come up: " + (root / f"replica-{ports[0]}.log").read_text())
                 time.sleep(0.2)
             rates: dict[int, float] = {}
+            errors = 0
             if wrk.available():  # compiled: leaves the cores to the replicas (CI has none: Python clients below)
                 _wrk_rate(ports, keys, 1.0)  # warm
                 for n in (1, 2, 3, 3, 2, 1):  # best of two per size, in both orders: shared machines drift
-                    rates[n] = max(rates.get(n, 0.0), _wrk_rate(ports[:n], keys, max(1.0, seconds)))
+                    rate, bad = _wrk_rate(ports[:n], keys, max(1.0, seconds))
+                    rates[n], errors = max(rates.get(n, 0.0), rate), errors + bad
             else:
                 _python_rates(ports, keys, seconds, clients, rates)
         finally:
@@ -161,9 +162,9 @@ def run(quick: bool) -> list[Figure]:
                 f.close()
     cpus = os.cpu_count() or 1
     load = "wrk (8 connections over the replicas)" if wrk.available() else f"{clients} Python client processes"
-    note = f"{load} and the replicas share {cpus} cores"
+    note = f"{load} and the replicas share {cpus} cores" + (f"; {errors} non-200 or socket errors" if errors else "")
     return [Figure(f"point lookups, {n} replica(s)", rates[n], "req/s", rates[1], "1 replica",
-                   goal=">= 1x" if n > 1 else "", met=(rates[n] >= rates[1] * 0.95) if n > 1 else None, note=note)
+                   goal=">= 1x" if n > 1 else "", met=(rates[n] >= rates[1] * 0.95 and not errors) if n > 1 else None, note=note)
             for n in (1, 2, 3)]
 
 
