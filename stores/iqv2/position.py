@@ -121,6 +121,17 @@ class Position:
     def copy(self) -> Position:
         return self
 
+    def covers(self, other: Position) -> bool:
+        """Has this Position every offset of ``other``, at or beyond it? (The swap rule of a rebuilt store, on the
+        active and on replicas: a reader switched to a copy that covers the old one's Position never goes back.)"""
+        for topic, parts in other._map.items():
+            mine = self._map.get(topic, {})
+            for p, o in parts.items():
+                have = mine.get(p)
+                if have is None or have < o:
+                    return False
+        return True
+
     # -- accessors ----------------------------------------------------
     def topics(self) -> frozenset[str]:
         return frozenset(self._map)

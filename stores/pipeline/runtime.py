@@ -370,7 +370,7 @@ class SparkRuntime(SharedQueries):
         if u.building is None:
             return
         pos = self.app.min_position(u.name, building=True)
-        if not _reached(pos, u.rebuild_target):
+        if not pos.covers(u.rebuild_target):
             return
         with self._lock:
             if u.building is None:
@@ -450,7 +450,7 @@ class SparkRuntime(SharedQueries):
             pos = self.app.min_position(u.name, building=u.building is not None)
         except Exception:  # noqa: BLE001 - stores closing
             return False
-        return _reached(pos, u.target)
+        return pos.covers(u.target)
 
     def _applied(self, store: str, batch_id: int, position: Position) -> None:
         u = self.units[store]
@@ -473,15 +473,6 @@ class SparkRuntime(SharedQueries):
                 any(u.name not in self._failed for u in self.units.values()):
             self.app.mark_running()
 
-
-
-def _reached(pos: Position, target: Position) -> bool:
-    for t in target.topics():
-        for p, o in target.partition_positions(t).items():
-            have = pos.offset(t, p)
-            if have is None or have < o:
-                return False
-    return True
 
 
 def _warm_python_worker(_: Any) -> int:

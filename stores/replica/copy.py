@@ -36,7 +36,7 @@ from ..engine import PartitionStore, open_partition
 from ..iqv2.position import Position
 from ..iqv2.timeutil import now_ms
 
-__all__ = ["StoreCopy", "PartitionLag", "Recreated", "REPLICA_JSON", "RETIRE_AFTER_S", "reached"]
+__all__ = ["StoreCopy", "PartitionLag", "Recreated", "REPLICA_JSON", "RETIRE_AFTER_S"]
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ class StoreCopy:
 
     def reached(self, target: Position) -> bool:
         """Has every hosted partition reached ``target`` on every source topic-partition in it?"""
-        return bool(self.parts) and all(reached(p, target) for p in self.positions())
+        return bool(self.parts) and all(p.covers(target) for p in self.positions())
 
     # -- files ----------------------------------------------------------------------------------------
     def save(self) -> None:
@@ -246,12 +246,3 @@ def remove_generation(state_dir: Path, store: str, generation: int) -> None:
         if f.is_file() and (f.name.startswith("partition-") or f.name == REPLICA_JSON):
             f.unlink(missing_ok=True)
 
-
-def reached(pos: Position, target: Position) -> bool:
-    """The active's swap rule (``stores.pipeline.runtime``): ``pos`` has every offset of ``target``."""
-    for t in target.topics():
-        for p, o in target.partition_positions(t).items():
-            have = pos.offset(t, p)
-            if have is None or have < o:
-                return False
-    return True

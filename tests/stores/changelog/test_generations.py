@@ -21,7 +21,6 @@ from stores.iqv2.request import StateQueryRequest
 from stores.log.eventlog import TOPIC_NAME_RE, EventLog
 from stores.pipeline.changelogs import ChangelogWriters
 from stores.replica import Replica, ReplicaSource
-from stores.replica.copy import reached
 from stores.replica.standby import DISCOVER_EVERY_S
 
 from .helpers import APP, batch, contents, kv_spec, position
@@ -64,10 +63,10 @@ def test_topic_names_per_generation_and_discovery() -> None:
 
 def test_the_swap_rule_is_the_actives() -> None:
     target = Position.from_map({"orders": {0: 9, 1: 4}})
-    assert reached(Position.from_map({"orders": {0: 9, 1: 5}}), target)
-    assert not reached(Position.from_map({"orders": {0: 8, 1: 5}}), target)
-    assert not reached(Position.from_map({"orders": {0: 9}}), target)  # a partition it has not seen
-    assert reached(Position.empty(), Position.empty())
+    assert Position.from_map({"orders": {0: 9, 1: 5}}).covers(target)
+    assert not Position.from_map({"orders": {0: 8, 1: 5}}).covers(target)
+    assert not Position.from_map({"orders": {0: 9}}).covers(target)  # a partition it has not seen
+    assert Position.empty().covers(Position.empty())
 
 
 class _Pipeline(StoreTopology):
@@ -114,7 +113,7 @@ class Reads:
                 self.failed.append({p: r.failure_reason for p, r in res.partition_results.items()})
                 continue
             pos = res.position
-            if last is not None and not reached(pos, last):
+            if last is not None and not pos.covers(last):
                 self.went_back.append((last, pos))
             last = pos if last is None else last.merge(pos)
             self.columns.add(len(self.src.catalog()["revenue"].values))
