@@ -10,7 +10,7 @@ caught up with the log as it was when the query started.
 Faults (issue 21: the disk full, an I/O error, a read-only file system, the
 source unreachable; see ``faults.py``) never reach the handler: the store's
 ingest is paused, its reads keep answering at its last Position, and the
-query is restarted from its checkpoint with backoff (1, 2, 4, 5, 5 … s) until
+query is restarted from its checkpoint with backoff (1, 2, 4, 5, 5 … s, times a jitter of 1-1.5) until
 it applies a batch again — exactly once, since the writer skips batches it
 already applied. A store whose query fails for any other reason goes to the
 handler when the user set one (KIP-671), else fails alone: the other stores
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import shutil
 import threading
 import time
@@ -264,14 +265,19 @@ class SparkRuntime(SharedQueries):
                     q.stop()
             except Exception:  # noqa: BLE001 - stopping regardless
                 log.exception("stopping query of store %s failed", u.name)
+        # Jitter (one factor per pause, so a shared query's members stay together): queries that failed together
+        # (one fault seen by several) must not restart together again and again — concurrent query starts are
+        # where Spark's task deserialization failed (java.io.OptionalDataException, see faults.py).
+        jitter = random.uniform(1.0, 1.5)
         for m in self._members(u) if u in self._members(u) else [u]:
             if m is not u and m.retry_at is not None:
                 continue  # already paused by this same failure
             m.backoff = min(RETRY_MAX_S, max(RETRY_FIRST_S, m.backoff * 2))
-            m.retry_at = time.monotonic() + m.backoff
+            delay = m.backoff * jitter
+            m.retry_at = time.monotonic() + delay
             m.caught_up = False
-            log.warning("store %s: ingest paused by a fault, retrying in %.0f s: %s", m.name, m.backoff, reason)
-            self.app.health.set(m.name, "paused", reason, retry_s=m.backoff)
+            log.warning("store %s: ingest paused by a fault, retrying in %.1f s: %s", m.name, delay, reason)
+            self.app.health.set(m.name, "paused", reason, retry_s=round(delay, 1))
 
     def _maybe_resumed(self, u: _Unit) -> None:
         """After a restart: resumed once a batch applied, or once up a while with nothing left to read."""
