@@ -290,13 +290,18 @@ class SparkRuntime(SharedQueries):
         if h.status == "starting" and not u.caught_up:
             return
         if h.status in ("starting", "paused"):
-            if h.status == "paused":
-                log.warning("store %s: ingest resumed after %s", u.name, h.reason)
-            u.backoff = 0.0
-            if u.building is not None:
-                self.app.health.set(u.name, "rebuilding", u.rebuild_reason)
-            else:
-                self.app.health.set(u.name, "running")
+            # under the lock the swap holds (_maybe_swap): the batch thread and the monitor both get here, and a
+            # "rebuilding" decided before a swap must not land after the swap's "running"
+            with self._lock:
+                if self.app.health.get(u.name).status != h.status:
+                    return  # changed meanwhile (the swap said running, or a new pause)
+                if h.status == "paused":
+                    log.warning("store %s: ingest resumed after %s", u.name, h.reason)
+                u.backoff = 0.0
+                if u.building is not None:
+                    self.app.health.set(u.name, "rebuilding", u.rebuild_reason)
+                else:
+                    self.app.health.set(u.name, "running")
 
     def _fail(self, exc: BaseException, unit: str) -> None:
         exc = self._explain(exc, self.units[unit]) if unit in self.units else exc

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import psycopg
 import pytest
@@ -183,7 +184,17 @@ def test_out_of_memory_is_53200(shop_app: object) -> None:
                 con.execute("SELECT count(DISTINCT a.customer || b.customer || c.customer || d.customer) "
                             "FROM revenue a, revenue b, revenue c, revenue d")
             assert info.value.sqlstate == "53200"
-            assert con.execute("SELECT count(*) FROM revenue").fetchone()[0] > 0
+            # the server stays up and answers again once the failed statement's memory is given back (DuckDB's
+            # allocator flushes within seconds; until then the budget still counts it): bounded retry
+            deadline = time.monotonic() + 15
+            for _ in range(100):
+                try:
+                    assert con.execute("SELECT count(*) FROM revenue").fetchone()[0] > 0
+                    break
+                except pe.OutOfMemory:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
     finally:
         gw.close()
 
