@@ -79,8 +79,38 @@ def register_sources(spark: SparkSession) -> None:
     from .iqlog_source import IqLogDataSource
     from .kafka_source import IqKafkaDataSource
 
-    spark.dataSource.register(IqLogDataSource)
-    spark.dataSource.register(IqKafkaDataSource)
+    for source in (IqLogDataSource, IqKafkaDataSource):
+        _register_with_a_concurrent_env(spark, source)
+
+
+def _register_with_a_concurrent_env(spark: SparkSession, source: type) -> None:
+    """``spark.dataSource.register(source)``, but the source's environment map is a ConcurrentHashMap.
+
+    Why: Spark (4.x) hands every function it derives from a registered Python data source the *same*
+    ``envVars`` map, a plain ``java.util.HashMap``, and each streaming query's source runner puts keys into
+    it when it starts (``PythonStreamingSourceRunner.init``), on that query's thread. Queries that start
+    together (``iqgate serve`` restarting its stores, fault restarts) raced on it and could leave it corrupt
+    (its size no longer its number of entries); from then on every task that carried it failed to
+    deserialize with ``java.io.OptionalDataException`` at ``HashMap.readObject``, for the life of the
+    process (CI saw it in three runs). A ConcurrentHashMap takes concurrent puts and serializes whole.
+    Falls back to the public call where this PySpark lacks the pieces.
+    """
+    try:
+        from pyspark.core.rdd import _prepare_for_python_RDD
+    except ImportError:  # pragma: no cover - another PySpark layout
+        spark.dataSource.register(source)  # type: ignore[arg-type]
+        return
+    sc = spark.sparkContext
+    jvm = sc._jvm
+    assert jvm is not None
+    pickled, broadcast_vars, env, includes = _prepare_for_python_RDD(sc, source)
+    safe_env = jvm.java.util.concurrent.ConcurrentHashMap()
+    for k, v in dict(env).items():
+        safe_env.put(str(k), str(v))
+    function = jvm.SimplePythonFunction(bytearray(pickled), safe_env, includes, sc.pythonExec, sc.pythonVer,
+                                        broadcast_vars, sc._javaAccumulator)
+    udpds = getattr(jvm, "org.apache.spark.sql.execution.datasources.v2.python.UserDefinedPythonDataSource")
+    spark._jsparkSession.dataSource().registerPython(source.name(), udpds(function))  # type: ignore[attr-defined]
 
 
 _checked: set[str] = set()
