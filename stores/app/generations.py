@@ -143,7 +143,7 @@ class StoreFiles:
         self.spec, self.generation, self.parts = self.next_spec, self.next_generation, self.next_parts
         self.lost = {}
         self.next_generation, self.next_spec, self.next_parts = None, None, {}
-        _retire(old_parts, after=lambda: _remove_generation(self.state_dir, self.spec.name, old_gen))
+        _retire(old_parts, after=lambda: layout.remove_generation(self.state_dir, self.spec.name, old_gen))
         return old_parts
 
     def abandon(self) -> None:
@@ -202,14 +202,3 @@ def _retire(stores: list[PartitionStore], after: Any = None) -> None:
     t = threading.Timer(RETIRE_AFTER_S, run)
     t.daemon = True
     t.start()
-
-
-def _remove_generation(state_dir: Path, store: str, generation: int) -> None:
-    """Delete a swapped-out generation's partition files (generation 0 lives in the store dir itself)."""
-    d = layout.generation_dir(state_dir, store, generation)
-    if generation:
-        shutil.rmtree(d, ignore_errors=True)
-        return
-    for f in d.iterdir():
-        if f.is_file() and f.name.startswith("partition-"):
-            f.unlink(missing_ok=True)

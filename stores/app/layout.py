@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -66,6 +67,25 @@ def spec_path(state_dir: str | os.PathLike[str], store: str) -> Path:
 def generation_dir(state_dir: str | os.PathLike[str], store: str, generation: int = 0) -> Path:
     d = store_dir(state_dir, store)
     return d if generation == 0 else d / f"gen-{generation}"
+
+
+def remove_generation(state_dir: str | os.PathLike[str], store: str, generation: int,
+                      also: Iterable[str] = ()) -> None:
+    """Delete a swapped-out or abandoned generation's files.
+
+    Generation 0 lives in the store dir itself, beside the later generations' dirs, so only its partition
+    files (and the named ``also`` files, e.g. a replica's metadata) go; a later generation is its own dir.
+    """
+    d = generation_dir(state_dir, store, generation)
+    if generation:
+        shutil.rmtree(d, ignore_errors=True)
+        return
+    if not d.is_dir():
+        return
+    names = set(also)
+    for f in d.iterdir():
+        if f.is_file() and (f.name.startswith("partition-") or f.name in names):
+            f.unlink(missing_ok=True)
 
 
 def partition_path(state_dir: str | os.PathLike[str], store: str, partition: int, generation: int = 0) -> Path:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -235,14 +234,5 @@ class StoreCopy:
 
 
 def remove_generation(state_dir: Path, store: str, generation: int) -> None:
-    """Delete a local generation's files (generation 0's partition files and replica.json are in the store dir)."""
-    d = layout.generation_dir(state_dir, store, generation)
-    if generation:
-        shutil.rmtree(d, ignore_errors=True)
-        return
-    if not d.is_dir():
-        return
-    for f in d.iterdir():
-        if f.is_file() and (f.name.startswith("partition-") or f.name == REPLICA_JSON):
-            f.unlink(missing_ok=True)
-
+    """Delete a local generation's files, its replica.json included."""
+    layout.remove_generation(state_dir, store, generation, also=(REPLICA_JSON,))
