@@ -213,9 +213,15 @@ def _listen(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def _serving_cpu(args: argparse.Namespace) -> int | None:
-    """With ``--workers`` N > 1, each serving process's HTTP threads on a CPU of their own (``ServerThread``)."""
+    """With ``--workers`` N > 1, each serving process's HTTP threads on a CPU of their own (``ServerThread``).
+
+    ``--no-pin-cpus`` leaves them to the OS scheduler: on a machine shared with other busy processes a pinned
+    CPU can be the one they are using.
+    """
     from .workers import INDEX_ENV, serving_cpu
 
+    if getattr(args, "no_pin_cpus", False):
+        return None
     if args.listen_fd is not None:  # a worker: its index comes from the first process
         try:
             return serving_cpu(int(os.environ.get(INDEX_ENV, "1")))
@@ -238,6 +244,8 @@ def _worker_options(args: argparse.Namespace) -> list[str]:
         out += ["--max-memory", str(args.max_memory)]
     if args.no_table_scans:
         out.append("--no-table-scans")
+    if getattr(args, "no_pin_cpus", False):
+        out.append("--no-pin-cpus")
     return out
 
 
@@ -432,6 +440,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=positive_int, default=None,
                        help="serving processes on the one port, reading the same state directory (default: the "
                             "number of cores); only the first hosts the pipeline")
+    serve.add_argument("--no-pin-cpus", action="store_true",
+                       help="with --workers > 1, do not run each process's HTTP threads on a CPU of its own "
+                            "(pinning measured ~1.5x lookups/s on a 2-core machine; a machine shared with other "
+                            "busy processes may do better without)")
     serve.add_argument("--listen-fd", type=non_negative_int, help=argparse.SUPPRESS)  # a worker's inherited socket
     routing_args(serve)
     serve.set_defaults(fn=cmd_serve)

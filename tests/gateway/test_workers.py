@@ -54,10 +54,19 @@ def _alive(pid: int) -> bool:
 
 @pytest.fixture()
 def served(shop_app: StreamsApp, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    yield from _serve(shop_app, tmp_path)
+
+
+@pytest.fixture()
+def served_unpinned(shop_app: StreamsApp, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    yield from _serve(shop_app, tmp_path, "--no-pin-cpus")
+
+
+def _serve(shop_app: StreamsApp, tmp_path: Path, *extra: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
     err = tmp_path / "serve.err"  # a file, not a pipe: workers keep writing to it after the test stops reading
     with open(err, "w") as f:
         proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--state-dir",
-                                 str(shop_app.state_dir), "--port", "0", "--workers", "2", "--threads", "2"],
+                                 str(shop_app.state_dir), "--port", "0", "--workers", "2", "--threads", "2", *extra],
                                 cwd=ROOT, stdout=subprocess.DEVNULL, stderr=f, text=True)
     try:
         m = None
@@ -161,3 +170,21 @@ def test_each_serving_process_runs_its_http_threads_on_a_cpu_of_its_own(
     assert len(first) == 1 and len(worker) == 1 and first != worker and first | worker <= allowed, pinned
     assert _pinned_cpus(proc.pid)[0] == allowed  # the rest of the process (a hosted pipeline, Spark) is not pinned
     assert _count(url) == len(shop.revenue)
+
+
+def test_no_pin_cpus_leaves_every_thread_to_the_scheduler(served_unpinned: tuple[subprocess.Popen[str], str],
+                                                          shop: Shop) -> None:
+    proc, url = served_unpinned
+    allowed = os.sched_getaffinity(0)
+    deadline = time.monotonic() + 60
+    kids: list[int] = []
+    while time.monotonic() < deadline and not kids:
+        kids = [p for p in _children(proc.pid) if _alive(p)]
+        time.sleep(0.2)
+    assert len(kids) == 1, kids
+    assert _count(url) == len(shop.revenue)  # both processes are serving by now or soon; ask a few times
+    for _ in range(4):
+        _count(url)
+    for pid in (proc.pid, kids[0]):
+        main, one = _pinned_cpus(pid)
+        assert main == allowed and (len(allowed) < 2 or not one), (pid, main, one)
