@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import Figure, percentile
+from benchmarks.procs import tree_rss_kb
 
 TOPIC = "orders"
 TRIGGER = "100 milliseconds"
@@ -70,24 +71,9 @@ class TreeMemory:
 
 
 def _tree_rss(root: int) -> int:
-    children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                parts = f.read().rsplit(")", 1)[1].split()
-            children.setdefault(int(parts[1]), []).append(int(d))
-            rss[int(d)] = int(parts[21]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, IndexError, ValueError):
-            continue
-    total, stack = 0, [root]
-    while stack:
-        pid = stack.pop()
-        total += rss.get(pid, 0)
-        stack.extend(children.get(pid, ()))
-    return total
+    """Bytes resident in ``root`` and its descendants (benchmarks.procs: a not-yet-exec'd spawn child is not
+    counted twice)."""
+    return tree_rss_kb(root) * 1024
 
 
 def _fill(log: Any, events: int, keys: int, seed: int = 7) -> None:
