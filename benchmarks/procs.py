@@ -10,7 +10,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-__all__ = ["free_port", "status_kb", "process_tree", "tree_rss_kb", "wait_http", "start_serve", "stop_serve"]
+__all__ = ["free_port", "status_kb", "process_tree", "tree_rss_kb", "is_parents_copy", "wait_http", "start_serve", "stop_serve"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,10 +84,15 @@ def tree_rss_kb(pid: int) -> int:
     total = 0
     for p, parent in tree:
         rss, not_execd = stat[p]
-        if parent is not None and not_execd and abs(rss - stat[parent][0]) <= 0.02 * stat[parent][0] and rss > 0:
+        if parent is not None and is_parents_copy(rss, not_execd, stat[parent][0]):
             continue
         total += rss
     return total
+
+
+def is_parents_copy(rss_kb: int, not_execd: bool, parent_rss_kb: int) -> bool:
+    """A child that has not exec'd since its fork and is its parent's size (within 2%): its memory is the parent's."""
+    return not_execd and parent_rss_kb > 0 and abs(rss_kb - parent_rss_kb) <= 0.02 * parent_rss_kb
 
 
 def wait_http(proc: subprocess.Popen[bytes], port: int, path: str = "/v1/ping", seconds: float = 60.0) -> None:
