@@ -35,8 +35,8 @@ FAULT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
          "source unreachable"),
         # Spark forks Python workers per task; on an overloaded machine one may not connect back in time
         (r"Python worker failed to connect back|Python worker exited unexpectedly", "Spark's Python worker did not start"),
-        # a task that Spark's own Java serialization could not read back (seen once in CI, 2026-11-26, when two
-        # queries started at the same moment: java.io.OptionalDataException in HashMap.readObject): the query
+        # a task that Spark's own Java serialization could not read back (CI, 2026-11-26: queries starting together
+        # corrupted the data sources' shared environment map, fixed in session.register_sources): the query
         # replays the batch from its checkpoint like after any fault
         (r"java\.io\.OptionalDataException|java\.io\.StreamCorruptedException",
          "Spark could not deserialize a task"),

@@ -266,8 +266,9 @@ class SparkRuntime(SharedQueries):
             except Exception:  # noqa: BLE001 - stopping regardless
                 log.exception("stopping query of store %s failed", u.name)
         # Jitter (one factor per pause, so a shared query's members stay together): queries that failed together
-        # (one fault seen by several) must not restart together again and again — concurrent query starts are
-        # where Spark's task deserialization failed (java.io.OptionalDataException, see faults.py).
+        # (one fault seen by several) do not all restart at the same moment, again and again. (It was added
+        # against java.io.OptionalDataException at concurrent starts, whose cause is fixed where it was:
+        # session.register_sources.)
         jitter = random.uniform(1.0, 1.5)
         for m in self._members(u) if u in self._members(u) else [u]:
             if m is not u and m.retry_at is not None:

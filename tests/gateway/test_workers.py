@@ -182,9 +182,19 @@ def test_no_pin_cpus_leaves_every_thread_to_the_scheduler(served_unpinned: tuple
         kids = [p for p in _children(proc.pid) if _alive(p)]
         time.sleep(0.2)
     assert len(kids) == 1, kids
-    assert _count(url) == len(shop.revenue)  # both processes are serving by now or soon; ask a few times
-    for _ in range(4):
-        _count(url)
+    assert _count(url) == len(shop.revenue)
+
+    def threads(pid: int) -> int:
+        try:
+            return len(os.listdir(f"/proc/{pid}/task"))
+        except OSError:
+            return 0
+
+    # the accept loop and the 2 handler threads exist in both processes (the pinned test sees 3 pinned each),
+    # so an empty "pinned" list below means not pinned, not not yet started
+    while time.monotonic() < deadline and min(threads(proc.pid), threads(kids[0])) < 4:
+        time.sleep(0.2)
     for pid in (proc.pid, kids[0]):
+        assert threads(pid) >= 4, pid
         main, one = _pinned_cpus(pid)
         assert main == allowed and (len(allowed) < 2 or not one), (pid, main, one)
