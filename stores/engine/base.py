@@ -398,8 +398,15 @@ class PartitionStore:
 
     def point(self, sql: str, params: Sequence[Any]) -> tuple[Position, Any]:
         """One-statement snapshot: ``sql`` selects the position as its first column (meta LEFT JOIN data)."""
-        with self._reader() as c:
-            row = c.execute(sql, params).fetchone()
+        got = None if self._closed else self._pool.take_idle()
+        if got is None:  # none idle: wait for one or open one (and in the writing process, try the writer's)
+            with self._reader() as c:
+                row = c.execute(sql, params).fetchone()
+        else:
+            try:
+                row = got[0].execute(sql, params).fetchone()
+            finally:
+                self._pool.give(*got)
         return self.position_of(row[0]), row
 
     def current_position(self) -> Position:

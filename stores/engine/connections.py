@@ -79,6 +79,7 @@ class ReadPool:
         self.max_readers = max_readers
         self._open = 0
         self._freed = threading.Condition()
+        self._waiting = 0  # threads waiting in _take for a connection to come back
         self._uri = f"{path.resolve().as_uri()}?mode=ro"
         self._configure = configure
         self._idle: list[sqlite3.Connection] = []
@@ -113,27 +114,48 @@ class ReadPool:
         try:
             yield c
         finally:
-            self._give(c, epoch)
+            self.give(c, epoch)
+
+    def take_idle(self) -> tuple[sqlite3.Connection, int] | None:
+        """(an idle connection, its epoch) at once, or None: none idle (or closed), so ``connection()`` must
+        wait for one or open one. Hand it back with ``give``.
+
+        Why beside ``connection()``: a point lookup is one statement, and the
+        context managers around it cost more than SQLite's own work (issue 14).
+        """
+        global _idle_total
+        with self._lock:
+            if self._closed or not self._idle:
+                return None
+            c = self._idle.pop()
+            epoch = self._epoch
+            with _lock:
+                _idle_total -= 1
+                if not self._idle:
+                    _lru.pop(id(self), None)
+        return c, epoch
 
     def _take(self) -> tuple[sqlite3.Connection, int]:
-        global _idle_total, _open_total
+        global _open_total
         for _ in range(100_000):  # bounded: waits at most ~30 s for a busy reader
+            got = self.take_idle()
+            if got is not None:
+                return got
             with self._lock:
                 if self._closed:
                     raise RuntimeError("closed")
                 epoch = self._epoch
                 if self._idle:
-                    c = self._idle.pop()
-                    with _lock:
-                        _idle_total -= 1
-                        if not self._idle:
-                            _lru.pop(id(self), None)
-                    return c, epoch
+                    continue  # given back since take_idle looked
                 if self._open < self.max_readers:
                     self._open += 1
                     break
             with self._freed:
-                self._freed.wait(0.0003)
+                self._waiting += 1
+                try:
+                    self._freed.wait(0.0003)
+                finally:
+                    self._waiting -= 1
         else:
             raise TimeoutError(f"no read connection to {self.path} came free")
         try:
@@ -153,7 +175,8 @@ class ReadPool:
             _open_total += 1
         return c, epoch
 
-    def _give(self, c: sqlite3.Connection, epoch: int) -> None:
+    def give(self, c: sqlite3.Connection, epoch: int) -> None:
+        """A connection back (from ``take_idle``): kept idle, or closed when the file was replaced or enough idle."""
         global _idle_total
         keep = False
         with self._lock:
@@ -163,13 +186,16 @@ class ReadPool:
         if not keep:
             self._close_one(c)
             return
-        with self._freed:
-            self._freed.notify()
+        if self._waiting:  # a waiter also wakes on its own within 0.3 ms: the notify only saves that
+            with self._freed:
+                self._freed.notify()
         with _lock:
             _idle_total += 1
-            _lru.pop(id(self), None)
             _lru[id(self)] = self
-        _evict()
+            _lru.move_to_end(id(self))
+            over = _idle_total > budget()
+        if over:
+            _evict()
 
     def _close_one(self, c: sqlite3.Connection) -> None:
         global _open_total
