@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from iqgate_client.dbapi.outcome import Outcome
 from iqgate_client.dbapi.types import native_fix_for
+from iqgate_client.position import Position as ClientPosition
 
 from gateway.errors import Error, GatewayInternalError, translate
 
@@ -52,11 +53,17 @@ class InProcessTransport:
                 session=self._session, stream=True,
             )
             statement = result.statement.value
+            position = _client_position(result.position)
             if statement == "set":
-                return Outcome(statement, [], [], result.position, [], dict(result.settings))
-            columns = [(str(n), str(t)) for n, t in result.columns]
-            fixes = [native_fix_for(t) for _, t in columns]
-            chunks = result.iter_batches()
+                return Outcome(statement, [], [], position, [], dict(result.settings))
+            columns, fixes = _shape(result.columns)
+            if not result.streaming:  # the rows are in hand (a point lookup): one chunk needs no chunking
+                rows = result.rows()
+                if len(rows) <= _CHUNK_ROWS:
+                    result.close()
+                    return Outcome(statement=statement, columns=columns, rows=_fixed(rows, fixes), position=position,
+                                   partitions=result.partitions)
+            chunks = result.iter_batches(_CHUNK_ROWS)
             try:
                 first = next(chunks, None) or []
                 second = next(chunks, None) if first else None
@@ -66,11 +73,11 @@ class InProcessTransport:
             if second is None:
                 result.close()  # the whole answer is in hand: give the DuckDB cursor back
                 return Outcome(statement=statement, columns=columns, rows=_fixed(first, fixes),
-                               position=result.position, partitions=result.partitions)
+                               position=position, partitions=result.partitions)
         except Exception as exc:  # noqa: BLE001 - every failure reaches the caller as a PEP 249 class
             raise as_dbapi_error(exc) from exc
         # more than a chunk: the cursor pulls the rest as it fetches (memory: a chunk, issue 14)
-        return Outcome(statement=statement, columns=columns, rows=_fixed(first, fixes), position=result.position,
+        return Outcome(statement=statement, columns=columns, rows=_fixed(first, fixes), position=position,
                        partitions=result.partitions, more=_rest(second, chunks, fixes, result),
                        close=result.close)
 
@@ -85,6 +92,40 @@ class InProcessTransport:
 
     def close(self) -> None:
         self._session = None
+
+
+def _shape(columns: Sequence[tuple[Any, Any]]) -> tuple[list[tuple[str, str]], list[Any]]:
+    """(the columns as the cursor describes them, each one's native fix), cached: a statement's shape repeats
+    on every call, and building them per call cost a fifth of the cursor's overhead (issue 14)."""
+    key = tuple(columns)
+    got = _SHAPES.get(key)
+    if got is None:
+        named = [(str(n), str(t)) for n, t in key]
+        got = (named, [native_fix_for(t) for _, t in named])
+        if len(_SHAPES) > 4096:
+            _SHAPES.clear()
+        _SHAPES[key] = got
+    return list(got[0]), got[1]
+
+
+def _client_position(position: Any) -> ClientPosition:
+    """The client's Position for the engine's, as ``Outcome`` promises (the remote transport's kind), cached.
+
+    Why cached: a store's position repeats on every read until its next
+    batch, and the connection compares each result's position with its own:
+    client with client is one dict comparison, client with engine JSON maps.
+    """
+    got = _POSITIONS.get(position)
+    if got is None:
+        if len(_POSITIONS) > 4096:
+            _POSITIONS.clear()
+        got = _POSITIONS[position] = ClientPosition.from_map(position)
+    return got
+
+
+_CHUNK_ROWS = 1000  # rows handed to the cursor at a time
+_SHAPES: dict[tuple[Any, ...], tuple[list[tuple[str, str]], list[Any]]] = {}
+_POSITIONS: dict[Any, ClientPosition] = {}
 
 
 def _fixed(rows: list[tuple[Any, ...]], fixes: list[Any]) -> list[tuple[Any, ...]]:

@@ -398,16 +398,29 @@ class PartitionStore:
 
     def point(self, sql: str, params: Sequence[Any]) -> tuple[Position, Any]:
         """One-statement snapshot: ``sql`` selects the position as its first column (meta LEFT JOIN data)."""
-        got = None if self._closed else self._pool.take_idle()
-        if got is None:  # none idle: wait for one or open one (and in the writing process, try the writer's)
+        row = None if self._closed else self._point_at_once(sql, params)
+        if row is None:  # no connection free at once: wait for one or open one, as every snapshot does
             with self._reader() as c:
                 row = c.execute(sql, params).fetchone()
-        else:
+        return self.position_of(row[0]), row
+
+    def _point_at_once(self, sql: str, params: Sequence[Any]) -> Any:
+        """``point``'s row on an idle read connection, else on the idle writer (the order ``_reader`` takes
+        them in), without ``_reader``'s context managers, which cost more than the lookup (issue 14); None
+        when neither is free."""
+        got = self._pool.take_idle()
+        if got is not None:
             try:
-                row = got[0].execute(sql, params).fetchone()
+                return got[0].execute(sql, params).fetchone()
             finally:
                 self._pool.give(*got)
-        return self.position_of(row[0]), row
+        if self._wconn is None or not self._write_lock.acquire(blocking=False):
+            return None
+        try:
+            c = self._wconn
+            return None if c is None or c.in_transaction else c.execute(sql, params).fetchone()
+        finally:
+            self._write_lock.release()
 
     def current_position(self) -> Position:
         with self._reader() as c:

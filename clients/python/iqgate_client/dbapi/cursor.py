@@ -34,6 +34,21 @@ def _precision_scale(type_name: str) -> tuple[int | None, int | None]:
     return None, None
 
 
+def _describe(columns: Sequence[tuple[str, str]]) -> list[Description]:
+    """PEP 249's description of ``columns`` (a fresh list), cached: a statement's shape repeats on every call."""
+    key = tuple(columns)
+    got = _DESCRIPTIONS.get(key)
+    if got is None:
+        got = [(name, type_name, None, None, *_precision_scale(type_name), None) for name, type_name in key]
+        if len(_DESCRIPTIONS) > 4096:
+            _DESCRIPTIONS.clear()
+        _DESCRIPTIONS[key] = got
+    return list(got)
+
+
+_DESCRIPTIONS: dict[tuple[tuple[str, str], ...], list[Description]] = {}
+
+
 class Cursor:
     """PEP 249 cursor over the gateway; also ``position``/``partitions``/``statement`` of the last result."""
 
@@ -111,9 +126,7 @@ class Cursor:
             return self
         self._rows = outcome.rows
         self._more = outcome.more
-        self._description = [
-            (name, type_name, None, None, *_precision_scale(type_name), None) for name, type_name in outcome.columns
-        ]
+        self._description = _describe(outcome.columns)
         self.rowcount = len(outcome.rows) if outcome.more is None else -1
         return self
 
