@@ -138,7 +138,11 @@ def json_body(result: Result, max_bytes: int) -> str | Iterator[str]:
         tail = (',"position":' + (position_json(result.position) or "{}") + ',"partitions":'
                 + _partitions_json(result) + ',"row_count":' + str(len(rows)) + ',"settings":' + dumps(result.settings))
         return head[:-1] + tail + "}"
-    chunks, first = _first_chunk(result)
+    if not result.streaming and len(result.rows()) <= _CHUNK_ROWS:  # in hand, one chunk (a point lookup)
+        chunks, first = None, result.rows()
+        result.close()
+    else:
+        chunks, first = _first_chunk(result)
     try:
         head = '{"columns":' + _columns_json(result) + ',"rows":['
         body = dumps(first)[1:-1] if first else ""
@@ -179,8 +183,19 @@ def json_body(result: Result, max_bytes: int) -> str | Iterator[str]:
 
 
 def _json_end(result: Result, row_count: int) -> str:
-    return ('],"statement":' + dumps(result.statement.value) + ',"position":' + (position_json(result.position) or "{}")
+    return ('],"statement":' + _statement_json(result) + ',"position":' + (position_json(result.position) or "{}")
             + ',"partitions":' + _partitions_json(result) + ',"row_count":' + str(row_count) + "}")
+
+
+def _statement_json(result: Result) -> str:
+    text = _STATEMENT_JSON.get(result.statement)
+    if text is None:
+        text = _STATEMENT_JSON[result.statement] = dumps(result.statement.value)
+    return text
+
+
+_STATEMENT_JSON: dict[Any, str] = {}
+_CHUNK_ROWS = 1000  # what Result.iter_batches hands out at a time
 
 
 def render_ndjson(result: Result, max_bytes: int) -> Response:
