@@ -20,9 +20,10 @@ import pyarrow as pa
 from planner.plan import StatementKind
 from stores.iqv2.position import Position
 
-__all__ = ["PartitionOutcome", "Result"]
+__all__ = ["PartitionOutcome", "Result", "CHUNK_ROWS"]
 
 _STREAMED: list[tuple[Any, ...]] = []  # marks rows handed out chunk by chunk and not kept
+CHUNK_ROWS = 1000  # rows iter_batches hands out at a time
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +155,7 @@ class Result:
         table = self.to_arrow()
         return table.schema, iter(table.to_batches())
 
-    def iter_batches(self, max_rows: int = 1000) -> Iterator[list[tuple[Any, ...]]]:
+    def iter_batches(self, max_rows: int = CHUNK_ROWS) -> Iterator[list[tuple[Any, ...]]]:
         """Rows in chunks; for streamed results the chunks come as DuckDB produces them.
 
         Errors the engine detects while streaming (row limit, timeout) are

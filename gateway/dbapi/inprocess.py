@@ -17,6 +17,7 @@ from iqgate_client.dbapi.types import native_fix_for
 from iqgate_client.position import Position as ClientPosition
 
 from gateway.errors import Error, GatewayInternalError, translate
+from gateway.result import CHUNK_ROWS
 
 if TYPE_CHECKING:
     from iqgate_client.position import Position
@@ -57,16 +58,14 @@ class InProcessTransport:
             if statement == "set":
                 return Outcome(statement, [], [], position, [], dict(result.settings))
             columns, fixes = _shape(result.columns)
-            if not result.streaming:  # the rows are in hand (a point lookup): one chunk needs no chunking
-                rows = result.rows()
-                if len(rows) <= _CHUNK_ROWS:
-                    result.close()
-                    return Outcome(statement=statement, columns=columns, rows=_fixed(rows, fixes), position=position,
-                                   partitions=result.partitions)
-            chunks = result.iter_batches(_CHUNK_ROWS)
+            chunks: Iterator[list[tuple[Any, ...]]] | None = None
             try:
-                first = next(chunks, None) or []
-                second = next(chunks, None) if first else None
+                if not result.streaming and len(result.rows()) <= CHUNK_ROWS:
+                    first, second = result.rows(), None  # in hand, one chunk (a point lookup): no generator
+                else:
+                    chunks = result.iter_batches()
+                    first = next(chunks, None) or []
+                    second = next(chunks, None) if first else None
             except BaseException:
                 result.close()
                 raise
@@ -123,7 +122,6 @@ def _client_position(position: Any) -> ClientPosition:
     return got
 
 
-_CHUNK_ROWS = 1000  # rows handed to the cursor at a time
 _SHAPES: dict[tuple[Any, ...], tuple[list[tuple[str, str]], list[Any]]] = {}
 _POSITIONS: dict[Any, ClientPosition] = {}
 

@@ -24,7 +24,7 @@ from flask import Response
 from ..arrow_rows import position_json
 from ..errors import GatewayError, GatewayInternalError, ResponseTooLarge
 from ..json_values import dumps, json_default
-from ..result import PartitionOutcome, Result
+from ..result import CHUNK_ROWS, PartitionOutcome, Result
 
 __all__ = ["RENDERERS", "MEDIA_TYPES", "position_header", "error_response", "json_body"]
 
@@ -104,6 +104,11 @@ def _first_chunk(result: Result) -> tuple[Iterator[list[tuple[Any, ...]]] | None
     none): such an answer is sent whole, with a Content-Length, as small answers always were.
     """
     try:
+        if not result.streaming:  # in hand (a point lookup): one chunk needs no generator
+            rows = result.rows()
+            if len(rows) <= CHUNK_ROWS:
+                result.close()
+                return None, rows
         chunks = result.iter_batches()
         first = next(chunks, None)
         second = next(chunks, None) if first is not None else None
@@ -138,11 +143,7 @@ def json_body(result: Result, max_bytes: int) -> str | Iterator[str]:
         tail = (',"position":' + (position_json(result.position) or "{}") + ',"partitions":'
                 + _partitions_json(result) + ',"row_count":' + str(len(rows)) + ',"settings":' + dumps(result.settings))
         return head[:-1] + tail + "}"
-    if not result.streaming and len(result.rows()) <= _CHUNK_ROWS:  # in hand, one chunk (a point lookup)
-        chunks, first = None, result.rows()
-        result.close()
-    else:
-        chunks, first = _first_chunk(result)
+    chunks, first = _first_chunk(result)
     try:
         head = '{"columns":' + _columns_json(result) + ',"rows":['
         body = dumps(first)[1:-1] if first else ""
@@ -195,7 +196,6 @@ def _statement_json(result: Result) -> str:
 
 
 _STATEMENT_JSON: dict[Any, str] = {}
-_CHUNK_ROWS = 1000  # what Result.iter_batches hands out at a time
 
 
 def render_ndjson(result: Result, max_bytes: int) -> Response:

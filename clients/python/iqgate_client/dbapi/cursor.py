@@ -37,12 +37,16 @@ def _precision_scale(type_name: str) -> tuple[int | None, int | None]:
 def _describe(columns: Sequence[tuple[str, str]]) -> list[Description]:
     """PEP 249's description of ``columns`` (a fresh list), cached: a statement's shape repeats on every call."""
     key = tuple(columns)
-    got = _DESCRIPTIONS.get(key)
+    try:
+        got = _DESCRIPTIONS.get(key)
+    except TypeError:  # a transport's columns that do not hash (lists): described each time
+        got, key = None, None
     if got is None:
-        got = [(name, type_name, None, None, *_precision_scale(type_name), None) for name, type_name in key]
-        if len(_DESCRIPTIONS) > 4096:
-            _DESCRIPTIONS.clear()
-        _DESCRIPTIONS[key] = got
+        got = [(name, type_name, None, None, *_precision_scale(type_name), None) for name, type_name in columns]
+        if key is not None:
+            if len(_DESCRIPTIONS) > 4096:
+                _DESCRIPTIONS.clear()
+            _DESCRIPTIONS[key] = got
     return list(got)
 
 
