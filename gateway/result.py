@@ -9,6 +9,7 @@ without re-reading the stores.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -20,7 +21,7 @@ import pyarrow as pa
 from planner.plan import StatementKind
 from stores.iqv2.position import Position
 
-__all__ = ["PartitionOutcome", "Result", "CHUNK_ROWS"]
+__all__ = ["PartitionOutcome", "Result"]
 
 _STREAMED: list[tuple[Any, ...]] = []  # marks rows handed out chunk by chunk and not kept
 CHUNK_ROWS = 1000  # rows iter_batches hands out at a time
@@ -172,6 +173,30 @@ class Result:
         if self._rows is _STREAMED:
             raise RuntimeError("the rows of this result were streamed already (iter_batches reads them once)")
         yield from _chunks(self.rows(), max_rows)
+
+    def first_chunk(self) -> tuple[list[tuple[Any, ...]], Iterator[list[tuple[Any, ...]]] | None]:
+        """(the first chunk of rows, the chunks after it), read before a face sends anything, so an error there
+        keeps its status code. The rest is None when the first chunk is all there is; the result is then
+        closed, as it is on an error here.
+
+        An answer in hand of at most one chunk (a point lookup) is taken without the ``iter_batches``
+        generator, which cost a point lookup more than the rest of its rendering (issue 14).
+        """
+        try:
+            if not self.streaming and len(self.rows()) <= CHUNK_ROWS:
+                first: list[tuple[Any, ...]] = self.rows()
+                self.close()
+                return first, None
+            chunks = self.iter_batches()
+            first = next(chunks, None) or []
+            second = next(chunks, None) if first else None
+            if second is None:
+                self.close()
+                return first, None
+            return first, itertools.chain([second], chunks)
+        except BaseException:
+            self.close()
+            raise
 
     # -- DuckDB -----------------------------------------------------------------
     @property

@@ -8,6 +8,7 @@ transport keeps them for a server.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
@@ -17,7 +18,6 @@ from iqgate_client.dbapi.types import native_fix_for
 from iqgate_client.position import Position as ClientPosition
 
 from gateway.errors import Error, GatewayInternalError, translate
-from gateway.result import CHUNK_ROWS
 
 if TYPE_CHECKING:
     from iqgate_client.position import Position
@@ -58,27 +58,15 @@ class InProcessTransport:
             if statement == "set":
                 return Outcome(statement, [], [], position, [], dict(result.settings))
             columns, fixes = _shape(result.columns)
-            chunks: Iterator[list[tuple[Any, ...]]] | None = None
-            try:
-                if not result.streaming and len(result.rows()) <= CHUNK_ROWS:
-                    first, second = result.rows(), None  # in hand, one chunk (a point lookup): no generator
-                else:
-                    chunks = result.iter_batches()
-                    first = next(chunks, None) or []
-                    second = next(chunks, None) if first else None
-            except BaseException:
-                result.close()
-                raise
-            if second is None:
-                result.close()  # the whole answer is in hand: give the DuckDB cursor back
+            first, rest = result.first_chunk()
+            if rest is None:  # the whole answer is in hand (and the result closed)
                 return Outcome(statement=statement, columns=columns, rows=_fixed(first, fixes),
                                position=position, partitions=result.partitions)
         except Exception as exc:  # noqa: BLE001 - every failure reaches the caller as a PEP 249 class
             raise as_dbapi_error(exc) from exc
         # more than a chunk: the cursor pulls the rest as it fetches (memory: a chunk, issue 14)
         return Outcome(statement=statement, columns=columns, rows=_fixed(first, fixes), position=position,
-                       partitions=result.partitions, more=_rest(second, chunks, fixes, result),
-                       close=result.close)
+                       partitions=result.partitions, more=_rest(rest, fixes, result), close=result.close)
 
     def settings(self) -> dict[str, Any]:
         return dict(self._session.settings) if self._session is not None else {}
@@ -93,51 +81,40 @@ class InProcessTransport:
         self._session = None
 
 
-def _shape(columns: Sequence[tuple[Any, Any]]) -> tuple[list[tuple[str, str]], list[Any]]:
-    """(the columns as the cursor describes them, each one's native fix), cached: a statement's shape repeats
-    on every call, and building them per call cost a fifth of the cursor's overhead (issue 14)."""
-    key = tuple(columns)
-    got = _SHAPES.get(key)
-    if got is None:
-        named = [(str(n), str(t)) for n, t in key]
-        got = (named, [native_fix_for(t) for _, t in named])
-        if len(_SHAPES) > 4096:
-            _SHAPES.clear()
-        _SHAPES[key] = got
-    return list(got[0]), got[1]
+def _shape(columns: Sequence[tuple[Any, Any]]) -> tuple[list[tuple[str, str]], tuple[Any, ...]]:
+    """(the columns as the cursor describes them, each one's native fix): a statement's shape repeats on every
+    call, and building them per call cost a fifth of the cursor's overhead (issue 14)."""
+    named, fixes = _shape_of(tuple(columns))
+    return list(named), fixes
 
 
+@functools.lru_cache(maxsize=4096)
+def _shape_of(columns: tuple[tuple[Any, Any], ...]) -> tuple[tuple[tuple[str, str], ...], tuple[Any, ...]]:
+    named = tuple((str(n), str(t)) for n, t in columns)
+    return named, tuple(native_fix_for(t) for _, t in named)
+
+
+@functools.lru_cache(maxsize=4096)
 def _client_position(position: Any) -> ClientPosition:
-    """The client's Position for the engine's, as ``Outcome`` promises (the remote transport's kind), cached.
+    """The client's Position for the engine's, as ``Outcome`` promises (the remote transport's kind).
 
     Why cached: a store's position repeats on every read until its next
     batch, and the connection compares each result's position with its own:
     client with client is one dict comparison, client with engine JSON maps.
     """
-    got = _POSITIONS.get(position)
-    if got is None:
-        if len(_POSITIONS) > 4096:
-            _POSITIONS.clear()
-        got = _POSITIONS[position] = ClientPosition.from_map(position)
-    return got
+    return ClientPosition.from_map(position)
 
 
-_SHAPES: dict[tuple[Any, ...], tuple[list[tuple[str, str]], list[Any]]] = {}
-_POSITIONS: dict[Any, ClientPosition] = {}
-
-
-def _fixed(rows: list[tuple[Any, ...]], fixes: list[Any]) -> list[tuple[Any, ...]]:
+def _fixed(rows: list[tuple[Any, ...]], fixes: Sequence[Any]) -> list[tuple[Any, ...]]:
     if not any(fixes):
         return rows if isinstance(rows, list) else list(rows)
     return [tuple(f(v) if f is not None and v is not None else v for f, v in zip(fixes, r, strict=False))
             for r in rows]
 
 
-def _rest(second: list[tuple[Any, ...]], chunks: Iterator[list[tuple[Any, ...]]], fixes: list[Any],
-          result: Any) -> Iterator[list[tuple[Any, ...]]]:
+def _rest(chunks: Iterator[list[tuple[Any, ...]]], fixes: Sequence[Any], result: Any) -> Iterator[list[tuple[Any, ...]]]:
     """The chunks after the first, as PEP 249 errors when the engine fails while they stream."""
     try:
-        yield _fixed(second, fixes)
         for chunk in chunks:
             yield _fixed(chunk, fixes)
     except Exception as exc:  # noqa: BLE001 - a fetch raises a PEP 249 class

@@ -11,8 +11,8 @@ says.
 from __future__ import annotations
 
 import csv
+import functools
 import io
-import itertools
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -24,7 +24,7 @@ from flask import Response
 from ..arrow_rows import position_json
 from ..errors import GatewayError, GatewayInternalError, ResponseTooLarge
 from ..json_values import dumps, json_default
-from ..result import CHUNK_ROWS, PartitionOutcome, Result
+from ..result import PartitionOutcome, Result
 
 __all__ = ["RENDERERS", "MEDIA_TYPES", "position_header", "error_response", "json_body"]
 
@@ -97,30 +97,6 @@ def _too_large(limit: int) -> ResponseTooLarge:
                             "add a LIMIT, select fewer columns, or aggregate")
 
 
-def _first_chunk(result: Result) -> tuple[Iterator[list[tuple[Any, ...]]] | None, list[tuple[Any, ...]] | None]:
-    """The first chunk and the rest, read before any byte goes out: an error there keeps its status code.
-
-    The rest is None when the first chunk is the whole answer (the second was asked for and there was
-    none): such an answer is sent whole, with a Content-Length, as small answers always were.
-    """
-    try:
-        if not result.streaming:  # in hand (a point lookup): one chunk needs no generator
-            rows = result.rows()
-            if len(rows) <= CHUNK_ROWS:
-                result.close()
-                return None, rows
-        chunks = result.iter_batches()
-        first = next(chunks, None)
-        second = next(chunks, None) if first is not None else None
-        if second is None:
-            result.close()
-            return None, first
-        return itertools.chain([second], chunks), first
-    except BaseException:
-        result.close()
-        raise
-
-
 def render_json(result: Result, max_bytes: int) -> Response:
     """One JSON object, written chunk by chunk as the rows come (memory: a chunk, issue 14); see ``json_body``."""
     return Response(json_body(result, max_bytes), content_type=_JSON_CT)
@@ -143,7 +119,7 @@ def json_body(result: Result, max_bytes: int) -> str | Iterator[str]:
         tail = (',"position":' + (position_json(result.position) or "{}") + ',"partitions":'
                 + _partitions_json(result) + ',"row_count":' + str(len(rows)) + ',"settings":' + dumps(result.settings))
         return head[:-1] + tail + "}"
-    chunks, first = _first_chunk(result)
+    first, chunks = result.first_chunk()
     try:
         head = '{"columns":' + _columns_json(result) + ',"rows":['
         body = dumps(first)[1:-1] if first else ""
@@ -153,10 +129,10 @@ def json_body(result: Result, max_bytes: int) -> str | Iterator[str]:
         result.close()
         raise
     if chunks is None:
-        return head + body + _json_end(result, len(first or ()))
+        return head + body + _json_end(result, len(first))
 
     def gen() -> Iterator[str]:
-        n = len(first) if first else 0
+        n = len(first)
         sent = len(head) + len(body)
         end = '],"statement":' + dumps(result.statement.value)
         try:
@@ -184,18 +160,13 @@ def json_body(result: Result, max_bytes: int) -> str | Iterator[str]:
 
 
 def _json_end(result: Result, row_count: int) -> str:
-    return ('],"statement":' + _statement_json(result) + ',"position":' + (position_json(result.position) or "{}")
+    return ('],"statement":' + _statement_json(result.statement.value) + ',"position":' + (position_json(result.position) or "{}")
             + ',"partitions":' + _partitions_json(result) + ',"row_count":' + str(row_count) + "}")
 
 
-def _statement_json(result: Result) -> str:
-    text = _STATEMENT_JSON.get(result.statement)
-    if text is None:
-        text = _STATEMENT_JSON[result.statement] = dumps(result.statement.value)
-    return text
-
-
-_STATEMENT_JSON: dict[Any, str] = {}
+@functools.lru_cache(maxsize=None)  # one entry per statement kind
+def _statement_json(kind: str) -> str:
+    return dumps(kind)
 
 
 def render_ndjson(result: Result, max_bytes: int) -> Response:
@@ -252,7 +223,7 @@ def render_csv(result: Result, max_bytes: int) -> Response:
     or size limit, timeout) drops the connection before the response's last
     chunk, so the client sees an incomplete response, never a short answer.
     """
-    chunks, first = _first_chunk(result)
+    first, chunks = result.first_chunk()
     try:
         head = _csv_text([tuple(n for n, _ in result.columns)]) + (_csv_text(first) if first else "")
         if len(head) > max_bytes:

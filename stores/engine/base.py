@@ -307,14 +307,23 @@ class PartitionStore:
     @contextlib.contextmanager
     def _idle_writer(self) -> Iterator[sqlite3.Connection | None]:
         """The writer connection for a read if no batch is being written right now, else None."""
-        if not self._write_lock.acquire(blocking=False):
-            yield None
-            return
+        c = self._writer_if_idle()
         try:
-            c = self._wconn
-            yield c if c is not None and not c.in_transaction else None
+            yield c
         finally:
+            if c is not None:
+                self._write_lock.release()
+
+    def _writer_if_idle(self) -> sqlite3.Connection | None:
+        """The writer connection with the write lock held (release it when done) if no batch is being written
+        right now; else None, the lock not held."""
+        if self._wconn is None or not self._write_lock.acquire(blocking=False):
+            return None
+        c = self._wconn
+        if c is None or c.in_transaction:
             self._write_lock.release()
+            return None
+        return c
 
     def ddl(self) -> Sequence[str]:
         """CREATE statements of the kind's table(s)."""
@@ -414,11 +423,11 @@ class PartitionStore:
                 return got[0].execute(sql, params).fetchone()
             finally:
                 self._pool.give(*got)
-        if self._wconn is None or not self._write_lock.acquire(blocking=False):
+        c = self._writer_if_idle()
+        if c is None:
             return None
         try:
-            c = self._wconn
-            return None if c is None or c.in_transaction else c.execute(sql, params).fetchone()
+            return c.execute(sql, params).fetchone()
         finally:
             self._write_lock.release()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.procs import is_parents_copy, process_tree, tree_rss_kb
+from benchmarks.procs import is_parents_copy, process_tree, status_kb, tree_rss_kb
 
 _PARENT = """
 import subprocess, sys, time
@@ -22,13 +22,6 @@ subprocess.Popen([sys.executable, "-c", "import time; b = bytearray(32 * 1024 * 
                   "print('child', flush=True); time.sleep(30)"])
 time.sleep(30)
 """
-
-
-def _kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
 
 
 def test_the_jvms_spawn_child_is_its_parents_copy_a_grown_worker_or_an_execd_process_is_not() -> None:
@@ -50,7 +43,7 @@ def test_an_execd_child_is_counted_with_its_parent() -> None:
             time.sleep(0.05)
         pids = process_tree(proc.pid)
         assert len(pids) == 2, pids
-        parent, child = _kb(proc.pid), _kb(pids[1])
+        parent, child = status_kb(proc.pid, "VmRSS"), status_kb(pids[1], "VmRSS")
         assert parent > 64 * 1024 and child > 32 * 1024
         assert tree_rss_kb(proc.pid) >= 0.95 * (parent + child)
     finally:

@@ -10,6 +10,7 @@ raised by the fetch that meets it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -36,21 +37,12 @@ def _precision_scale(type_name: str) -> tuple[int | None, int | None]:
 
 def _describe(columns: Sequence[tuple[str, str]]) -> list[Description]:
     """PEP 249's description of ``columns`` (a fresh list), cached: a statement's shape repeats on every call."""
-    key = tuple(columns)
-    try:
-        got = _DESCRIPTIONS.get(key)
-    except TypeError:  # a transport's columns that do not hash (lists): described each time
-        got, key = None, None
-    if got is None:
-        got = [(name, type_name, None, None, *_precision_scale(type_name), None) for name, type_name in columns]
-        if key is not None:
-            if len(_DESCRIPTIONS) > 4096:
-                _DESCRIPTIONS.clear()
-            _DESCRIPTIONS[key] = got
-    return list(got)
+    return list(_description_of(tuple(columns)))
 
 
-_DESCRIPTIONS: dict[tuple[tuple[str, str], ...], list[Description]] = {}
+@functools.lru_cache(maxsize=4096)
+def _description_of(columns: Sequence[tuple[str, str]]) -> tuple[Description, ...]:
+    return tuple((name, type_name, None, None, *_precision_scale(type_name), None) for name, type_name in columns)
 
 
 class Cursor:
