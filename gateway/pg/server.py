@@ -161,9 +161,9 @@ class PgServer:
             out = Out()
             session: Session | None = None
             try:
-                sock, session = self._start(conn, out)
+                reader, session = self._start(conn, out)
                 if session is not None:
-                    self._loop(sock, session)
+                    self._loop(reader, session)
             except ClientGone:
                 pass
             except ProtocolError as exc:
@@ -191,12 +191,16 @@ class PgServer:
             pass
 
     # -- start-up ------------------------------------------------------------------------------------------
-    def _start(self, conn: socket.socket, out: Out) -> tuple[Any, Session | None]:
+    def _start(self, conn: socket.socket, out: Out) -> tuple[MessageReader, Session | None]:
+        """Negotiate (TLS, protocol version, authentication); the reader goes on reading the same connection,
+        so nothing the client sent right behind the start-up messages is lost."""
         sock: Any = conn
         reader = MessageReader(sock, self.max_message_bytes, self.body_timeout_s)
         for _ in range(3):  # SSLRequest and GSSENCRequest may come before the StartupMessage, once each
             code, payload = reader.startup()
             if code == SSL_REQUEST:
+                if self.tls is not None:
+                    reader.refuse_early_data()
                 sock.sendall(b"S" if self.tls is not None else b"N")
                 if self.tls is not None:
                     sock.settimeout(self.body_timeout_s)
@@ -204,21 +208,21 @@ class PgServer:
                         sock = self.tls.wrap_socket(sock, server_side=True)
                     except (ssl.SSLError, OSError) as exc:
                         raise ClientGone(f"TLS handshake failed: {exc}") from None
-                    reader = MessageReader(sock, self.max_message_bytes, self.body_timeout_s)
+                    reader.switch_to(sock)
                 continue
             if code == GSSENC_REQUEST:
                 sock.sendall(b"N")
                 continue
             if code == CANCEL_REQUEST:
                 self._cancel(Buffer(payload))
-                return sock, None
+                return reader, None
             if code >> 16 != 3:
                 raise ProtocolError(f"unsupported frontend protocol {code >> 16}.{code & 0xFFFF}: the server supports "
                                     "3.0", "0A000")
             if code != PROTOCOL_3:
                 raise ProtocolError(f"unsupported frontend protocol 3.{code & 0xFFFF}: the server supports 3.0",
                                     "0A000")
-            return sock, self._startup(sock, reader, out, payload)
+            return reader, self._startup(sock, reader, out, payload)
         raise ProtocolError("expected a StartupMessage after SSL/GSS negotiation")
 
     def _startup(self, sock: Any, reader: MessageReader, out: Out, payload: bytes) -> Session:
@@ -269,8 +273,8 @@ class PgServer:
             entry[1].cancel.cancel()
 
     # -- the message loop ------------------------------------------------------------------------------------
-    def _loop(self, sock: Any, session: Session) -> None:
-        reader = MessageReader(sock, self.max_message_bytes, self.body_timeout_s)
+    def _loop(self, reader: MessageReader, session: Session) -> None:
+        sock = reader.sock
         out = session.out
         session.sock = sock
         while True:

@@ -266,3 +266,45 @@ def test_scripts_using_gateway_open_exit_quietly(app: Any, tmp_path: Path) -> No
                          cwd=str(Path(__file__).resolve().parents[3]))
     assert out.returncode == 0 and "[(2000,)]" in out.stdout
     assert "nanobind" not in out.stderr and "leaked" not in out.stderr, out.stderr[-2000:]
+
+
+def _read_response(s: socket.socket, buf: bytes) -> tuple[bytes, bytes, bytes]:
+    """(status line, body, bytes left over) of one Content-Length response read from ``s``."""
+    while b"\r\n\r\n" not in buf:
+        chunk = s.recv(65536)
+        assert chunk, "the server closed the connection"
+        buf += chunk
+    head, _, buf = buf.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    length = next(int(v) for k, _, v in (ln.partition(b": ") for ln in lines[1:]) if k.lower() == b"content-length")
+    while len(buf) < length:
+        chunk = s.recv(65536)
+        assert chunk, "the server closed the connection mid-body"
+        buf += chunk
+    return lines[0], buf[:length], buf[length:]
+
+
+def test_responses_are_sent_alone_and_pipelined_ones_in_order(http: Http) -> None:
+    """The serving loop sends the responses (gateway/server.py, send_bytes): a lone request's answer must not
+    wait for another request, and pipelined requests on one connection are all answered, in order."""
+    host, port = http.url.removeprefix("http://").split(":")
+
+    def lookup(key: str) -> bytes:
+        body = json.dumps({"sql": "SELECT revenue FROM revenue WHERE customer = ?", "params": [key]}).encode()
+        return (b"POST /v1/sql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        for i in (3, 1999):  # one at a time on a keep-alive connection: each answered on its own
+            s.sendall(lookup(KEYS[i]))
+            status, body, rest = _read_response(s, b"")
+            assert status == b"HTTP/1.1 200 OK" and rest == b""
+            assert json.loads(body)["rows"] == [[float(i)]]
+        picks = [5, 700, 12, 1500]
+        s.sendall(b"".join(lookup(KEYS[i]) for i in picks))  # pipelined: one packet, four requests
+        buf = b""
+        for i in picks:
+            status, body, buf = _read_response(s, buf)
+            assert status == b"HTTP/1.1 200 OK"
+            assert json.loads(body)["rows"] == [[float(i)]]
+        assert buf == b""

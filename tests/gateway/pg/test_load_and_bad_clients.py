@@ -166,6 +166,38 @@ def test_copy_is_refused_and_stray_copy_messages_ignored(open_server: PgServer) 
         assert b"\x00\x00\x00\x015" in data and not data.startswith(b"E")
 
 
+def _ready_count(s: socket.socket, n: int, data: bytes = b"") -> bytes:
+    """Read until ``n`` ReadyForQuery (idle) messages have come."""
+    while data.count(b"Z\0\0\0\5I") < n:
+        chunk = s.recv(65536)
+        assert chunk, "the server closed the connection"
+        data += chunk
+    return data
+
+
+def _query(sql: str) -> bytes:
+    return b"Q" + struct.pack("!i", 4 + len(sql) + 1) + sql.encode() + b"\0"
+
+
+def test_messages_behind_the_startup_many_in_a_packet_or_a_byte_at_a_time_are_all_answered(
+        open_server: PgServer) -> None:
+    """The reader is buffered (wire.MessageReader): nothing a client sends ahead is lost or misframed."""
+    body = struct.pack("!i", 196608) + b"user\0ahead\0database\0iqgate\0\0"
+    with _connect(open_server) as s:
+        s.sendall(struct.pack("!i", len(body) + 4) + body + _query("SELECT 5"))  # a query right behind the startup
+        assert b"\x00\x00\x00\x015" in _ready_count(s, 2)
+        s.sendall(b"".join(_query(f"SELECT {i}") for i in range(100, 300)))  # 200 queries in one packet
+        data = _ready_count(s, 200)
+        at = [data.find(b"\x00\x00\x00\x03" + str(i).encode()) for i in range(100, 300)]
+        assert min(at) >= 0 and at == sorted(at)  # every answer, in order
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for b in _query("SELECT 77"):  # one message a byte at a time
+            s.sendall(bytes([b]))
+            time.sleep(0.002)
+        assert b"\x00\x00\x00\x0277" in _ready_count(s, 1)
+    _no_connections_left(open_server)
+
+
 def test_truncated_message_then_silence_is_cut_off(open_server: PgServer) -> None:
     with _connect(open_server) as s:
         _startup(s)

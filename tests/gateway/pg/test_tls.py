@@ -4,6 +4,8 @@ without a certificate 'N', so ``sslmode=require`` clients are told, and ``prefer
 from __future__ import annotations
 
 import shutil
+import socket
+import struct
 import subprocess
 from pathlib import Path
 
@@ -53,3 +55,19 @@ def test_half_a_tls_configuration_is_refused(gw: Gateway, cert: tuple[str, str])
     with pytest.raises(ValueError, match="both --tls-cert and --tls-key"):
         PgServer(gw, tls_cert=cert[0])
     assert Path(cert[1]).exists()
+
+
+def test_plaintext_sent_behind_the_ssl_request_is_refused(gw: Gateway, cert: tuple[str, str]) -> None:
+    """Only the TLS handshake may follow an SSLRequest that will be accepted: bytes already there were sent in the
+    clear, maybe by someone else (CVE-2021-23214). PostgreSQL refuses them; so does the PG port, before 'S'."""
+    startup = struct.pack("!i", 196608) + b"user\0u\0database\0iqgate\0\0"
+    with PgServer(gw, tls_cert=cert[0], tls_key=cert[1]) as srv:
+        with socket.create_connection((srv.host, srv.port), timeout=10) as s:
+            s.sendall(struct.pack("!ii", 8, 80877103) + struct.pack("!i", len(startup) + 4) + startup)
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+        assert data[:1] == b"E" and b"C08P01\0" in data and b"received unencrypted data after SSL request" in data
+        with psycopg.connect(host=srv.host, port=srv.port, user="u", dbname="iqgate", sslmode="require",
+                             autocommit=True, connect_timeout=10) as con:
+            assert con.execute("SELECT 1").fetchone() == (1,)
