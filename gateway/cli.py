@@ -169,10 +169,10 @@ def _serve_until_stopped(gw: Any, args: argparse.Namespace, what: str) -> None:
     from .server import ServerThread, tune_process_for_serving
 
     tune_process_for_serving()
-    sock, workers = _listen(args)
+    sock, board, workers = _listen(args)
     pg = _pg_server(gw, args) if args.listen_fd is None else None
     server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die, sock=sock,
-                          cpu=_serving_cpu(args)).start()
+                          cpu=_serving_cpu(args), board=board).start()
     if args.listen_fd is None:
         _start_membership(gw, args, server)
         print(f"iqgate: serving {what} on {server.url}{_workers_note(workers)}", file=sys.stderr, flush=True)
@@ -188,28 +188,41 @@ def _serve_until_stopped(gw: Any, args: argparse.Namespace, what: str) -> None:
             pg.close()
 
 
-def _listen(args: argparse.Namespace) -> tuple[Any, Any]:
-    """(the socket to serve on or None, the extra worker processes or None) for ``--workers``/``--listen-fd``."""
+def _listen(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """(the socket to serve on or None, its accept board or None, the extra worker processes or None) for
+    ``--workers``/``--listen-fd``."""
     import socket
 
-    from .workers import Workers, die_with_parent, listening_socket
+    from .accept_board import AcceptBoard
+    from .workers import INDEX_ENV, Workers, die_with_parent, listening_socket
 
     if args.listen_fd is not None:  # a worker: accept on the first process's socket, die with it
         from .console import request_stop
 
         die_with_parent(request_stop)
-        return socket.socket(fileno=args.listen_fd), None
+        board = None
+        if args.accept_board_fd is not None:
+            try:
+                board = AcceptBoard.attach(args.accept_board_fd, int(os.environ.get(INDEX_ENV, "1")))
+            except (OSError, ValueError) as exc:  # serve without it: accepting stays correct, only less even
+                print(f"iqgate: worker: no accept board ({exc}); accepting without it", file=sys.stderr, flush=True)
+        return socket.socket(fileno=args.listen_fd), board, None
     n = args.workers
     if n <= 1:
-        return None, None
+        return None, None, None
     try:
         sock = listening_socket(args.host, args.port)
     except OSError as exc:
         raise SystemExit(f"iqgate: cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
+    try:
+        board = AcceptBoard.create(n)
+    except (AttributeError, OSError):  # no memfd here (not Linux): every process accepts as the kernel deals
+        board = None
     state_dir = args.state_dir or str(Path(args.data_dir) / "state")
     token = _token_for_workers(args)
-    return sock, Workers(n - 1, sock, state_dir, _worker_options(args),
-                                                 {"IQGATE_TOKEN": token} if token else None).start()
+    return sock, board, Workers(n - 1, sock, state_dir, _worker_options(args),
+                                {"IQGATE_TOKEN": token} if token else None,
+                                board_fd=board.fileno() if board is not None else None).start()
 
 
 def _serving_cpu(args: argparse.Namespace) -> int | None:
@@ -305,10 +318,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     tune_process_for_serving()
     cfg = config_from_args(args)
     gw = Gateway(routed(hosted, args, cfg.auth_token), config=cfg)
-    sock, workers = _listen(args)
+    sock, board, workers = _listen(args)
     pg = _pg_server(gw, args)
     server = ServerThread(create_app(gw), args.host, args.port, args.threads, on_failure=die, sock=sock,
-                          cpu=_serving_cpu(args)).start()
+                          cpu=_serving_cpu(args), board=board).start()
     _start_membership(gw, args, server)
     discover(gw.source, args, log, module.APPLICATION_ID)
     print(f"iqgate: serving pipeline {module.APPLICATION_ID} on {server.url}{_workers_note(workers)} (the stores "
@@ -445,6 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "(pinning measured ~1.5x lookups/s on a 2-core machine; a machine shared with other "
                             "busy processes may do better without)")
     serve.add_argument("--listen-fd", type=non_negative_int, help=argparse.SUPPRESS)  # a worker's inherited socket
+    serve.add_argument("--accept-board-fd", type=non_negative_int, help=argparse.SUPPRESS)  # and its accept board
     routing_args(serve)
     serve.set_defaults(fn=cmd_serve)
 

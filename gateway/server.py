@@ -37,6 +37,8 @@ from typing import Any
 
 from waitress.server import create_server
 
+from .accept_board import AcceptBoard
+
 __all__ = ["ServerThread", "freeze_startup_heap", "tune_process_for_serving", "keep_pandas_out", "SWITCH_INTERVAL_S"]
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,7 @@ logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # "Task queue depth
 
 SWITCH_INTERVAL_S = 0.001
 SEND_BYTES = 1 << 16
+RECHECK_S = 0.05  # with an accept board: how long a loop that holds off waits before looking again
 
 
 class ServerThread:
@@ -51,7 +54,7 @@ class ServerThread:
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, threads: int = 8, *,
                  on_failure: Callable[[BaseException], None] | None = None, sock: Any = None,
-                 cpu: int | None = None) -> None:
+                 cpu: int | None = None, board: AcceptBoard | None = None) -> None:
         """``sock``: an already listening socket to accept from (shared by ``--workers`` processes).
 
         ``cpu``: run the serving loop and its handler threads on that one CPU
@@ -62,6 +65,9 @@ class ServerThread:
         cores with 2 workers: about 1.5x the point lookups/s and half the
         p50. Only these threads are pinned: the rest of the process (a hosted
         pipeline's Spark, the statement guard) runs anywhere.
+
+        ``board``: with ``sock`` shared by several serving processes, accept
+        only while no other process has fewer connections (accept_board.py).
         """
         where: dict[str, Any] = {"sockets": [sock]} if sock is not None else {"host": host, "port": port}
         self.cpu = cpu
@@ -71,6 +77,8 @@ class ServerThread:
                                          connection_limit=1000, clear_untrusted_proxy_headers=True,
                                          asyncore_use_poll=True, channel_request_lookahead=1,
                                          send_bytes=SEND_BYTES, **where)
+        if board is not None:
+            _accept_fairly(self._server, board)
         if sock is not None:
             host = sock.getsockname()[0]
         self.host = host
@@ -129,6 +137,25 @@ class ServerThread:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _accept_fairly(server: Any, board: AcceptBoard) -> None:
+    """Make waitress's loop watch the listening socket only while ``board`` says this process is the least loaded.
+
+    The loop asks its listener ``readable()`` before every poll; the count is
+    the loop's map (its connections, plus the listener and its trigger: the
+    same two in every process). A process that holds off polls again within
+    ``RECHECK_S`` (not waitress's 1 s): the others may have taken connections
+    meanwhile and be holding off in turn.
+    """
+    server.adj.asyncore_loop_timeout = RECHECK_S  # read by the loop's poll (seconds; a float is fine)
+    readable = server.readable
+    connections = server._map  # noqa: SLF001 - the loop's own map of sockets
+
+    def fair_readable() -> bool:
+        return bool(readable()) and board.may_accept(len(connections))
+
+    server.readable = fair_readable
 
 
 def _pin_this_thread(cpus: set[int]) -> bool:

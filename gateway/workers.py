@@ -4,9 +4,10 @@ One Python process answers on one core (the GIL), so a server uses every
 core by running several. The first process binds the listening socket and
 passes it to N-1 worker processes it starts (``iqgate serve --state-dir DIR
 --listen-fd FD``); every process accepts from that ONE socket (pre-fork), so
-the kernel hands each new connection to whichever process is waiting in
-``accept`` — a stopped or busy worker leaves its share to the others instead
-of holding connections in a queue of its own (as SO_REUSEPORT would). The
+a new connection goes to a process that is waiting in ``accept`` — a stopped
+or busy worker leaves its share to the others instead of holding
+connections in a queue of its own (as SO_REUSEPORT would) — and, of those,
+to one with the fewest connections (accept_board.py). The
 workers read the store files read-only (SQLite WAL: any number of reader
 processes beside the one writer); only the first process hosts the pipeline.
 Each process runs its HTTP threads (the serving loop and its handlers) on a
@@ -101,11 +102,15 @@ class Workers:
     """The worker processes of one server: started, restarted when they exit, stopped together."""
 
     def __init__(self, count: int, sock: socket.socket, state_dir: str | Path, options: Sequence[str],
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, board_fd: int | None = None) -> None:
+        """``board_fd``: the accept board (accept_board.py) every worker shares with the first process."""
         self.count = count
         self._sock = sock
+        self._fds = (sock.fileno(),) if board_fd is None else (sock.fileno(), board_fd)
         self._argv = [sys.executable, "-m", "gateway.cli", "serve", "--state-dir", str(state_dir),
                       "--listen-fd", str(sock.fileno()), "--workers", "1", *options]
+        if board_fd is not None:
+            self._argv += ["--accept-board-fd", str(board_fd)]
         self._env = {**os.environ, **(env or {}), "IQGATE_WORKER_OF": str(os.getpid())}
         root = str(Path(__file__).resolve().parents[1])
         self._env["PYTHONPATH"] = os.pathsep.join(p for p in (root, self._env.get("PYTHONPATH")) if p)
@@ -128,7 +133,7 @@ class Workers:
         now = time.monotonic()
         self._starts[i] = [t for t in self._starts[i] if now - t < 60] + [now]
         self._procs[i] = subprocess.Popen(self._argv, env={**self._env, INDEX_ENV: str(i + 1)},
-                                          pass_fds=(self._sock.fileno(),), stdin=subprocess.DEVNULL)
+                                          pass_fds=self._fds, stdin=subprocess.DEVNULL)
 
     def _watch(self) -> None:
         while not self._stop.wait(0.5):
