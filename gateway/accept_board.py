@@ -23,7 +23,7 @@ import time
 
 __all__ = ["AcceptBoard", "STALE_S"]
 
-STALE_S = 2.5  # an idle serving loop refreshes its entry at least every second (waitress's poll timeout)
+STALE_S = 1.0  # a live serving loop with a board refreshes its entry at least every 50 ms (server.RECHECK_S)
 _SLOT = struct.Struct("<qd")  # open connections, time.monotonic() of the last refresh (one clock machine-wide)
 
 
