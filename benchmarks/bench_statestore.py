@@ -36,6 +36,7 @@ def run(quick: bool) -> list[Figure]:
 
     from gateway import Gateway
     from stores import EventLog, State, StreamsApp
+    from stores.pipeline.materializer import last_committed_batch
     from stores.pipeline.session import get_or_create
     from stores.pipeline.topology import Topology
 
@@ -52,14 +53,16 @@ def run(quick: bool) -> list[Figure]:
     app = StreamsApp(t, application_id="bench-statestore", state_dir=root / "state")
     app.start()
     deadline = time.monotonic() + (300 if quick else 1200)
-    while app.state is not State.RUNNING:
+    checkpoint = str(root / "state" / "checkpoints" / "revenue")
+    # RUNNING means the store applied the batch; Spark writes the batch's commit (what the statestore reader
+    # needs) only after foreachBatch returns, so wait for that too before stopping the query
+    while app.state is not State.RUNNING or last_committed_batch(checkpoint) is None:
         if app.state in (State.ERROR, State.PENDING_ERROR) or time.monotonic() > deadline:
-            raise RuntimeError(f"pipeline did not reach RUNNING (state {app.state})")
+            raise RuntimeError(f"pipeline did not reach RUNNING with a committed batch (state {app.state})")
         time.sleep(0.2)
     app.close(60)
 
     probe_keys = [f"c{random.Random(i).randrange(keys):06d}" for i in range(20)]
-    checkpoint = str(root / "state" / "checkpoints" / "revenue")
 
     def reader_lookup(k: str) -> list:
         return spark.read.format("statestore").load(checkpoint).filter(F.col("key.key") == k).collect()

@@ -78,11 +78,18 @@ class PgServer:
         return self
 
     def close(self, timeout_s: float = 5.0) -> None:
+        """Stop accepting, cut the open connections, and wait (bounded) for the accepting thread to end.
+
+        The listener is shut down before it is closed: closing alone does not
+        wake a thread blocked in ``accept`` (Linux), so every close used to
+        wait out the whole ``timeout_s``.
+        """
         self._closing = True
-        try:
-            self._listener.close()
-        except OSError:
-            pass
+        for end in (lambda: self._listener.shutdown(socket.SHUT_RDWR), self._listener.close):
+            try:
+                end()
+            except OSError:
+                pass
         with self._lock:
             conns = list(self._connections)
         for conn in conns:

@@ -246,3 +246,14 @@ def test_too_many_connections_is_53300(gw: Gateway) -> None:
                 con.close()
         _no_connections_left(srv)  # slots come back once the server has seen the clients go
         _still_serves(srv)
+
+
+def test_closing_the_server_ends_its_accepting_thread(gw: Gateway) -> None:
+    """close() wakes the thread blocked in accept (the listener is shut down, not only closed); before, every
+    close waited out its whole timeout and left the thread behind."""
+    srv = PgServer(gw).start()
+    with psycopg.connect(host=srv.host, port=srv.port, user="u", dbname="iqgate", autocommit=True,
+                         connect_timeout=10) as con:
+        assert con.execute("SELECT 1").fetchone() == (1,)
+    srv.close()
+    assert not srv._thread.is_alive()  # noqa: SLF001 - the accepting thread
