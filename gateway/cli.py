@@ -194,7 +194,7 @@ def _listen(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     import socket
 
     from .accept_board import AcceptBoard
-    from .workers import INDEX_ENV, Workers, die_with_parent, listening_socket
+    from .workers import INDEX_ENV, Workers, die_with_parent, listening_socket, worker_index
 
     if args.listen_fd is not None:  # a worker: accept on the first process's socket, die with it
         from .console import request_stop
@@ -203,7 +203,10 @@ def _listen(args: argparse.Namespace) -> tuple[Any, Any, Any]:
         board = None
         if args.accept_board_fd is not None:
             try:
-                board = AcceptBoard.attach(args.accept_board_fd, int(os.environ.get(INDEX_ENV, "1")))
+                index = worker_index()
+                if index is None:
+                    raise ValueError(f"{INDEX_ENV} is not a number")
+                board = AcceptBoard.attach(args.accept_board_fd, index)
             except (OSError, ValueError) as exc:  # serve without it: accepting stays correct, only less even
                 print(f"iqgate: worker: no accept board ({exc}); accepting without it", file=sys.stderr, flush=True)
         return socket.socket(fileno=args.listen_fd), board, None
@@ -231,15 +234,13 @@ def _serving_cpu(args: argparse.Namespace) -> int | None:
     ``--no-pin-cpus`` leaves them to the OS scheduler: on a machine shared with other busy processes a pinned
     CPU can be the one they are using.
     """
-    from .workers import INDEX_ENV, serving_cpu
+    from .workers import serving_cpu, worker_index
 
     if getattr(args, "no_pin_cpus", False):
         return None
     if args.listen_fd is not None:  # a worker: its index comes from the first process
-        try:
-            return serving_cpu(int(os.environ.get(INDEX_ENV, "1")))
-        except ValueError:
-            return None
+        index = worker_index()
+        return None if index is None else serving_cpu(index)
     return serving_cpu(0) if (args.workers or 1) > 1 else None
 
 

@@ -31,8 +31,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-__all__ = ["listening_socket", "Workers", "default_workers", "die_with_parent", "serving_cpu", "MAX_RESTARTS",
-           "INDEX_ENV"]
+__all__ = ["listening_socket", "Workers", "default_workers", "die_with_parent", "serving_cpu", "worker_index",
+           "MAX_RESTARTS", "INDEX_ENV"]
 
 INDEX_ENV = "IQGATE_WORKER_INDEX"  # which serving process this is: 0 the first, 1 … N-1 the workers
 
@@ -46,6 +46,14 @@ def default_workers() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # pragma: no cover - not Linux
         return max(1, os.cpu_count() or 1)
+
+
+def worker_index() -> int | None:
+    """This worker's index as the first process gave it (``INDEX_ENV``; 1 if unset), None if malformed."""
+    try:
+        return int(os.environ.get(INDEX_ENV, "1"))
+    except ValueError:
+        return None
 
 
 def serving_cpu(index: int) -> int | None:

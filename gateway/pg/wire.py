@@ -76,8 +76,8 @@ class MessageReader:
             raise ProtocolError("received unencrypted data after SSL request")
 
     def switch_to(self, sock: Any) -> None:
-        """Read from ``sock`` from now on (the TLS socket wrapping this one's connection)."""
-        self.refuse_early_data()
+        """Read from ``sock`` from now on (the TLS socket wrapping this one's connection; the caller refused early
+        data before the handshake, and nothing is read between)."""
         self.sock = sock
         self._timed = None
 

@@ -263,27 +263,38 @@ def test_connections_opened_together_are_shared_out_evenly(served: tuple[subproc
     assert all(sum(split) == 8 and split[0] >= 3 for split in splits), splits
 
 
-def test_a_worker_without_its_accept_board_still_serves(shop_app: StreamsApp, shop: Shop, tmp_path: Path) -> None:
-    """A board descriptor that is no board (here a directory): the worker says so and accepts without it."""
+@pytest.mark.parametrize("case", ["not-a-board", "bad-index"])
+def test_a_worker_without_its_accept_board_still_serves(shop_app: StreamsApp, shop: Shop, tmp_path: Path,
+                                                        case: str) -> None:
+    """A board descriptor that is no board (here a directory), or a worker index that is no number: the worker
+    says so and accepts without a board."""
+    from gateway.accept_board import AcceptBoard
     from gateway.workers import INDEX_ENV, listening_socket
 
     sock = listening_socket("127.0.0.1", 0)
-    not_a_board = os.open(tmp_path, os.O_RDONLY)
+    board = AcceptBoard.create(2) if case == "bad-index" else None
+    board_fd = board.fileno() if board is not None else os.open(tmp_path, os.O_RDONLY)
     err = tmp_path / "worker.err"
     try:
         with open(err, "w") as f:
             proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--state-dir",
                                      str(shop_app.state_dir), "--listen-fd", str(sock.fileno()), "--accept-board-fd",
-                                     str(not_a_board), "--workers", "1", "--threads", "2"],
-                                    cwd=ROOT, stdout=subprocess.DEVNULL, stderr=f, pass_fds=(sock.fileno(), not_a_board),
-                                    env={**os.environ, INDEX_ENV: "1", "IQGATE_WORKER_OF": str(os.getpid())})
+                                     str(board_fd), "--workers", "1", "--threads", "2"],
+                                    cwd=ROOT, stdout=subprocess.DEVNULL, stderr=f, pass_fds=(sock.fileno(), board_fd),
+                                    env={**os.environ, INDEX_ENV: "x" if board is not None else "1",
+                                         "IQGATE_WORKER_OF": str(os.getpid())})
         try:
             url = f"http://127.0.0.1:{sock.getsockname()[1]}"
             assert _count(url, timeout=60) == len(shop.revenue)
-            assert "iqgate: worker: no accept board (" in err.read_text()
+            text = err.read_text()
+            assert "iqgate: worker: no accept board (" in text
+            assert board is None or f"{INDEX_ENV} is not a number" in text
         finally:
             proc.terminate()
             proc.wait(20)
     finally:
-        os.close(not_a_board)
+        if board is not None:
+            board.close()
+        else:
+            os.close(board_fd)
         sock.close()
