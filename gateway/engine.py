@@ -171,6 +171,11 @@ class Gateway:
         handed_over = False
         try:
             catalog = self.catalog()
+            if not settings and position is None and not wait_ms:  # defaults only: else the general way
+                point = self._point_lookup(text, params, catalog, max_rows)
+                if point is not None:
+                    watch.check("reading the stores")
+                    return point
             plan = self._plan(text, params, settings, catalog)
             watch.check("planning the statement")
             kind = plan.kind
@@ -239,6 +244,39 @@ class Gateway:
             raise mapped from exc
 
     # -- SELECT -----------------------------------------------------------------------
+    def _point_lookup(self, text: str, params: Any, catalog: Mapping[str, StoreSpec],
+                      max_rows: int | None) -> Result | None:
+        """A plain point lookup answered as ``_select`` answers it, or None: then ``_select`` answers (or fails).
+
+        Why: for the statement BI tools and services send most, building the
+        whole Plan and walking ``_select``'s general steps cost about as much
+        as the lookup itself (issue 14). The same IQv2 request, the same rows,
+        partitions and position. Anything out of the ordinary (a failed
+        partition, too many rows) goes the general way, which says why.
+        """
+        bound = planner.bind_point(text, catalog, params)
+        if bound is None:
+            return None
+        scan, columns_of = bound
+        answers = run_scan(self.source, scan, _NO_BOUND, None)
+        try:
+            rows = collect(catalog[scan.store], answers, None, None)
+        except ValueError:
+            return None
+        if rows.failures or rows.streams:
+            return None
+        columns, out = rows.project(columns_of)
+        cfg = self.config
+        if len(out) > min(cfg.max_rows, max_rows if max_rows is not None else cfg.max_rows):
+            return None
+        position = _NO_BOUND
+        outcomes: dict[tuple[str, int], PartitionOutcome] = {}
+        for _, answer in answers:
+            position = position.merge(answer.position)
+            record_outcomes(outcomes, scan.store, answer)
+        return Result(columns=columns, position=position, partitions=[outcomes[k] for k in sorted(outcomes)],
+                      statement=StatementKind.SELECT, rows=out, cursor_factory=self._pool.cursor)
+
     def _select(self, plan: Plan, catalog: Mapping[str, StoreSpec], settings: Mapping[str, Any], position: Any,
                 partial: bool | None, wait_ms: int | None, max_rows: int | None, stream: bool, arrow: bool,
                 watch: StatementWatch, *, context: SystemContext | None = None) -> Result:
@@ -392,6 +430,7 @@ class Gateway:
 
 
 # Result types whose Arrow form the rows of a result built without DuckDB reproduce (result.py)
+_NO_BOUND = Position.empty()  # immutable: merge makes a new one
 _ARROW_READY = frozenset({"BIGINT", "INTEGER", "DOUBLE", "VARCHAR", "BOOLEAN"})
 
 

@@ -26,11 +26,11 @@ from .limits import check_param_values, check_text
 from .literals import sql_literal
 from .plan import Plan, StatementKind, StoreScan
 from .positions import line_col
-from .requests import bind_scan, check_params
+from .requests import bind_point_scan, bind_scan, check_params
 from .rewrites import rewrite_or_chains
 from .settings import resolve_session
 
-__all__ = ["plan", "plan_shape", "clear_cache", "cache_info"]
+__all__ = ["plan", "plan_shape", "bind_point", "clear_cache", "cache_info"]
 
 _CACHE_SIZE = 1024
 _cache: OrderedDict[str, Template] = OrderedDict()
@@ -142,6 +142,36 @@ def plan(
     return _explained(result) if template.explain else result
 
 
+def bind_point(sql: str, catalog: Mapping[str, StoreSpec],
+               params: Sequence[Any] | Mapping[str, Any] | None = None) -> tuple[StoreScan, tuple[str, ...]] | None:
+    """A planned plain point lookup bound to ``params``: its one scan and the columns it answers, or None.
+
+    None unless ``sql`` is in the plan cache (for this catalog) as a point
+    lookup whose rows are exactly the store's answer (no DuckDB, no position
+    bound in the text) and ``params`` fit it; ``plan`` then has the answer,
+    or the error. Why: ``plan`` builds a whole Plan (the residual SQL, the
+    bound, the EXPLAIN text) that such a statement never uses; this is the
+    part of it a point lookup needs (issue 14: the request path cost as much
+    as the lookup). The default session only: any setting goes through ``plan``.
+    """
+    if not isinstance(sql, str):
+        return None
+    text = _normalize(sql)
+    with _lock:
+        t = _cache.get(text)
+    if t is None or t.kind is not StatementKind.SELECT or t.explain or t.system_tables or len(t.scans) != 1 \
+            or t.position_json is not None or t.scans[0].fast_path is None:
+        return None
+    if not all(catalog.get(name) is spec or catalog.get(name) == spec for name, spec in t.deps.items()):
+        return None
+    try:
+        if params:
+            check_param_values(params)
+        return bind_point_scan(text, t.scans[0], check_params(params, t), _DEFAULT_BOUND, _DEFAULTS)
+    except Exception:  # noqa: BLE001 - a wrong parameter: ``plan`` says what is wrong, and where
+        return None
+
+
 def plan_shape(sql: str, catalog: Mapping[str, StoreSpec]) -> Plan:
     """A statement's plan without parameter values: what its result columns are, found without reading a store.
 
@@ -163,6 +193,7 @@ def plan_shape(sql: str, catalog: Mapping[str, StoreSpec]) -> Plan:
 
 
 _DEFAULTS = resolve_session(None)
+_DEFAULT_BOUND = PositionBound.unbounded()
 _bound_cache: dict[str, PositionBound] = {}
 
 

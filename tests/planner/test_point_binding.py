@@ -3,7 +3,9 @@
 ``bind_scan`` takes the short path for ``WHERE k = ?`` on a key-value store;
 every statement and value here must bind to the same scan (requests,
 partitions, bound, flags, fast-path columns) or fail with the same error,
-whichever path runs.
+whichever path runs. ``planning.bind_point`` (the gateway's point lane) must
+give ``plan``'s scan and fast-path columns, or None where ``plan`` would do
+anything else (an error, DuckDB, a bound in the text).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 
 from planner.errors import PlanningError
-from planner.planning import _template
+from planner.planning import _template, bind_point, clear_cache, plan
 from planner.requests import _point_ref, bind_general, bind_scan
 from planner.settings import resolve_session
 from stores.iqv2.position import Position, PositionBound
@@ -92,3 +94,39 @@ def test_only_plain_point_lookups_take_the_short_path() -> None:
     assert not shape("SELECT * FROM per_min WHERE key = ?")       # a window store
     assert not shape("SELECT * FROM last_order WHERE key = ?")    # a versioned store
     assert not shape("SELECT * FROM mystore WHERE k = ? AND _partition = 1")
+
+
+def test_bind_point_is_plan_s_scan_or_none() -> None:
+    lane = 0
+    for sql, params in CASES:
+        clear_cache()
+        assert bind_point(sql, CATALOG, params) is None  # not planned yet: never known to be a point lookup
+        try:
+            planned = plan(sql, CATALOG, params=params)
+        except PlanningError:
+            planned = None
+        got = bind_point(sql, CATALOG, params)
+        if got is None:
+            if planned is not None and planned.fast_path is not None and len(planned.scans) == 1:
+                assert _point_ref(_template(sql, CATALOG).scans[0]) is None, (sql, params)  # e.g. IN (?, ?)
+            continue
+        lane += 1
+        assert planned is not None and got == (planned.scans[0], planned.fast_path), (sql, params)
+    assert lane >= 200  # the lane really ran (210 of these cases plan as plain point lookups)
+
+
+def test_bind_point_declines_what_plan_must_decide() -> None:
+    sql = "SELECT * FROM mystore WHERE k = ?"
+    plan(sql, CATALOG, params=[1])
+    assert bind_point(sql, CATALOG, [1]) is not None
+    assert bind_point(sql + " ;  ", CATALOG, [2]) is not None  # the plan cache's own key
+    assert bind_point(sql, CATALOG, [1, 2]) is None  # plan says how many parameters it takes
+    assert bind_point(sql, CATALOG, [[1]]) is None  # plan says parameters are single values
+    assert bind_point(sql, CATALOG, 5) is None
+    assert bind_point(sql, {**CATALOG, "mystore": CATALOG["int_store"]}, [1]) is None  # the store changed
+    bounded = "SELECT * FROM mystore WHERE k = ? AS OF POSITION '{\"events\": {\"0\": 3}}'"
+    plan(bounded, CATALOG, params=[1])
+    assert bind_point(bounded, CATALOG, [1]) is None  # a bound in the text: _select checks it
+    for other in ("SELECT count(*) FROM mystore WHERE k = ?", "EXPLAIN SELECT * FROM mystore WHERE k = ?"):
+        plan(other, CATALOG, params=[1])
+        assert bind_point(other, CATALOG, [1]) is None
