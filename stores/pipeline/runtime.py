@@ -52,7 +52,7 @@ from .shared_query import QueryGroup
 from .stream_rows import MISSING_SOURCE_TOPIC
 from .upgrades import begin_upgrade
 
-__all__ = ["SparkRuntime", "classify_failure", "SourceTruncatedException"]
+__all__ = ["SparkRuntime", "classify_failure", "SourceTruncatedException", "warm_python_workers"]
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ class SparkRuntime(SharedQueries):
                 recover()
             except Exception:  # noqa: BLE001 - a fault here shows up again, classified, when the queries read
                 log.exception("repairing the event log failed")
-        self._warm_python_workers()
+        warm_python_workers(self.spark)
         self._plan_groups()
         for u in self.units.values():
             if self._stopping.is_set():
@@ -203,21 +203,6 @@ class SparkRuntime(SharedQueries):
         if (not u.caught_up or u.building is not None) and now - u.progress_at >= PROGRESS_S:
             u.progress_at = now
             self._report_progress(u, now)
-
-    def _warm_python_workers(self) -> None:
-        """Start Spark's Python workers and import the sources in them before the first batch needs them.
-
-        Why (issue 13 item 8): the first batch after a (re)start paid for
-        forking the Python workers and importing pyarrow, pyspark's data
-        source API and our source in each — 2.5 s of a 2.7 s first batch on
-        this machine (0.2 s once warm), and 6-20 s on a loaded one.
-        """
-        try:
-            sc = self.spark.sparkContext
-            n = max(1, int(sc.defaultParallelism))
-            sc.parallelize(range(n), n).map(_warm_python_worker).collect()
-        except Exception:  # noqa: BLE001 - only an optimisation; the first batch does it otherwise
-            log.debug("warming Spark's Python workers failed", exc_info=True)
 
     def _launch(self, u: _Unit) -> None:
         """Check the sources, recover the store, start its query; a failure is classified like a query's."""
@@ -485,6 +470,43 @@ class SparkRuntime(SharedQueries):
                 any(u.name not in self._failed for u in self.units.values()):
             self.app.mark_running()
 
+
+
+WARM_FOR_S = 20.0  # Spark stops Python workers idle for a minute (PythonWorkerFactory): well inside that
+WARM_JOB_GROUP = "iqgate-warm-python-workers"
+_warmed_at: dict[str, float] = {}  # SparkContext.applicationId -> when its workers were last warmed (monotonic)
+
+
+def warm_python_workers(spark: Any, now: float | None = None) -> bool:
+    """Start Spark's Python workers and import the sources in them before the first batch needs them.
+
+    Why (issue 13 item 8): the first batch after a (re)start paid for
+    forking the Python workers and importing pyarrow, pyspark's data
+    source API and our source in each: 2.5 s of a 2.7 s first batch on
+    this machine (0.2 s once warm), and 6-20 s on a loaded one. Workers
+    warmed less than ``WARM_FOR_S`` ago in this Spark application are still
+    there: the job is skipped (issue 22: it cost 0.08-0.15 s of every start
+    even then). True when the job ran.
+    """
+    try:
+        sc = spark.sparkContext
+        app = str(sc.applicationId)
+        at = time.monotonic() if now is None else now
+        last = _warmed_at.get(app)
+        if last is not None and 0 <= at - last < WARM_FOR_S:
+            return False
+        n = max(1, int(sc.defaultParallelism))
+        sc.setJobGroup(WARM_JOB_GROUP, "iqgate: start and warm the Python workers")
+        try:
+            sc.parallelize(range(n), n).map(_warm_python_worker).collect()
+        finally:
+            sc.setLocalProperty("spark.jobGroup.id", None)
+            sc.setLocalProperty("spark.job.description", None)
+        _warmed_at[app] = time.monotonic()
+        return True
+    except Exception:  # noqa: BLE001 - only an optimisation; the first batch does it otherwise
+        log.debug("warming Spark's Python workers failed", exc_info=True)
+        return False
 
 
 def _warm_python_worker(_: Any) -> int:
