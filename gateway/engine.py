@@ -171,8 +171,8 @@ class Gateway:
         handed_over = False
         try:
             catalog = self.catalog()
-            if not settings and position is None and not wait_ms:  # defaults only: else the general way
-                point = self._point_lookup(text, params, catalog, max_rows)
+            if not settings and not wait_ms:  # defaults only: else the general way
+                point = self._point_lookup(text, params, position, catalog, max_rows)
                 if point is not None:
                     watch.check("reading the stores")
                     return point
@@ -244,21 +244,25 @@ class Gateway:
             raise mapped from exc
 
     # -- SELECT -----------------------------------------------------------------------
-    def _point_lookup(self, text: str, params: Any, catalog: Mapping[str, StoreSpec],
+    def _point_lookup(self, text: str, params: Any, position: Any, catalog: Mapping[str, StoreSpec],
                       max_rows: int | None) -> Result | None:
         """A plain point lookup answered as ``_select`` answers it, or None: then ``_select`` answers (or fails).
 
         Why: for the statement BI tools and services send most, building the
         whole Plan and walking ``_select``'s general steps cost about as much
-        as the lookup itself (issue 14). The same IQv2 request, the same rows,
+        as the lookup itself (issue 14). The same IQv2 request, bound, rows,
         partitions and position. Anything out of the ordinary (a failed
-        partition, too many rows) goes the general way, which says why.
+        partition, a partition behind the bound, too many rows) goes the
+        general way, which says why.
         """
-        bound = planner.bind_point(text, catalog, params)
-        if bound is None:
+        point = planner.bind_point(text, catalog, params)
+        if point is None:
             return None
-        scan, columns_of = bound
-        answers = run_scan(self.source, scan, _NO_BOUND, None)
+        scan, columns_of, planned = point
+        bound = planned.position.merge(_bound_from(position))
+        if not bound.is_empty():
+            check_bound_topics(bound, [catalog[scan.store]], catalog.values())
+        answers = run_scan(self.source, scan, bound, None)
         try:
             rows = collect(catalog[scan.store], answers, None, None)
         except ValueError:
@@ -269,12 +273,12 @@ class Gateway:
         cfg = self.config
         if len(out) > min(cfg.max_rows, max_rows if max_rows is not None else cfg.max_rows):
             return None
-        position = _NO_BOUND
+        reached = _NO_BOUND
         outcomes: dict[tuple[str, int], PartitionOutcome] = {}
         for _, answer in answers:
-            position = position.merge(answer.position)
+            reached = reached.merge(answer.position)
             record_outcomes(outcomes, scan.store, answer)
-        return Result(columns=columns, position=position, partitions=[outcomes[k] for k in sorted(outcomes)],
+        return Result(columns=columns, position=reached, partitions=[outcomes[k] for k in sorted(outcomes)],
                       statement=StatementKind.SELECT, rows=out, cursor_factory=self._pool.cursor)
 
     def _select(self, plan: Plan, catalog: Mapping[str, StoreSpec], settings: Mapping[str, Any], position: Any,

@@ -142,17 +142,18 @@ def plan(
     return _explained(result) if template.explain else result
 
 
-def bind_point(sql: str, catalog: Mapping[str, StoreSpec],
-               params: Sequence[Any] | Mapping[str, Any] | None = None) -> tuple[StoreScan, tuple[str, ...]] | None:
-    """A planned plain point lookup bound to ``params``: its one scan and the columns it answers, or None.
+def bind_point(sql: str, catalog: Mapping[str, StoreSpec], params: Sequence[Any] | Mapping[str, Any] | None = None
+               ) -> tuple[StoreScan, tuple[str, ...], PositionBound] | None:
+    """A planned plain point lookup bound to ``params``: its scan, the columns it answers and its bound, or None.
 
     None unless ``sql`` is in the plan cache (for this catalog) as a point
-    lookup whose rows are exactly the store's answer (no DuckDB, no position
-    bound in the text) and ``params`` fit it; ``plan`` then has the answer,
-    or the error. Why: ``plan`` builds a whole Plan (the residual SQL, the
-    bound, the EXPLAIN text) that such a statement never uses; this is the
-    part of it a point lookup needs (issue 14: the request path cost as much
-    as the lookup). The default session only: any setting goes through ``plan``.
+    lookup whose rows are exactly the store's answer (no DuckDB) and
+    ``params`` fit it; ``plan`` then has the answer, or the error. The bound
+    is the text's ``AS OF POSITION`` (unbounded without one), as ``plan``
+    gives it. Why: ``plan`` builds a whole Plan (the residual SQL, the EXPLAIN
+    text) that such a statement never uses; this is the part of it a point
+    lookup needs (issue 14: the request path cost as much as the lookup).
+    The default session only: any setting goes through ``plan``.
     """
     if not isinstance(sql, str):
         return None
@@ -160,16 +161,18 @@ def bind_point(sql: str, catalog: Mapping[str, StoreSpec],
     with _lock:
         t = _cache.get(text)
     if t is None or t.kind is not StatementKind.SELECT or t.explain or t.system_tables or len(t.scans) != 1 \
-            or t.position_json is not None or t.scans[0].fast_path is None:
+            or t.scans[0].fast_path is None:
         return None
     if not all(catalog.get(name) is spec or catalog.get(name) == spec for name, spec in t.deps.items()):
         return None
     try:
         if params:
             check_param_values(params)
-        return bind_point_scan(text, t.scans[0], check_params(params, t), _DEFAULT_BOUND, _DEFAULTS)
+        bound = _bound(t, _DEFAULTS)
+        point = bind_point_scan(text, t.scans[0], check_params(params, t), bound, _DEFAULTS)
     except Exception:  # noqa: BLE001 - a wrong parameter: ``plan`` says what is wrong, and where
         return None
+    return None if point is None else (point[0], point[1], bound)
 
 
 def plan_shape(sql: str, catalog: Mapping[str, StoreSpec]) -> Plan:
@@ -193,7 +196,6 @@ def plan_shape(sql: str, catalog: Mapping[str, StoreSpec]) -> Plan:
 
 
 _DEFAULTS = resolve_session(None)
-_DEFAULT_BOUND = PositionBound.unbounded()
 _bound_cache: dict[str, PositionBound] = {}
 
 

@@ -22,6 +22,7 @@ from stores.app.streams import StoreTopology, StreamsApp
 from stores.catalog.partitioner import partition_for_key
 from stores.catalog.schema import SqlType
 from stores.engine.change import Change
+from stores.iqv2.position import Position
 from tests.gateway.gwfixtures import REVENUE, Shop, make_shop
 
 GENERAL = {"statement_timeout_ms": 60_000}  # a setting that changes nothing here but the way taken
@@ -56,9 +57,9 @@ def test_point_lookups_answer_as_the_general_way(gw: Gateway, shop: Shop) -> Non
     catalog = gw.catalog()
     for sql, params in _statements(shop):
         planner.clear_cache()
-        assert gw._point_lookup(sql, params, catalog, None) is None  # not planned yet: the general way plans it
+        assert gw._point_lookup(sql, params, None, catalog, None) is None  # not planned yet: the general way plans it
         general = gw.sql(sql, params, session=GENERAL)
-        assert gw._point_lookup(sql, params, catalog, None) is not None, sql  # now the lane answers it
+        assert gw._point_lookup(sql, params, None, catalog, None) is not None, sql  # now the lane answers it
         _same(gw.sql(sql, params), general)
         _same(gw.sql(sql, params, stream=True), general)
 
@@ -69,13 +70,13 @@ def test_what_the_lane_leaves_to_the_general_way_fails_or_answers_the_same(gw: G
     sql = "SELECT revenue FROM revenue WHERE customer = ?"
     gw.sql(sql, [c])
     for params in ([c, c], [[c]], None):  # wrong parameters: the general way names the problem
-        assert gw._point_lookup(sql, params, catalog, None) is None
+        assert gw._point_lookup(sql, params, None, catalog, None) is None
         with pytest.raises(ge.GatewayError) as lane_err:
             gw.sql(sql, params)
         with pytest.raises(ge.GatewayError) as general_err:
             gw.sql(sql, params, session=GENERAL)
         assert (type(lane_err.value), str(lane_err.value)) == (type(general_err.value), str(general_err.value))
-    assert gw._point_lookup(sql, [c], catalog, 0) is None  # one row over max_rows=0: the general way refuses it
+    assert gw._point_lookup(sql, [c], None, catalog, 0) is None  # one row over max_rows=0: the general way refuses it
     with pytest.raises(ge.GatewayError, match="max_rows|rows"):
         gw.sql(sql, [c], max_rows=0)
     _same(gw.sql(sql, ["nobody"], max_rows=0), gw.sql(sql, ["nobody"], max_rows=0, session=GENERAL))
@@ -84,10 +85,32 @@ def test_what_the_lane_leaves_to_the_general_way_fails_or_answers_the_same(gw: G
                   "SELECT * FROM revenue WHERE customer IN (?, ?)"):
         params = [c] * other.count("?")
         gw.sql(other, params)
-        assert gw._point_lookup(other, params, catalog, None) is None, other
-    bounded = f"SELECT revenue FROM revenue WHERE customer = ? AS OF POSITION '{shop.position.to_json()}'"
-    _same(gw.sql(bounded, [c]), gw.sql(bounded, [c], session=GENERAL))
-    assert gw._point_lookup(bounded, [c], catalog, None) is None  # the bound is checked by _select
+        assert gw._point_lookup(other, params, None, catalog, None) is None, other
+
+
+def test_position_bounds_in_the_text_and_the_request(gw: Gateway, shop: Shop) -> None:
+    catalog = gw.catalog()
+    c = sorted(shop.revenue)[2]
+    reached = shop.position.to_json()
+    ahead = Position.from_map({t: {p: o + 10 for p, o in parts.items()}
+                               for t, parts in shop.position.to_map().items()}).to_json()
+    bounded = f"SELECT revenue FROM revenue WHERE customer = ? AS OF POSITION '{reached}'"
+    plain = "SELECT revenue FROM revenue WHERE customer = ?"
+    for sql, position in ((bounded, None), (plain, reached), (plain, shop.position), (bounded, reached)):
+        gw.sql(sql, [c], position=position, session=GENERAL)
+        assert gw._point_lookup(sql, [c], position, catalog, None) is not None, (sql, position)
+        _same(gw.sql(sql, [c], position=position), gw.sql(sql, [c], position=position, session=GENERAL))
+    # behind the bound: the general way answers (NOT_UP_TO_BOUND, an error unless partial), as it always did
+    assert gw._point_lookup(plain, [c], ahead, catalog, None) is None
+    for position, error in ((ahead, ge.PartitionFailureError), ('{"no_such_topic": {"0": 1}}', ge.GatewayError),
+                            ("{not json", ge.BadRequest)):
+        with pytest.raises(error) as lane_err:
+            gw.sql(plain, [c], position=position)
+        with pytest.raises(error) as general_err:
+            gw.sql(plain, [c], position=position, session=GENERAL)
+        assert (type(lane_err.value), str(lane_err.value)) == (type(general_err.value), str(general_err.value))
+    _same(gw.sql(plain, [c], position=ahead, partial=True), gw.sql(plain, [c], position=ahead, partial=True,
+                                                                   session=GENERAL))
 
 
 @pytest.fixture(scope="module")
@@ -111,8 +134,8 @@ def test_a_failed_partition_goes_the_general_way(half: tuple[Gateway, Shop]) -> 
     here = next(c for c in sorted(shop.revenue) if partition_for_key(c, 4, SqlType.VARCHAR) == 0)
     away = next(c for c in sorted(shop.revenue) if partition_for_key(c, 4, SqlType.VARCHAR) == 2)
     g.sql(sql, [here])
-    assert g._point_lookup(sql, [here], catalog, None) is not None
-    assert g._point_lookup(sql, [away], catalog, None) is None
+    assert g._point_lookup(sql, [here], None, catalog, None) is not None
+    assert g._point_lookup(sql, [away], None, catalog, None) is None
     with pytest.raises(ge.PartitionFailureError) as info:
         g.sql(sql, [away])
     assert [(p["partition"], p["failure_reason"]) for p in info.value.partitions] == [(2, "NOT_PRESENT")]

@@ -4,8 +4,8 @@
 every statement and value here must bind to the same scan (requests,
 partitions, bound, flags, fast-path columns) or fail with the same error,
 whichever path runs. ``planning.bind_point`` (the gateway's point lane) must
-give ``plan``'s scan and fast-path columns, or None where ``plan`` would do
-anything else (an error, DuckDB, a bound in the text).
+give ``plan``'s scan, fast-path columns and bound, or None where ``plan``
+would do anything else (an error, DuckDB).
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def test_bind_point_is_plan_s_scan_or_none() -> None:
                 assert _point_ref(_template(sql, CATALOG).scans[0]) is None, (sql, params)  # e.g. IN (?, ?)
             continue
         lane += 1
-        assert planned is not None and got == (planned.scans[0], planned.fast_path), (sql, params)
+        assert planned is not None and got == (planned.scans[0], planned.fast_path, planned.position_bound), (sql, params)
     assert lane >= 200  # the lane really ran (210 of these cases plan as plain point lookups)
 
 
@@ -125,8 +125,10 @@ def test_bind_point_declines_what_plan_must_decide() -> None:
     assert bind_point(sql, CATALOG, 5) is None
     assert bind_point(sql, {**CATALOG, "mystore": CATALOG["int_store"]}, [1]) is None  # the store changed
     bounded = "SELECT * FROM mystore WHERE k = ? AS OF POSITION '{\"events\": {\"0\": 3}}'"
-    plan(bounded, CATALOG, params=[1])
-    assert bind_point(bounded, CATALOG, [1]) is None  # a bound in the text: _select checks it
+    planned = plan(bounded, CATALOG, params=[1])
+    got = bind_point(bounded, CATALOG, [1])
+    assert got == (planned.scans[0], planned.fast_path, planned.position_bound)  # the bound in the text, as plan's
+    assert not got[2].is_unbounded() and got[0].requests[0].position_bound == got[2]
     for other in ("SELECT count(*) FROM mystore WHERE k = ?", "EXPLAIN SELECT * FROM mystore WHERE k = ?"):
         plan(other, CATALOG, params=[1])
         assert bind_point(other, CATALOG, [1]) is None
