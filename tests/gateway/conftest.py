@@ -9,8 +9,9 @@ import pytest
 from gateway.engine import Gateway
 from gateway.http import create_app
 from gateway.server import ServerThread
-from stores.app.streams import StreamsApp
-from tests.gateway.gwfixtures import Http, Shop, make_app, make_shop, write_shop
+from stores.app.streams import StoreTopology, StreamsApp
+from stores.engine.change import Change
+from tests.gateway.gwfixtures import REVENUE, Http, Shop, make_app, make_shop, write_shop
 
 
 @pytest.fixture(scope="session")
@@ -38,3 +39,15 @@ def gw(shop_app: StreamsApp) -> Iterator[Gateway]:
 def server(gw: Gateway) -> Iterator[Http]:
     with ServerThread(create_app(gw), threads=4) as srv:
         yield Http(srv.url)
+
+
+@pytest.fixture(scope="module")
+def half_app(tmp_path_factory: pytest.TempPathFactory, shop: Shop) -> Iterator[StreamsApp]:
+    """An instance hosting only partitions 0 and 1 of revenue: 2 and 3 are NOT_PRESENT here."""
+    app = StreamsApp(StoreTopology((REVENUE,)),
+                     application_id="half", state_dir=str(tmp_path_factory.mktemp("half")),
+                     hosted_partitions={"revenue": {0, 1}})
+    app.start()
+    app.writer("revenue").write_batch(0, [Change(c, v) for c, v in shop.revenue.items()], shop.position)
+    yield app
+    app.close()

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -237,19 +236,6 @@ def test_as_of_position_in_sql_and_in_session(gw: Gateway, shop: Shop) -> None:
 
 
 # -- apps with missing partitions, not started, stopped, still being written -------------------
-@pytest.fixture(scope="module")
-def half_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StreamsApp]:
-    """An instance hosting only partitions 0 and 1 of revenue: 2 and 3 are NOT_PRESENT here."""
-    app = StreamsApp(StoreTopology((REVENUE,)),
-                     application_id="half", state_dir=str(tmp_path_factory.mktemp("half")),
-                     hosted_partitions={"revenue": {0, 1}})
-    app.start()
-    shop = make_shop()
-    app.writer("revenue").write_batch(0, [Change(c, v) for c, v in shop.revenue.items()], shop.position)
-    yield app
-    app.close()
-
-
 def test_strict_by_default_partial_on_request(half_app: StreamsApp, shop: Shop) -> None:
     g = Gateway(half_app)
     with pytest.raises(ge.PartitionFailureError) as info:

@@ -10,7 +10,6 @@ session with any setting takes the general way: that is the oracle here.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,12 +17,11 @@ import pytest
 import planner
 from gateway import errors as ge
 from gateway.engine import Gateway
-from stores.app.streams import StoreTopology, StreamsApp
+from stores.app.streams import StreamsApp
 from stores.catalog.partitioner import partition_for_key
 from stores.catalog.schema import SqlType
-from stores.engine.change import Change
 from stores.iqv2.position import Position
-from tests.gateway.gwfixtures import REVENUE, Shop, make_shop
+from tests.gateway.gwfixtures import Shop
 
 GENERAL = {"statement_timeout_ms": 60_000}  # a setting that changes nothing here but the way taken
 
@@ -113,22 +111,8 @@ def test_position_bounds_in_the_text_and_the_request(gw: Gateway, shop: Shop) ->
                                                                    session=GENERAL))
 
 
-@pytest.fixture(scope="module")
-def half(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway, Shop]]:
-    """revenue's partitions 0 and 1 hosted here, 2 and 3 NOT_PRESENT."""
-    app = StreamsApp(StoreTopology((REVENUE,)), application_id="half-lane",
-                     state_dir=str(tmp_path_factory.mktemp("half-lane")), hosted_partitions={"revenue": {0, 1}})
-    app.start()
-    shop = make_shop()
-    app.writer("revenue").write_batch(0, [Change(c, v) for c, v in shop.revenue.items()], shop.position)
-    g = Gateway(app)
-    yield g, shop
-    g.close()
-    app.close()
-
-
-def test_a_failed_partition_goes_the_general_way(half: tuple[Gateway, Shop]) -> None:
-    g, shop = half
+def test_a_failed_partition_goes_the_general_way(half_app: StreamsApp, shop: Shop) -> None:
+    g = Gateway(half_app)
     catalog = g.catalog()
     sql = "SELECT revenue, orders FROM revenue WHERE customer = ?"
     here = next(c for c in sorted(shop.revenue) if partition_for_key(c, 4, SqlType.VARCHAR) == 0)
