@@ -33,8 +33,18 @@ from stores.iqv2.request import StateQueryRequest
 from stores.iqv2.result import FailureReason, StateQueryResult
 from stores.iqv2.values import KeyValue, ValueAndTimestamp, VersionedRecord, Windowed
 
-__all__ = ["ScanRows", "Failure", "collect", "ARROW_TYPES", "DUCK_TYPES", "PSEUDO_FIELDS", "python_value", "position_json",
-           "arrow_type", "duck_type"]
+__all__ = ["ScanRows", "Failure", "collect", "StoreShapeMoved", "ARROW_TYPES", "DUCK_TYPES", "PSEUDO_FIELDS",
+           "python_value", "position_json", "arrow_type", "duck_type"]
+
+
+class StoreShapeMoved(ValueError):
+    """A partition answered with columns other than the planned store's: the store changed shape in between.
+
+    What a statement planned on one catalog meets when the store is swapped
+    to a rebuilt generation (a new column) before its scan reads: the engine
+    plans it again on the new catalog rather than failing it.
+    """
+
 
 ARROW_TYPES: dict[SqlType, pa.DataType] = {**_STORE_ARROW_TYPES, SqlType.BLOB: pa.binary()}  # what scans produce
 
@@ -250,7 +260,7 @@ class _Shaper:
             ts, vt = value.timestamp, value.valid_to
             value = value.value
         if not isinstance(value, tuple) or len(value) != self.nvals:
-            raise ValueError(f"store {self.store!r} returned a value {value!r}; expected a tuple of {self.nvals} values")
+            raise StoreShapeMoved(f"store {self.store!r} returned a value {value!r}; expected a tuple of {self.nvals} values")
         kind = self.kind
         if kind is StoreKind.KEY_VALUE:
             return (key, *value)
@@ -327,8 +337,24 @@ def _raw_builder(spec: StoreSpec, row_columns: tuple[str, ...]) -> RawBuilder | 
 
 def collect(spec: StoreSpec, answers: Sequence[tuple[StateQueryRequest, StateQueryResult]],
             order: ResultOrder | None, limit: int | None) -> ScanRows:
-    """Concatenate every partition's rows, merge them in key order when asked, then apply the limit."""
+    """Concatenate every partition's rows, merge them in key order when asked, then apply the limit.
+
+    On an error, every partition's stream is closed: each holds a read transaction.
+    """
+    try:
+        return _collect(spec, answers, order, limit)
+    except BaseException:
+        for _, answer in answers:
+            for qr in answer.partition_results.values():
+                if not qr.is_failure and isinstance(qr.result, ArrowRows):
+                    qr.result.close()
+        raise
+
+
+def _collect(spec: StoreSpec, answers: Sequence[tuple[StateQueryRequest, StateQueryResult]],
+             order: ResultOrder | None, limit: int | None) -> ScanRows:
     shaper = _Shaper(spec)
+    names: list[str] | None = None
     scan = ScanRows(spec)
     rows = scan.rows
     for request, answer in answers:
@@ -340,6 +366,11 @@ def collect(spec: StoreSpec, answers: Sequence[tuple[StateQueryRequest, StateQue
             tail = (partition, position_json(qr.position))
             result = qr.result
             if isinstance(result, ArrowRows):
+                if names is None:
+                    names = [f.name for f in scan.schema()][: -len(PSEUDO_FIELDS)]
+                if result.schema.names != names:
+                    raise StoreShapeMoved(f"store {spec.name!r} partition {partition} answered with columns "
+                                          f"{result.schema.names}; the statement was planned on {names}")
                 scan.streams.append((partition, tail[1], result))
                 continue
             shaped = getattr(result, "shaped_rows", None)
@@ -354,7 +385,7 @@ def collect(spec: StoreSpec, answers: Sequence[tuple[StateQueryRequest, StateQue
                 raw = result.remaining_rows()
                 width = len(result.row_columns) + shaper.nvals
                 if raw and len(raw[0]) != width:  # one SELECT: every row has the first row's width
-                    raise ValueError(f"store {spec.name!r} returned rows of {len(raw[0]) - len(result.row_columns)}"
+                    raise StoreShapeMoved(f"store {spec.name!r} returned rows of {len(raw[0]) - len(result.row_columns)}"
                                      f" values; expected a tuple of {shaper.nvals} values")
                 key = getattr(request.query, "key", None)
                 rows.extend([build(r, key, tail) for r in raw])

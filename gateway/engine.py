@@ -32,14 +32,14 @@ from stores.iqv2.request import StateQueryRequest
 from stores.iqv2.state import State
 
 from . import statements
-from .arrow_rows import ScanRows, collect
+from .arrow_rows import ScanRows, StoreShapeMoved, collect
 from .arrow_scans import as_arrow_requests, close_streams, reads_once, relation_reader, streamable
 from .bounds import check_bound_topics
 from .cancel import Cancellation
 from .config import GatewayConfig, Session, as_position
 from .describe import shape_columns
 from .duck import DuckPool, ThreadCursors, arrow_batches, duck_error, fetch_chunks, row_limit_error
-from .errors import BadRequest, GatewayInternalError, translate
+from .errors import BadRequest, GatewayInternalError, StateStoreMigratedError, translate
 from .guards import Guards, StatementWatch
 from .outcomes import partition_error, record_outcomes
 from .residual_eval import MAX_ROWS as RESIDUAL_EVAL_ROWS
@@ -51,6 +51,10 @@ from .system_tables import register_system_tables, store_rows
 from .upgrading import not_yet_available
 
 __all__ = ["Gateway", "Session"]
+
+# How many times a statement is planned again when a store changes shape under it (a swap to a rebuilt
+# generation); more than one swap of one store within a statement's time is not a thing to wait out
+_REPLANS = 2
 
 
 class Gateway:
@@ -170,30 +174,50 @@ class Gateway:
             cancel.on_cancel(lambda: watch.trip("cancelled"))
         handed_over = False
         try:
-            catalog = self.catalog()
-            if not settings and not wait_ms:  # defaults only: else the general way
-                point = self._point_lookup(text, params, position, catalog, max_rows)
-                if point is not None:
-                    watch.check("reading the stores")
-                    return point
-            plan = self._plan(text, params, settings, catalog)
-            watch.check("planning the statement")
-            kind = plan.kind
-            if kind is StatementKind.SET:
-                return statements.set_result(plan, session, settings, self._pool.cursor)
-            if kind is StatementKind.EXPLAIN:
-                return statements.explain_result(plan, self._pool.cursor)
-            if kind is StatementKind.SHOW_TABLES:
-                return statements.show_tables(catalog, self._pool.cursor)
-            if kind is StatementKind.DESCRIBE:
-                return statements.describe(catalog[plan.describe or ""], self._pool.cursor)
-            result = self._select(plan, catalog, settings, position, partial, wait_ms, max_rows, stream, arrow, watch,
-                                  context=context)
-            handed_over = result.streaming
-            return result
+            for attempt in range(_REPLANS + 1):
+                catalog = self.catalog()
+                try:
+                    result = self._statement(text, params, session, settings, catalog, position, partial, wait_ms,
+                                             max_rows, stream, arrow, watch, context)
+                except StoreShapeMoved as exc:
+                    # planned on a catalog a store's swap to a rebuilt generation has replaced since: plan again
+                    if self.catalog() == catalog:  # the same catalog read other columns: not a swap
+                        raise GatewayInternalError(str(exc)) from exc
+                    if attempt == _REPLANS:
+                        raise StateStoreMigratedError(
+                            f"{exc}; the store changed shape {attempt + 1} times while this statement ran "
+                            "(swaps to rebuilt generations): retry it") from exc
+                    continue
+                handed_over = result.streaming
+                return result
+            raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
         finally:
             if not handed_over:
                 watch.close()
+
+    def _statement(self, text: str, params: Any, session: Session | Mapping[str, Any] | None,
+                   settings: dict[str, Any], catalog: Mapping[str, StoreSpec], position: Any, partial: bool | None,
+                   wait_ms: int | None, max_rows: int | None, stream: bool, arrow: bool, watch: StatementWatch,
+                   context: SystemContext | None) -> Result:
+        """One statement on one catalog (``sql`` plans it again when a store changed shape under it)."""
+        if not settings and not wait_ms:  # defaults only: else the general way
+            point = self._point_lookup(text, params, position, catalog, max_rows)
+            if point is not None:
+                watch.check("reading the stores")
+                return point
+        plan = self._plan(text, params, settings, catalog)
+        watch.check("planning the statement")
+        kind = plan.kind
+        if kind is StatementKind.SET:
+            return statements.set_result(plan, session, settings, self._pool.cursor)
+        if kind is StatementKind.EXPLAIN:
+            return statements.explain_result(plan, self._pool.cursor)
+        if kind is StatementKind.SHOW_TABLES:
+            return statements.show_tables(catalog, self._pool.cursor)
+        if kind is StatementKind.DESCRIBE:
+            return statements.describe(catalog[plan.describe or ""], self._pool.cursor)
+        return self._select(plan, catalog, settings, position, partial, wait_ms, max_rows, stream, arrow, watch,
+                            context=context)
 
     @property
     def statements_interrupted(self) -> dict[str, int]:
@@ -265,6 +289,8 @@ class Gateway:
         answers = run_scan(self.source, scan, bound, None)
         try:
             rows = collect(catalog[scan.store], answers, None, None)
+        except StoreShapeMoved:
+            raise
         except ValueError:
             return None
         if rows.failures or rows.streams:
@@ -318,6 +344,8 @@ class Gateway:
                 try:
                     rows = collect(spec, answers, None if run is not scan else scan.order,
                                    None if run is not scan else scan.limit)
+                except StoreShapeMoved:
+                    raise
                 except ValueError as exc:
                     raise GatewayInternalError(str(exc)) from exc
                 scans.append((scan, rows))

@@ -16,8 +16,8 @@ from flask import Flask, Response, request
 
 from stores.iqv2.result import StateQueryResult
 
-from ..arrow_rows import collect
-from ..errors import BadRequest
+from ..arrow_rows import StoreShapeMoved, collect
+from ..errors import BadRequest, StateStoreMigratedError
 from ..routing.codec import CodecError, decode_request, encode_answer
 from ..routing.membership import local_partitions
 from ..scans import query_store
@@ -55,7 +55,10 @@ def register_routing_views(app: Flask, gateway: Any) -> None:
         for p, qr in answer.partition_results.items():
             rows = None
             if qr.is_success and spec is not None:
-                scan = collect(spec, [(req, StateQueryResult.of({p: qr}))], None, None)
+                try:
+                    scan = collect(spec, [(req, StateQueryResult.of({p: qr}))], None, None)
+                except StoreShapeMoved as exc:  # swapped to a rebuilt generation since the catalog was read
+                    raise StateStoreMigratedError(f"{exc}: retry") from exc
                 rows = [list(r[:-2]) for r in scan.rows]
             out = encode_answer(p, qr, rows)
             out["active"] = roles.get(p) == "active"
