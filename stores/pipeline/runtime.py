@@ -428,7 +428,7 @@ class SparkRuntime(SharedQueries):
         gen = u.building
         sink = BatchSink(u.decl, ck, lambda: self._writers.get(u.name, gen), self._applied)
         ck.mkdir(parents=True, exist_ok=True)
-        writer = (u.decl.df.writeStream.queryName(f"{self.app.application_id}-{u.name}-{os.getpid()}")
+        writer = (sink.frame().writeStream.queryName(f"{self.app.application_id}-{u.name}-{os.getpid()}")
                   .outputMode(u.decl.output_mode).foreachBatch(sink)
                   .option("checkpointLocation", str(ck))
                   .trigger(processingTime=self.topology.trigger))

@@ -149,6 +149,36 @@ def test_records_are_compressed_and_records_of_the_first_format_still_read(env) 
     assert keys == sorted(keys)
 
 
+def test_small_records_are_written_plain_and_read_as_the_compressed_ones(env) -> None:
+    """Under ``COMPRESS_MIN_ROWS`` rows the zstd frames cost more time than they save (a live pipeline's batch
+    is a few rows): such a record's body is plain IPC, and both carriers read it back as they read a big one."""
+    import dataclasses
+    import json
+
+    from stores.changelog.record import COMPRESS_MIN_ROWS
+
+    log, app, _ = env
+    w = logged_writer(app, EventLogChangelog(log))
+    w.write_batch(0, [Change(f"key-{i:06d}", (float(i % 7), i % 5)) for i in range(20 * COMPRESS_MIN_ROWS)],
+                  position(0))
+    [rec] = _records(log, 0)
+    small = dataclasses.replace(rec, rows=rec.rows.slice(0, COMPRESS_MIN_ROWS - 1))
+    big = dataclasses.replace(rec, rows=rec.rows.slice(0, COMPRESS_MIN_ROWS))
+    assert small.rows_buffer().equals(_plain(small.rows))  # byte for byte what an uncompressed writer writes
+    assert big.rows_buffer().size < _plain(big.rows).size  # compressed from the threshold on
+    for r in (small, big):
+        assert ChangelogRecord.from_value(r.to_value(), "value").rows.equals(r.rows)
+        assert ChangelogRecord.from_kafka(r.rows_ipc(), r.to_kafka()[1], "kafka").rows.equals(r.rows)
+    assert small.header()["s"] == json.loads(small.spec.to_json())  # the cached spec is the spec
+
+
+def _plain(rows: pa.Table) -> pa.Buffer:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, rows.schema) as w:
+        w.write_table(rows)
+    return sink.getvalue()
+
+
 @pytest.mark.parametrize(("synchronous", "fsync"), [("FULL", True), ("NORMAL", False), ("EXTRA", True)])
 def test_the_pipelines_changelog_is_as_durable_as_its_stores(tmp_path, synchronous, fsync) -> None:
     """SQLite NORMAL does not sync each commit: the changelog record of that commit is not synced either."""
