@@ -75,6 +75,24 @@ class ChangelogWriters:
                              name=f"iqgate-changelog-cleanup-{name}").start()
         return w
 
+    def prepare(self, name: str) -> None:
+        """Ready the current generation's changelog of store ``name`` in the background (``ChangelogWriter.prepare``).
+
+        Best effort: what fails here, the store's first batch meets again and
+        reports. A generation being built is not prepared ahead: ``begin``
+        may delete its topic first.
+        """
+        if self._log is None:
+            return
+
+        def run() -> None:
+            try:
+                self.get(name, None).prepare()
+            except Exception as exc:  # noqa: BLE001 - the first batch does it again and fails visibly
+                log.debug("store %s: changelog not prepared ahead of the first batch: %s", name, exc)
+
+        threading.Thread(target=run, daemon=True, name=f"iqgate-changelog-prepare-{name}").start()
+
     def begin(self, name: str, generation: int) -> None:
         """A rebuild of ``generation`` begins (perhaps again): delete the topic an earlier attempt left."""
         if self._log is None:

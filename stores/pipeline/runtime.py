@@ -435,6 +435,8 @@ class SparkRuntime(SharedQueries):
         u.batches_at_start = u.batches
         u.query = writer.start()
         u.started_at = time.monotonic()
+        if gen is None:
+            self._writers.prepare(u.name)  # while Spark runs the first batch
 
     def _log_end(self, u: _Unit) -> Position:
         """Where the source ends now: the query counts as caught up once its store reaches it."""

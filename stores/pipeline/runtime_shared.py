@@ -101,6 +101,8 @@ class SharedQueries:
                   .option("checkpointLocation", str(g.checkpoint))
                   .trigger(processingTime=self.topology.trigger))
         g.query = writer.start()
+        for store in g.names:
+            self._writers.prepare(store)  # while Spark runs the first batch
         return g.query
 
     def _await_wave(self) -> None:

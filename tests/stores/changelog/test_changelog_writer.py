@@ -196,3 +196,42 @@ def test_the_pipelines_changelog_is_as_durable_as_its_stores(tmp_path, synchrono
         assert writers._log is not None and writers._log.fsync is fsync
     finally:
         app.close()
+
+
+def test_the_pipeline_prepares_a_changelog_before_its_first_batch(tmp_path, caplog) -> None:
+    """``ChangelogWriters.prepare`` creates the topic and reads its tail in the background (on Kafka that is
+    round trips the first batch would wait for after Spark's job); the batch then finds it done. A store that
+    cannot be prepared (not open) is left to its first batch, which reports it: nothing is raised here."""
+    import logging
+    import time
+
+    from stores.app.streams import StoreTopology, StreamsApp
+    from stores.pipeline.changelogs import ChangelogWriters
+
+    class PipelineTopology(StoreTopology):
+        log = EventLog(tmp_path / "log")
+        changelogs = True
+
+    topic = changelog_topic(APP, "revenue")
+    app = StreamsApp(PipelineTopology([kv_spec()]), application_id=APP, state_dir=str(tmp_path / "state"))
+    app.start()
+    try:
+        writers = ChangelogWriters(PipelineTopology([kv_spec()]), app)
+        writers.prepare("revenue")
+        deadline = time.monotonic() + 30
+        while writers.get("revenue", None)._logged is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        w = writers.get("revenue", None)
+        assert w._logged == {0: -1, 1: -1, 2: -1}  # the tail, read before any batch
+        assert topic in PipelineTopology.log.list_topics()
+        w.write_batch(0, batch(0), position(0))
+        assert [len(_records(PipelineTopology.log, p)) for p in range(3)] == [1, 1, 1]
+        assert w._logged == {0: 0, 1: 0, 2: 0}
+        with caplog.at_level(logging.DEBUG, logger="stores.pipeline.changelogs"):
+            writers.prepare("no_such_store")
+            deadline = time.monotonic() + 30
+            while "not prepared ahead" not in caplog.text and time.monotonic() < deadline:
+                time.sleep(0.01)
+        assert "store no_such_store: changelog not prepared ahead of the first batch" in caplog.text
+    finally:
+        app.close()
