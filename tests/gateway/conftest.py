@@ -51,3 +51,11 @@ def half_app(tmp_path_factory: pytest.TempPathFactory, shop: Shop) -> Iterator[S
     app.writer("revenue").write_batch(0, [Change(c, v) for c, v in shop.revenue.items()], shop.position)
     yield app
     app.close()
+
+
+@pytest.fixture(scope="module")
+def half_gw(half_app: StreamsApp) -> Iterator[Gateway]:
+    """A gateway on ``half_app``, closed with the module."""
+    g = Gateway(half_app)
+    yield g
+    g.close()

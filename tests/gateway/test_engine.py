@@ -236,8 +236,8 @@ def test_as_of_position_in_sql_and_in_session(gw: Gateway, shop: Shop) -> None:
 
 
 # -- apps with missing partitions, not started, stopped, still being written -------------------
-def test_strict_by_default_partial_on_request(half_app: StreamsApp, shop: Shop) -> None:
-    g = Gateway(half_app)
+def test_strict_by_default_partial_on_request(half_gw: Gateway, shop: Shop) -> None:
+    g = half_gw
     with pytest.raises(ge.PartitionFailureError) as info:
         g.sql("SELECT customer FROM revenue")
     assert info.value.http_status == 503 and info.value.retryable
@@ -250,16 +250,16 @@ def test_strict_by_default_partial_on_request(half_app: StreamsApp, shop: Shop) 
     g.session(partial_results=True).sql("SELECT customer FROM revenue")  # session setting works too
 
 
-def test_failure_rows_are_queryable_without_error(half_app: StreamsApp) -> None:
-    g = Gateway(half_app)
+def test_failure_rows_are_queryable_without_error(half_gw: Gateway) -> None:
+    g = half_gw
     out = g.sql("SELECT _partition, _failure_reason FROM revenue WHERE _failure_reason IS NOT NULL "
                 "ORDER BY _partition")
     assert out.rows() == [(2, "NOT_PRESENT"), (3, "NOT_PRESENT")]
 
 
-def test_partition_outside_the_store_does_not_exist(half_app: StreamsApp) -> None:
+def test_partition_outside_the_store_does_not_exist(half_gw: Gateway) -> None:
     with pytest.raises(ge.PartitionFailureError) as info:
-        Gateway(half_app).sql("SELECT * FROM revenue WHERE _partition = 9")
+        half_gw.sql("SELECT * FROM revenue WHERE _partition = 9")
     assert info.value.http_status == 404 and not info.value.retryable
     assert info.value.partitions[0]["failure_reason"] == "DOES_NOT_EXIST"
 

@@ -17,7 +17,6 @@ import pytest
 import planner
 from gateway import errors as ge
 from gateway.engine import Gateway
-from stores.app.streams import StreamsApp
 from stores.catalog.partitioner import partition_for_key
 from stores.catalog.schema import SqlType
 from stores.iqv2.position import Position
@@ -111,8 +110,8 @@ def test_position_bounds_in_the_text_and_the_request(gw: Gateway, shop: Shop) ->
                                                                    session=GENERAL))
 
 
-def test_a_failed_partition_goes_the_general_way(half_app: StreamsApp, shop: Shop) -> None:
-    g = Gateway(half_app)
+def test_a_failed_partition_goes_the_general_way(half_gw: Gateway, shop: Shop) -> None:
+    g = half_gw
     catalog = g.catalog()
     sql = "SELECT revenue, orders FROM revenue WHERE customer = ?"
     here = next(c for c in sorted(shop.revenue) if partition_for_key(c, 4, SqlType.VARCHAR) == 0)
