@@ -386,7 +386,7 @@ def _collect(spec: StoreSpec, answers: Sequence[tuple[StateQueryRequest, StateQu
                 width = len(result.row_columns) + shaper.nvals
                 if raw and len(raw[0]) != width:  # one SELECT: every row has the first row's width
                     raise StoreShapeMoved(f"store {spec.name!r} returned rows of {len(raw[0]) - len(result.row_columns)}"
-                                     f" values; expected a tuple of {shaper.nvals} values")
+                                          f" values; expected a tuple of {shaper.nvals} values")
                 key = getattr(request.query, "key", None)
                 rows.extend([build(r, key, tail) for r in raw])
                 continue
