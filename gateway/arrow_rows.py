@@ -354,7 +354,7 @@ def collect(spec: StoreSpec, answers: Sequence[tuple[StateQueryRequest, StateQue
 def _collect(spec: StoreSpec, answers: Sequence[tuple[StateQueryRequest, StateQueryResult]],
              order: ResultOrder | None, limit: int | None) -> ScanRows:
     shaper = _Shaper(spec)
-    names: list[str] | None = None
+    names: list[tuple[str, pa.DataType]] | None = None
     scan = ScanRows(spec)
     rows = scan.rows
     for request, answer in answers:
@@ -367,10 +367,11 @@ def _collect(spec: StoreSpec, answers: Sequence[tuple[StateQueryRequest, StateQu
             result = qr.result
             if isinstance(result, ArrowRows):
                 if names is None:
-                    names = [f.name for f in scan.schema()][: -len(PSEUDO_FIELDS)]
-                if result.schema.names != names:
+                    names = [(f.name, f.type) for f in scan.schema()][: -len(PSEUDO_FIELDS)]
+                got = [(f.name, f.type) for f in result.schema]
+                if got != names:
                     raise StoreShapeMoved(f"store {spec.name!r} partition {partition} answered with columns "
-                                          f"{result.schema.names}; the statement was planned on {names}")
+                                          f"{_columns_text(got)}; the statement was planned on {_columns_text(names)}")
                 scan.streams.append((partition, tail[1], result))
                 continue
             shaped = getattr(result, "shaped_rows", None)
@@ -397,6 +398,10 @@ def _collect(spec: StoreSpec, answers: Sequence[tuple[StateQueryRequest, StateQu
     if limit is not None and len(rows) > limit:
         del rows[limit:]
     return scan
+
+
+def _columns_text(columns: list[tuple[str, pa.DataType]]) -> str:
+    return "[" + ", ".join(f"{n} {t}" for n, t in columns) + "]"
 
 
 class _RowsStream:

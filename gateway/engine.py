@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 import planner
 from planner.plan import Plan, StatementKind, StoreScan
@@ -179,9 +180,12 @@ class Gateway:
                 try:
                     result = self._statement(text, params, session, settings, catalog, position, partial, wait_ms,
                                              max_rows, stream, arrow, watch, context)
-                except StoreShapeMoved as exc:
-                    # planned on a catalog a store's swap to a rebuilt generation has replaced since: plan again
+                except (StoreShapeMoved, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                    # planned on a catalog a store's swap to a rebuilt generation has replaced since: plan again.
+                    # Arrow's errors: a column whose type changed, read on the row path, fails to convert
                     if self.catalog() == catalog:  # the same catalog read other columns: not a swap
+                        if not isinstance(exc, StoreShapeMoved):
+                            raise
                         raise GatewayInternalError(str(exc)) from exc
                     if attempt == _REPLANS:
                         raise StateStoreMigratedError(

@@ -44,16 +44,17 @@ class SwapAtFirstRead(StateDirReader):
     ``times``: how many requests swap (each flips the generation), to show the give-up after repeated swaps.
     """
 
-    def __init__(self, state_dir: Path, times: int = 1) -> None:
+    def __init__(self, state_dir: Path, times: int = 1, new: StoreSpec = V1) -> None:
         super().__init__(state_dir)
         self.times = times
         self.generation = 0
+        self.new = new
 
     def query(self, request: StateQueryRequest) -> StateQueryResult:
         if self.times > 0:
             self.times -= 1
             self.generation = 1 - self.generation
-            layout.write_store(self.state_dir, "revenue", V1 if self.generation else V0, self.generation)
+            layout.write_store(self.state_dir, "revenue", self.new if self.generation else V0, self.generation)
             self._rescan(force=True)  # noticed at once, as ReplicaSource.query's catalog refresh does
         return super().query(request)
 
@@ -67,14 +68,18 @@ def _write(state_dir: Path, spec: StoreSpec, values) -> None:  # noqa: ANN001 - 
         app.close()
 
 
+def _two_generations(root: Path, new: StoreSpec, values) -> Path:  # noqa: ANN001 - a function of a row
+    """Generation 0 (V0) serving, generation 1 (``new``) built beside it, as a rebuild leaves them."""
+    _write(root / "v0", V0, lambda v: (v[0],))
+    _write(root / "v1", new, values)
+    shutil.copytree(layout.generation_dir(root / "v1", "revenue", 0), layout.generation_dir(root / "v0", "revenue", 1))
+    return root / "v0"
+
+
 @pytest.fixture
 def state_dir(tmp_path: Path) -> Path:
-    """Generation 0 (no ``orders``) serving, generation 1 (with it) built beside it, as a rebuild leaves them."""
-    _write(tmp_path / "v0", V0, lambda v: (v[0],))
-    _write(tmp_path / "v1", V1, lambda v: v)
-    shutil.copytree(layout.generation_dir(tmp_path / "v1", "revenue", 0),
-                    layout.generation_dir(tmp_path / "v0", "revenue", 1))
-    return tmp_path / "v0"
+    """Generation 1 has a column more (``orders``)."""
+    return _two_generations(tmp_path, V1, lambda v: v)
 
 
 @pytest.mark.parametrize("sql, arrow_scans", [
@@ -138,6 +143,23 @@ def test_a_peer_request_that_meets_a_swap_is_a_retryable_503(state_dir: Path) ->
             assert status == 200, raw[:300]
             rows = [r for a in json.loads(raw)["answers"] for r in a["rows"]]
             assert rows == [["c07", *ROWS["c07"]]]
+    finally:
+        gw.close()
+        reader.close()
+
+
+@pytest.mark.parametrize("arrow_scans", [True, False])
+def test_a_column_whose_type_changed_is_a_shape_change_too(tmp_path: Path, arrow_scans: bool) -> None:
+    """Same names, same width, another type (``revenue`` DOUBLE → VARCHAR): planned again, answered in the new type."""
+    text = StoreSpec("revenue", StoreKind.KEY_VALUE, Column("customer", SqlType.VARCHAR, nullable=False),
+                     (Column("revenue", SqlType.VARCHAR),), partitions=3, source_topics=("orders",))
+    reader = SwapAtFirstRead(_two_generations(tmp_path, text, lambda v: (f"{v[0]:.2f}",)), new=text)
+    gw = Gateway(reader, config=GatewayConfig(arrow_scans=arrow_scans))
+    try:
+        result = gw.sql("SELECT * FROM revenue")
+        assert reader.generation == 1
+        assert result.columns[:2] == [("customer", "VARCHAR"), ("revenue", "VARCHAR")]
+        assert {r[0]: r[1] for r in result.rows()} == {k: f"{v[0]:.2f}" for k, v in ROWS.items()}
     finally:
         gw.close()
         reader.close()
