@@ -256,13 +256,23 @@ class KafkaChangelog:
         self._client: KafkaClient | None = None
         self._producers: dict[str, Any] = {}
         self._ensured: set[str] = set()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the producers (held while one starts: init_transactions)
+        self._client_lock = threading.Lock()
+        self._closed = False
 
     @property
     def client(self) -> KafkaClient:
-        if self._client is None:
-            self._client = KafkaClient(self.servers, self.options, timeout_s=self.timeout_s)
-        return self._client
+        with self._client_lock:
+            self._check_open()
+            if self._client is None:
+                self._client = KafkaClient(self.servers, self.options, timeout_s=self.timeout_s)
+            return self._client
+
+    def _check_open(self) -> None:
+        """Why: a background task (a changelog prepared, old generations deleted) that outlives ``close`` must not
+        open a client or producer again, with threads and a transaction nobody ends."""
+        if self._closed:
+            raise KafkaError(f"the changelog connection to Kafka at {self.servers} is closed")
 
     def describe(self) -> str:
         return f"Kafka at {self.servers}"
@@ -311,6 +321,7 @@ class KafkaChangelog:
         from confluent_kafka import KafkaException, Producer
 
         with self._lock:
+            self._check_open()
             p = self._producers.get(topic)
             if p is None:
                 p = Producer({**self.conf, "logger": _LOG, "acks": "all", "linger.ms": 0,
@@ -407,13 +418,23 @@ class KafkaChangelog:
         return _KafkaTail(self.conf, topic, starts, self.timeout_s)
 
     def close(self) -> None:
+        """Flush and close every producer and the client; what is called on this changelog afterwards fails.
+
+        A producer being created meanwhile (``_producer`` holds the lock through ``init_transactions``) is closed
+        with the others.
+        """
         with self._lock:
+            self._closed = True
             producers, self._producers = list(self._producers.values()), {}
+        with self._client_lock:
+            client, self._client = self._client, None
         for p in producers:
             p.flush(1.0)
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+            close = getattr(p, "close", None)  # where confluent-kafka has it; else the producer ends when dropped
+            if close is not None:
+                close()
+        if client is not None:
+            client.close()
 
 
 class _KafkaTail:

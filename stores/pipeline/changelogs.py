@@ -54,6 +54,7 @@ class ChangelogWriters:
         self._writers: dict[tuple[str, int], ChangelogWriter] = {}
         self._cleaned: set[tuple[str, int]] = set()
         self._lock = threading.Lock()
+        self._closed = False
 
     def get(self, name: str, generation: int | None) -> Any:
         """The writer for a batch of store ``name`` (of the generation being built, if named; else the current)."""
@@ -82,10 +83,12 @@ class ChangelogWriters:
         reports. A generation being built is not prepared ahead: ``begin``
         may delete its topic first.
         """
-        if self._log is None:
+        if self._log is None or self._closed:
             return
 
         def run() -> None:
+            if self._closed:
+                return
             try:
                 self.get(name, None).prepare()
             except Exception as exc:  # noqa: BLE001 - the first batch does it again and fails visibly
@@ -108,6 +111,8 @@ class ChangelogWriters:
     def _delete_below(self, name: str, generation: int) -> None:
         """Delete the store's changelog topics of generations below ``generation`` (now the current one)."""
         assert self._log is not None
+        if self._closed:
+            return  # the next start deletes them
         try:
             gens = generation_topics(self.app.application_id, self._log.list_topics()).get(name, {})
             for g, topic in sorted(gens.items()):
@@ -117,9 +122,19 @@ class ChangelogWriters:
         except Exception as exc:  # noqa: BLE001 - best effort: the next start tries again
             with self._lock:
                 self._cleaned.discard((name, generation))
+            if self._closed:
+                return  # closed under it: not a failure to report
             log.warning("store %s: cannot delete the changelogs of generations below %d: %s", name, generation, exc)
 
     def close(self) -> None:
+        """The runtime stopped: close the changelog's connections (Kafka: a transactional producer per topic, each
+        with threads of its own, which would otherwise live as long as the process). Background work begun
+        earlier (a prepare, a deletion of old generations) finds it closed and gives up quietly."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._writers.clear()
         close = getattr(self._log, "close", None)
         if close is not None:
             close()

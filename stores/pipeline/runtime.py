@@ -137,6 +137,10 @@ class SparkRuntime(SharedQueries):
         m = self._monitor
         if m is not None and m is not threading.current_thread():
             m.join(max(0.0, deadline - time.monotonic()))
+        try:
+            self._writers.close()
+        except Exception:  # noqa: BLE001 - stopping regardless
+            log.exception("closing the store changelogs failed")
 
     # -- the monitor thread ---------------------------------------------------------
     def _run(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +68,22 @@ def contents(state_dir: Path, spec: StoreSpec, p: int, generation: int | None = 
         return rows, pos, last
     finally:
         c.close()
+
+
+def kafka_client_threads() -> list[str]:
+    """The names of this process's librdkafka threads ("rdk:main", "rdk:broker…"): every Kafka client that is still
+    open has some, so a client left open shows here without looking inside the objects that hold it."""
+    names = []
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            names.append((task / "comm").read_text().strip())
+        except OSError:  # the thread ended meanwhile
+            continue
+    return sorted(n for n in names if n.startswith("rdk:"))
+
+
+def kafka_threads_beyond(before: list[str]) -> list[str]:
+    """The librdkafka threads running now that ``before`` (an earlier ``kafka_client_threads()``) did not have.
+
+    A count, not an equality: a client another test left for the garbage collector may end meanwhile."""
+    return sorted((Counter(kafka_client_threads()) - Counter(before)).elements())

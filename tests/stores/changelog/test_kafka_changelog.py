@@ -9,9 +9,10 @@ import pytest
 
 from stores.changelog import ChangelogRecord, KafkaChangelog, changelog_topic
 from stores.iqv2.position import Position
+from stores.log.kafka import KafkaError
 from stores.replica import Replica
 
-from .helpers import batch, contents, kv_spec, position
+from .helpers import batch, contents, kafka_client_threads, kafka_threads_beyond, kv_spec, position
 
 pytest.importorskip("confluent_kafka")
 
@@ -60,6 +61,24 @@ def test_kafka_changelog_replica_and_replay(kafka_broker, tmp_path) -> None:
     finally:
         app.close()
         cl.close()
+
+
+def test_close_ends_every_producer_and_what_comes_later_fails_cleanly(kafka_broker) -> None:
+    before = kafka_client_threads()
+    cl = KafkaChangelog(kafka_broker.bootstrap_servers)
+    topic = changelog_topic(f"shop{uuid.uuid4().hex[:8]}", "revenue")
+    cl.ensure(topic, 2)
+    cl.prepare(topic)  # a transactional producer: threads of its own
+    assert kafka_threads_beyond(before)
+    cl.close()
+    wait_for(lambda: not kafka_threads_beyond(before), 10.0)
+    # a task that outlived the close (a prepare, a cleanup) opens nothing again
+    with pytest.raises(KafkaError, match="is closed"):
+        cl.prepare(topic)
+    with pytest.raises(KafkaError, match="is closed"):
+        cl.list_topics()
+    assert not kafka_threads_beyond(before)
+    cl.close()  # twice: nothing more to do
 
 
 def test_records_round_trip_through_kafka_headers() -> None:

@@ -33,6 +33,7 @@ from stores import (  # noqa: E402
 )
 from stores.iqv2.errors import MissingSourceTopicException  # noqa: E402
 from stores.log.broker import LocalBroker  # noqa: E402
+from tests.stores.changelog.helpers import kafka_client_threads, kafka_threads_beyond  # noqa: E402
 from tests.stores.pipeline.oracle import caught_up, check_all, wait_for_state, wait_until  # noqa: E402
 from tests.stores.pipeline.test_pipeline_spark import profile_events, shop  # noqa: E402
 
@@ -78,6 +79,7 @@ def test_kafka_pipeline_offsets_oracle_restart_and_a_deleted_topic(spark, tmp_pa
             return StreamThreadExceptionResponse.SHUTDOWN_CLIENT
 
         app = build(spark, src, state)
+        clients_before = kafka_client_threads()  # the test's own KafkaSource
         try:
             app.start()
             wait_for_state(app, State.RUNNING)
@@ -118,6 +120,8 @@ def test_kafka_pipeline_offsets_oracle_restart_and_a_deleted_topic(spark, tmp_pa
             gw.close()
         finally:
             assert app.close(60)
+        # the app's Kafka clients (a transactional producer per store changelog) end with it, not with the process
+        wait_until(lambda: not kafka_threads_beyond(clients_before), "the app's Kafka clients to close", 10)
 
         # Restart while a producer keeps writing: every record exactly once.
         stop = threading.Event()
