@@ -51,11 +51,12 @@ class _Part:
     ranged: bool = False
 
 
-Coerce = Callable[[Any, Any, str, str], tuple[Any, str]]
+Coerce = Callable[..., tuple[Any, str]]  # (ref, sql_type, op, column[, among]): the binder's ``value``
 
 
 def composite_keys(spec: StoreSpec, constraints: list[Constraint], coerce: Coerce) -> CompositeKeys:
-    """``coerce(ref, sql_type, op, column)`` → (canonical value or NO_MATCH/NOT_PUSHABLE, op) is the binder's."""
+    """``coerce(ref, sql_type, op, column, among)`` → (canonical value or NO_MATCH/NOT_PUSHABLE, op) is the binder's
+    (``among``: how many values an equality allows; see ``_Binder.value``)."""
     parts = spec.key_parts
     state = [_Part() for _ in parts]
     out = CompositeKeys()
@@ -65,7 +66,7 @@ def composite_keys(spec: StoreSpec, constraints: list[Constraint], coerce: Coerc
         i = int(c.column[4:])
         col, p = parts[i], state[i]
         if c.kind == "eq":
-            coerced = [coerce(r, col.type, "=", col.name)[0] for r in c.values]
+            coerced = [coerce(r, col.type, "=", col.name, len(c.values))[0] for r in c.values]
             if any(v is NOT_PUSHABLE for v in coerced):
                 out.exact = False
                 continue

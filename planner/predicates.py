@@ -82,6 +82,9 @@ def classify(node: exp.Expression, resolve: Resolver, params: dict[int, int]) ->
         refs = [value_ref(e, params) for e in node.expressions]
         if target is None or not refs or any(r is None for r in refs):
             return None
+        at = node.this.this.meta.get("start") if node.this.this._meta else None
+        if at is not None:  # as above: a NULL carries no position, so an error about it points at the column
+            refs = [replace(r, start=at) if r is not None and r.start is None else r for r in refs]
         return Constraint(target[0], target[1], "eq", tuple(refs))  # type: ignore[arg-type]
     if isinstance(node, exp.Between):
         if node.args.get("symmetric") or not isinstance(node.this, exp.Column):

@@ -70,8 +70,14 @@ class _Binder:
         self.sql, self.t, self.params = sql, t, params
         self.exact = True
 
-    def value(self, ref: ValueRef, target: SqlType, op: str, column: str, what: str) -> tuple[Any, str]:
+    def value(self, ref: ValueRef, target: SqlType, op: str, column: str, what: str,
+              among: int = 1) -> tuple[Any, str]:
+        """``among``: how many values the column may equal (``IN (…)``, an OR of equalities). A NULL among
+        others never matches but the others may (SQL's ``k IN ('a', NULL)`` finds 'a'): it is left out. A NULL
+        alone (``k = NULL``) can match nothing, which is a mistake worth saying."""
         value, sql_type = resolve(ref, self.params)
+        if among > 1 and sql_type == "NULL":
+            return NO_MATCH, op
         try:
             v, op2 = coerce_bound(value, sql_type, target, op, column=column, what=what, line=None, col=None)
         except TypeMismatchError as err:
@@ -84,8 +90,10 @@ class _Binder:
             op2 += "="
         return v, op2
 
-    def partition(self, ref: ValueRef) -> Any:
+    def partition(self, ref: ValueRef, among: int = 1) -> Any:
         value, sql_type = resolve(ref, self.params)
+        if among > 1 and sql_type == "NULL":
+            return NO_MATCH  # as in ``value``
         if sql_type == "INTEGER":
             return value if value >= 0 else NO_MATCH
         if sql_type == "VARCHAR" and value.strip().lstrip("-").isdigit():
@@ -184,7 +192,8 @@ def bind_general(
     time_ranges = {"window_start": ws, "window_end": we, "valid_from": vf, "valid_to": vt}
     key_ranges: list[tuple[Any, Any]] | None = None  # composite keys: key-prefix byte ranges
     if spec.composite:
-        ck = composite_keys(spec, t.constraints, lambda r, typ, op, name: b.value(r, typ, op, name, "key column"))
+        ck = composite_keys(spec, t.constraints,
+                            lambda r, typ, op, name, among=1: b.value(r, typ, op, name, "key column", among))
         keys, impossible = ck.keys, ck.impossible
         b.exact = b.exact and ck.exact
         if ck.ranges:
@@ -196,7 +205,7 @@ def bind_general(
         if c.column == "_partition":
             if c.kind != "eq":
                 continue
-            vals = {p for p in (b.partition(r) for r in c.values) if p is not NO_MATCH}
+            vals = {p for p in (b.partition(r, len(c.values)) for r in c.values) if p is not NO_MATCH}
             partitions = vals if partitions is None else partitions & vals
             continue
         if c.column == "key":
@@ -204,7 +213,7 @@ def bind_general(
         else:
             target, name, what = SqlType.TIMESTAMP, c.column, "column"
         if c.kind == "eq":
-            coerced = [b.value(r, target, "=", name, what)[0] for r in c.values]
+            coerced = [b.value(r, target, "=", name, what, len(c.values))[0] for r in c.values]
             if any(v is NOT_PUSHABLE for v in coerced):
                 continue
             vals = [v for v in coerced if v is not NO_MATCH]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import threading
+import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -43,17 +45,40 @@ def _prep_key(store: KeyValueStore, q: Any) -> Any:
     return store.codec.coerce_query_key(q.key)
 
 
+WARN_EVERY_S = 60.0  # an inverted range's warning, per store: SQL (k BETWEEN 9 AND 1) can send one per statement
+_warned: dict[str, tuple[float, int]] = {}  # store -> (when last logged, how many since then were not)
+_warned_lock = threading.Lock()
+
+
 def _prep_range(store: KeyValueStore, q: Any) -> _Range:
     coerce = store.codec.coerce_query_key
     lo = None if q.lower is None else coerce(q.lower)
     hi = None if q.upper is None else coerce(q.upper)
     empty = lo is not None and hi is not None and lo > hi
     if empty:
-        log.warning(
-            "Returning empty iterator for %r on store %s partition %d: the lower bound is greater than the upper"
-            " bound. This may be due to range arguments set in the wrong order.", q, store.name, store.partition,
-        )
+        _warn_inverted(store, q)
     return _Range(lo, hi, q.result_order is ResultOrder.DESCENDING, empty)
+
+
+def _warn_inverted(store: KeyValueStore, q: Any) -> None:
+    """Kafka's warning for a range set in the wrong order, at most once per store every WARN_EVERY_S.
+
+    Why: Kafka logs it on every call, but here a client's SQL reaches it on
+    every partition of every statement; a careless or hostile client would
+    fill the log (and the disk under it).
+    """
+    now = time.monotonic()
+    with _warned_lock:
+        last, quiet = _warned.get(store.name, (float("-inf"), 0))
+        if now - last < WARN_EVERY_S:
+            _warned[store.name] = (last, quiet + 1)
+            return
+        _warned[store.name] = (now, 0)
+    log.warning(
+        "Returning empty iterator for %r on store %s partition %d: the lower bound is greater than the upper"
+        " bound. This may be due to range arguments set in the wrong order.%s", q, store.name, store.partition,
+        f" ({quiet} more such range(s) on this store since the last warning)" if quiet else "",
+    )
 
 
 def _fetch_point(store: KeyValueStore, key: Any) -> tuple[Position, Any]:

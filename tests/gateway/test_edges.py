@@ -44,6 +44,21 @@ def test_session_settings_are_validated() -> None:
     assert Session.validated({"PARTIAL_RESULTS": "true"}) == {"partial_results": True}
 
 
+def test_a_null_among_in_values_is_sqls_null_not_an_error(gw: Gateway) -> None:
+    """``k IN ('a', NULL)`` finds 'a' (the NULL never matches), as in any SQL database; only a NULL alone
+    (``k = NULL``, ``k IN (NULL)``) is refused, since it can match nothing."""
+    one = gw.sql("SELECT customer, revenue FROM revenue WHERE customer = 'c01'").rows()
+    assert len(one) == 1
+    assert gw.sql("SELECT customer, revenue FROM revenue WHERE customer IN ('c01', NULL)").rows() == one
+    assert gw.sql("SELECT customer, revenue FROM revenue WHERE customer = 'c01' OR customer = NULL").rows() == one
+    assert gw.sql("SELECT customer, revenue FROM revenue WHERE customer IN (?, ?)", params=[None, "c01"]).rows() == one
+    assert gw.sql("SELECT customer FROM revenue WHERE customer IN (NULL, NULL)").rows() == []
+    assert gw.sql("SELECT count(*) FROM revenue WHERE customer NOT IN ('c01', NULL)").rows() == [(0,)]
+    with pytest.raises(ge.SqlError, match=r"with NULL.*\(line 1, column 36\)") as info:
+        gw.sql("SELECT customer FROM revenue WHERE customer IN (NULL)")
+    assert info.value.code == "TYPE_MISMATCH" and info.value.http_status == 400
+
+
 def test_sums_are_json_integers_not_strings(server: Http, shop: Shop) -> None:
     status, _, body = server.sql("SELECT sum(orders) AS n, avg(revenue) AS r FROM revenue")
     assert status == 200
