@@ -249,9 +249,10 @@ def _coerce(
     the comparison or the literal cannot be converted.
     """
     if sql_type == "NULL":
+        why = ("to find the current versions, write valid_to IS NULL" if column == "valid_to"
+               else "keys and window bounds are never NULL")
         raise TypeMismatchError(
-            f"cannot compare {what} {column} ({target.value}) with NULL: the comparison is never true "
-            f"(keys and window bounds are never NULL)",
+            f"cannot compare {what} {column} ({target.value}) with NULL: the comparison is never true ({why})",
             line=line,
             col=col,
         )
