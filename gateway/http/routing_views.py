@@ -14,10 +14,11 @@ from typing import Any
 
 from flask import Flask, Response, request
 
+from stores.catalog.schema import KeyTypeError
 from stores.iqv2.result import StateQueryResult
 
 from ..arrow_rows import StoreShapeMoved, collect
-from ..errors import BadRequest, StateStoreMigratedError
+from ..errors import BadRequest, GatewayInternalError, StateStoreMigratedError
 from ..routing.codec import CodecError, decode_request, encode_answer
 from ..routing.membership import local_partitions
 from ..scans import query_store
@@ -47,7 +48,12 @@ def register_routing_views(app: Flask, gateway: Any) -> None:
             raise BadRequest(f"POST /v1/iq: {exc}") from None
         src = _local(gateway)
         spec = src.catalog().get(req.store_name)
-        _, answer = query_store(src, req)
+        try:
+            _, answer = query_store(src, req)
+        except GatewayInternalError as exc:
+            if isinstance(exc.__cause__, KeyTypeError):  # a key of another type than the store's: the peer's fault
+                raise BadRequest(f"POST /v1/iq: {exc.__cause__}") from None
+            raise
         view = getattr(gateway.source, "local_view", None)
         infos = view().values() if view is not None else local_partitions(src)
         roles = {i.partition: i.role for i in infos if i.store == req.store_name}

@@ -95,6 +95,43 @@ def _dec(v: Any) -> Any:
     raise CodecError(f"unknown tagged value {str(v)[:200]}")
 
 
+_SCALARS = (bool, int, float, str, Decimal, date)  # datetime is a date
+_TIMES = frozenset({"time_from", "time_to", "as_of_timestamp", "from_timestamp", "to_timestamp"})
+_ORDERS = frozenset({"result_order", "key_order"})
+_OPTIONAL = frozenset({"lower", "upper"})  # open range ends; WindowRangeQuery's key and the times by their class
+
+
+def _is_key(v: Any) -> bool:
+    """A store key as a peer sends one: a scalar, or a tuple of scalars (a composite key)."""
+    if isinstance(v, tuple):
+        return bool(v) and all(isinstance(x, _SCALARS) for x in v)
+    return isinstance(v, _SCALARS)
+
+
+def _check_query(query: Any) -> None:
+    """Each field of a decoded query of the type its class gives it, or CodecError naming the field.
+
+    Why: the classes are plain dataclasses, so ``_dec`` would build a KeyQuery with a set for a key or a
+    number for its order, and the store would fail on it as an internal error (a 500) instead of a 400.
+    """
+    name = type(query).__name__
+    for f in dataclasses.fields(query):
+        v = getattr(query, f.name)
+        optional = v is None and (f.name in _OPTIONAL or f.default is None)
+        if f.name in _ORDERS:
+            ok = isinstance(v, q.ResultOrder)
+        elif f.name == "skip_cache":
+            ok = isinstance(v, bool)
+        elif f.name in _TIMES:
+            ok = optional or (isinstance(v, int) and not isinstance(v, bool) and -2**63 <= v < 2**63)
+        elif f.name == "keys":
+            ok = isinstance(v, tuple) and bool(v) and all(_is_key(k) for k in v)
+        else:  # key, lower, upper
+            ok = optional or _is_key(v)
+        if not ok:
+            raise CodecError(f"{name}.{f.name} cannot be {str(v)[:100]!r} ({type(v).__name__})")
+
+
 def encode_request(request: StateQueryRequest) -> dict[str, Any]:
     bound = request.position_bound
     return {
@@ -113,6 +150,7 @@ def decode_request(body: Any) -> StateQueryRequest:
     query = _dec(body.get("query"))
     if type(query).__name__ not in _QUERIES:
         raise CodecError(f"query must be one of {sorted(_QUERIES)}")
+    _check_query(query)
     r = StateQueryRequest.in_store(body["store"]).with_query(query)
     parts = body.get("partitions")
     if parts is not None:

@@ -170,6 +170,21 @@ def test_a_malformed_forwarded_request_is_refused_by_name(cluster) -> None:
     assert status == 400 and b"Nope" in raw
     status, _, raw = active.http.request("POST", "/v1/iq", raw=b"{not json")
     assert status == 400
+    # fields of the wrong type, each named (they reached the store and failed there as a 500)
+    for fields, named in [({"keys": 1.5}, b"MultiKeyQuery.keys"), ({"keys": ["c01"]}, b"MultiKeyQuery.keys"),
+                          ({"lower": "a", "result_order": True}, b"RangeQuery.result_order"),
+                          ({"key": {"$set": ["a", "b"]}}, b"KeyQuery.key"),
+                          ({"key": "c01", "skip_cache": ""}, b"KeyQuery.skip_cache"),
+                          ({"key": "c01", "time_from": "x", "time_to": 5}, b"WindowKeyQuery.time_from"),
+                          ({"key": "c01", "time_from": 0, "time_to": 2**70}, b"WindowKeyQuery.time_to")]:
+        query = str(named.split(b".")[0], "ascii")
+        status, _, raw = active.http.request("POST", "/v1/iq", {"store": "revenue",
+                                                                "query": {"$query": query, "fields": fields}})
+        assert status == 400 and named in raw, (fields, raw)
+    # a key of another type than the store's (revenue is keyed by VARCHAR)
+    status, _, raw = active.http.request("POST", "/v1/iq", {"store": "revenue",
+                                                            "query": {"$query": "KeyQuery", "fields": {"key": 7}}})
+    assert status == 400 and b"cannot be converted to VARCHAR" in raw, raw
 
 
 def test_system_partitions_lists_every_hosts_copies_with_lags(cluster) -> None:
