@@ -55,6 +55,16 @@ def test_in_lists_multiply_into_keys_grouped_by_partition() -> None:
             assert ps == _part(k)
 
 
+def test_a_null_among_a_key_columns_values_is_left_out_and_a_lone_null_is_refused() -> None:
+    _scan, reqs = _queries("SELECT n FROM kv WHERE region IN ('a', NULL) AND product IN (1, NULL) AND day = DATE '1970-01-01'")
+    assert reqs == [(KeyQuery.with_key(("a", 1, 0)), _part(("a", 1, 0)))]
+    _scan, reqs = _queries("SELECT n FROM kv WHERE region = 'a' AND product IN (?, ?) AND day = DATE '1970-01-01'",
+                           params=[None, 2])
+    assert reqs == [(KeyQuery.with_key(("a", 2, 0)), _part(("a", 2, 0)))]
+    with pytest.raises(TypeMismatchError, match="key column product .* with NULL"):
+        planner.plan("SELECT n FROM kv WHERE region = 'eu' AND product IN (NULL)", CATALOG)
+
+
 def test_a_key_prefix_is_one_range_and_a_bound_on_the_next_column_narrows_it() -> None:
     scan, reqs = _queries("SELECT n FROM kv WHERE region = 'eu'")
     lo, hi = prefix_range(PARTS, ("eu",))

@@ -306,3 +306,23 @@ def test_the_building_generation_is_logged_exactly_once_like_generation_0(active
     assert last == 1 and 111.0 in c1 and 9.0 not in c1, c1
     assert [_batch_ids(log, topic, q) for q in range(3)] == [[0, 1]] * 3
     assert _batch_ids(log, changelog_topic(APP, "revenue"), 0) == [0]  # generation 0's topic untouched
+
+
+def test_writers_closed_by_a_stopping_runtime_delete_nothing_and_the_next_start_does(active) -> None:
+    """The old generation's topic is deleted in the background at generation 1's first batch as current. Writers
+    already closed (the runtime stopped) leave it for the next start instead of working on after the stop."""
+    log, app, writers, _ = active
+    writers.get("revenue", None).write_batch(0, batch(0), position(0))
+    _rebuild(app, writers)
+    writers.get("revenue", 1).write_batch(0, v2_batch(0), position(0))
+    app.finish_rebuild("revenue")
+    old = changelog_topic(APP, "revenue")
+    writers.close()
+    writers.prepare("revenue")  # no background work either
+    writers.get("revenue", None)  # generation 1 current: this is what starts the deletion
+    time.sleep(0.5)  # the deletion takes milliseconds when it runs (the next start's, below)
+    assert old in log.list_topics()
+    writers.close()  # twice: nothing more to do
+    again = ChangelogWriters(type(app.topology)([SPEC]), app)
+    again.get("revenue", None)
+    wait_for(lambda: old not in log.list_topics(), "generation 0's topic deleted by the next start")
