@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib.util
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import ModuleType
@@ -33,7 +34,7 @@ from stores.iqv2.state import State
 from stores.log.eventlog import EventLog
 from stores.log.source import SourceLog
 
-__all__ = ["PipelineError", "load_pipeline", "start_pipeline", "caught_up", "wait_caught_up", "source_log",
+__all__ = ["PipelineError", "load_pipeline", "build_topology", "start_pipeline", "caught_up", "wait_caught_up", "source_log",
            "pipeline_source", "HostedSource", "progress_line", "raise_open_files_limit", "FILES_PER_PARTITION"]
 
 #: Open files one store partition costs the serving process at most (writer: file, WAL, -shm; one reader: 2 more).
@@ -54,7 +55,7 @@ def load_pipeline(path: str | Path) -> ModuleType:
     if spec is None or spec.loader is None:
         raise PipelineError(f"{str(p)!r} is not a Python file")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    _user_code(p, "failed to load", lambda: spec.loader.exec_module(module))  # type: ignore[union-attr]
     missing = [n for n in ("APPLICATION_ID", "TOPICS", "build") if not hasattr(module, n)]
     if missing:
         raise PipelineError(f"pipeline file {str(p)!r} must define {', '.join(missing)} "
@@ -95,6 +96,32 @@ def spark_session(master: str | None = None) -> Any:
     return get_or_create() if master is None else get_or_create(master=master)
 
 
+def build_topology(module: ModuleType, spark: Any, log: SourceLog) -> Any:
+    """``module.build(spark, log)``; what the pipeline's own code raises becomes a PipelineError pointing into it."""
+    return _user_code(Path(module.__file__ or module.__name__), "build(spark, log) failed",
+                      lambda: module.build(spark, log))
+
+
+def _user_code(path: Path, what: str, run: Callable[[], Any]) -> Any:
+    """Run the pipeline file's code; an exception it raises → PipelineError naming the file and its own lines.
+
+    Why: the error is in the user's file, so it is their lines they need (as
+    ``python file.py`` would show them), not iqgate's frames around them.
+    """
+    try:
+        return run()
+    except SyntaxError as exc:
+        where = f"line {exc.lineno}" + (f", column {exc.offset}" if exc.offset else "")
+        text = f"\n    {exc.text.rstrip()}" if exc.text else ""
+        raise PipelineError(f"pipeline file {str(path)!r} {what}: {where}: {exc.msg}{text}") from None
+    except Exception as exc:  # noqa: BLE001 - any error of the user's code, reported with its frames in their file
+        mine = path.resolve()
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == mine]
+        lines = "".join(traceback.format_list(frames)).rstrip()
+        detail = "".join(traceback.format_exception_only(exc)).strip()
+        raise PipelineError(f"pipeline file {str(path)!r} {what}: {detail}" + (f"\n{lines}" if lines else "")) from None
+
+
 def start_pipeline(module: ModuleType, log: SourceLog, state_dir: Path, spark: Any | None = None, *,
                    master: str | None = None, rebuild_from_available: bool = False) -> Any:
     """Create the topics, build the topology on Spark (local, or the cluster at ``master``), start a StreamsApp.
@@ -106,7 +133,7 @@ def start_pipeline(module: ModuleType, log: SourceLog, state_dir: Path, spark: A
 
     for topic, partitions in module.TOPICS.items():
         log.create_topic(topic, partitions=partitions, exist_ok=True)
-    topology = module.build(spark if spark is not None else spark_session(master), log)
+    topology = build_topology(module, spark if spark is not None else spark_session(master), log)
     app = StreamsApp(topology, application_id=module.APPLICATION_ID, state_dir=str(state_dir),
                      rebuild_from_available=rebuild_from_available)
     app.start()

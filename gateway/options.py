@@ -34,6 +34,14 @@ positive_int = int_at_least(1)
 non_negative_int = int_at_least(0)
 
 
+def port_number(text: str) -> int:
+    """A TCP port, 0-65535 (0: any free port), so ``--port 99999`` is a usage error and not bind()'s OverflowError."""
+    value = non_negative_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"a TCP port is 0-65535, got {value}")
+    return value
+
+
 def byte_size(text: str) -> int:
     """``512MB``, ``2GB``, ``1048576``: a size in bytes (at least 16 MB)."""
     units = {"": 1, "B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}
@@ -51,7 +59,7 @@ def byte_size(text: str) -> int:
 
 def server_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--port", type=port_number, default=8080)
     p.add_argument("--threads", type=positive_int, default=4,
                    help="HTTP worker threads (default 4: more only add GIL contention on small machines)")
     p.add_argument("--token", help="require Authorization: Bearer TOKEN (visible to other users of the machine: "
@@ -66,7 +74,7 @@ def server_args(p: argparse.ArgumentParser) -> None:
 
 
 def pg_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pg-port", type=non_negative_int, help="also speak the PostgreSQL protocol on this port "
+    p.add_argument("--pg-port", type=port_number, help="also speak the PostgreSQL protocol on this port "
                    "(psql, DBeaver, Metabase, Grafana, …)")
     p.add_argument("--pg-host", default="127.0.0.1", help="bind address of the PG port (default 127.0.0.1)")
     p.add_argument("--pg-auth", choices=("scram-sha-256", "md5", "password"), default="scram-sha-256",

@@ -49,7 +49,7 @@ def _check_sources(plan: Any, source: Any, allow_partial: bool) -> Any:
 def cmd_upgrade(args: argparse.Namespace) -> int:
     from stores.app.upgrade import drop_removed, plan_upgrade
 
-    from .hosting import load_pipeline, pipeline_source, spark_session, start_pipeline
+    from .hosting import build_topology, load_pipeline, pipeline_source, spark_session, start_pipeline
 
     module = load_pipeline(args.pipeline)
     base = Path(args.data_dir)
@@ -61,7 +61,7 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
             if args.dry_run:
                 continue  # a dry run creates nothing; the stores reading it are new anyway
             log.create_topic(topic, partitions=partitions, exist_ok=True)
-    topology = module.build(spark, log)
+    topology = build_topology(module, spark, log)
     specs = {s.name: s for s in topology.store_specs()}
     plan = _check_sources(plan_upgrade(state_dir, specs, topology.store_definitions()), log,
                           args.rebuild_from_available)

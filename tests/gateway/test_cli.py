@@ -179,6 +179,33 @@ def test_pipeline_file_convention_is_checked(tmp_path: Path) -> None:
         load_pipeline(txt)
 
 
+@pytest.mark.parametrize("text, says, line", [
+    ("import os\n\nraise ValueError('no config here')\n", "failed to load: ValueError: no config here", 3),
+    ("APPLICATION_ID = 'x'\nTOPICS = {'t': (\n", "failed to load: line 2, column 16: '(' was never closed", None),
+    ("APPLICATION_ID = 'x'\nTOPICS = {'t': 1}\n\ndef helper(log):\n    return log.no_such_thing\n\n"
+     "def build(spark, log):\n    return helper(log)\n",
+     "build(spark, log) failed: AttributeError: 'EventLog' object has no attribute 'no_such_thing'", 5),
+])
+def test_errors_in_the_pipeline_files_own_code_name_the_file_and_its_lines(
+        tmp_path: Path, text: str, says: str, line: int | None, capsys: pytest.CaptureFixture[str]) -> None:
+    """The user's mistake, in the user's lines (as ``python file.py`` would show them), without iqgate's frames."""
+    from gateway.hosting import start_pipeline
+
+    f = tmp_path / "mine.py"
+    f.write_text(text)
+    with pytest.raises(PipelineError) as info:
+        start_pipeline(load_pipeline(f), EventLog(tmp_path / "log"), tmp_path / "state", spark=object())
+    message = str(info.value)
+    assert message.startswith(f"pipeline file {str(f)!r} {says}"), message
+    if line is not None:
+        assert f'File "{f}", line {line}' in message
+    assert "gateway" not in message.split(says, 1)[1]  # only the user's frames
+    if "failed to load" in says:  # (a build error would need Spark and a port: start_pipeline above is that path)
+        assert main(["serve", str(f), "--data-dir", str(tmp_path / "data")]) == 1
+        err = capsys.readouterr().err
+        assert says in err and "Traceback" not in err
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -261,6 +288,11 @@ def test_waiting_for_a_pipeline_that_does_not_catch_up(tmp_path: Path) -> None:
     (["demo", "--customers", "0"], "--customers: must be at least 1, got 0"),
     (["produce", "orders", "--partitions", "0"], "--partitions: must be at least 1, got 0"),
     (["sql", "SELECT 1", "--wait-ms", "-1"], "--wait-ms: must be at least 0, got -1"),
+    (["serve", "--state-dir", ".", "--port", "99999"], "--port: a TCP port is 0-65535, got 99999"),
+    (["serve", "--state-dir", ".", "--port", "-1"], "--port: must be at least 0, got -1"),
+    (["serve", "--state-dir", ".", "--pg-port", "65536"], "--pg-port: a TCP port is 0-65535, got 65536"),
+    (["replica", "--application-id", "a", "--port", "70000"], "--port: a TCP port is 0-65535, got 70000"),
+    (["demo", "--port", "http"], "--port: 'http' is not an integer"),
 ])
 def test_bad_numbers_are_usage_errors(argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
