@@ -21,7 +21,16 @@ from typing import Any
 from .console import die, print_result, request_stop, reset_stop, wait_for_stop
 from .errors import GatewayError
 from .json_values import dumps
-from .options import config_from_args, config_kwargs, non_negative_int, pg_args, positive_int, server_args
+from .options import (
+    config_from_args,
+    config_kwargs,
+    http_url,
+    non_negative_int,
+    pg_args,
+    positive_int,
+    positive_seconds,
+    server_args,
+)
 from .pg.launch import pg_server as _pg_server
 from .pg.launch import start_pg as _start_pg
 from .replica_cmd import add_replica_parser, routing_args
@@ -418,14 +427,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def _sql_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("sql", help="the statement")
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--url", default=DEFAULT_URL, help=f"iqgate server (default {DEFAULT_URL})")
+    where.add_argument("--url", type=http_url, default=DEFAULT_URL, help=f"iqgate server (default {DEFAULT_URL})")
     where.add_argument("--state-dir", help="read this state directory directly (read-only) instead of a server")
     p.add_argument("--param", action="append", default=[], help="a positional parameter (JSON or text); repeatable")
     p.add_argument("--position", help='position bound as JSON, e.g. {"orders": {"0": 41}}')
     p.add_argument("--partial", action="store_true", help="return data beside failed partitions")
     p.add_argument("--wait-ms", type=non_negative_int, help="wait up to this long for the stores to reach --position")
     p.add_argument("--token", help="bearer token of the server")
-    p.add_argument("--timeout", type=float, default=60.0, help="HTTP timeout in seconds")
+    p.add_argument("--timeout", type=positive_seconds, default=60.0, help="HTTP timeout in seconds")
 
 
 def _kafka_args(p: argparse.ArgumentParser, what: str) -> None:
@@ -490,7 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--once", action="store_true", help="print the example answers and exit instead of serving")
     demo.add_argument("--kafka", action="store_true",
                       help="run over a Kafka broker (Tansu, in memory) the demo starts on 127.0.0.1 itself")
-    demo.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the pipeline to load")
+    demo.add_argument("--timeout", type=positive_seconds, default=600.0, help="seconds to wait for the pipeline to load")
     server_args(demo)
     pg_args(demo)
     demo.set_defaults(fn=cmd_demo)

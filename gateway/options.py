@@ -8,7 +8,9 @@ the GatewayConfig every face enforces.
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,29 @@ def port_number(text: str) -> int:
     if value > 65535:
         raise argparse.ArgumentTypeError(f"a TCP port is 0-65535, got {value}")
     return value
+
+
+def positive_seconds(text: str) -> float:
+    """A finite number of seconds > 0 (a timeout), so ``-1``, ``nan`` or ``inf`` are usage errors, not socket errors."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
+    return value
+
+
+def http_url(text: str) -> str:
+    """An ``http://`` or ``https://`` URL with a host (a server of ours), checked before anything connects."""
+    try:
+        parts = urllib.parse.urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number or out of range
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a URL: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL (e.g. http://127.0.0.1:8080)")
+    return text
 
 
 def byte_size(text: str) -> int:

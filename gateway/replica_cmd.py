@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .options import non_negative_int, pg_args, server_args
+from .options import http_url, non_negative_int, pg_args, server_args
 
 __all__ = ["add_replica_parser", "routing_args", "routed", "cmd_replica", "parse_partitions"]
 
@@ -28,7 +28,7 @@ def routing_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--peers", default="", metavar="URL[,URL]",
                    help="other iqgate servers of the same application (pipeline host, replicas): partitions this "
                         "server cannot answer as asked are answered by them")
-    p.add_argument("--advertised-url", metavar="URL",
+    p.add_argument("--advertised-url", type=http_url, metavar="URL",
                    help="how peers and clients reach this server (default http://HOST:PORT)")
     p.add_argument("--max-lag", type=non_negative_int, metavar="RECORDS",
                    help="answer from a copy only if its changelog offset lag is at most this (default: any lag; "

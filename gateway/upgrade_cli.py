@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .options import positive_seconds
+
 __all__ = ["cmd_upgrade", "add_upgrade_parser", "print_plan"]
 
 
@@ -133,5 +135,5 @@ def add_upgrade_parser(sub: Any, kafka_args: Any, kafka_options: Any) -> None:
     p.add_argument("--rebuild-from-available", action="store_true",
                    help="rebuild changed stores from what the source still holds when early records are gone "
                         "(their answers are partial history) instead of refusing")
-    p.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for the rebuilds (default 3600)")
+    p.add_argument("--timeout", type=positive_seconds, default=3600.0, help="seconds to wait for the rebuilds (default 3600)")
     p.set_defaults(fn=cmd_upgrade, kafka_options_of=kafka_options)

@@ -57,7 +57,12 @@ class PgServer:
                 raise ValueError("TLS needs both --tls-cert and --tls-key")
             self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             self.tls.minimum_version = ssl.TLSVersion.TLSv1_2
-            self.tls.load_cert_chain(tls_cert, tls_key)
+            try:
+                self.tls.load_cert_chain(tls_cert, tls_key)
+            except (OSError, ssl.SSLError) as exc:  # a bare "[Errno 2] No such file" would not say which file
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                raise ValueError(f"cannot load the TLS certificate --tls-cert {tls_cert} with --tls-key {tls_key}: "
+                                 f"{reason}") from None
         self.max_connections = max_connections
         self.max_message_bytes = max_message_bytes
         self.body_timeout_s = body_timeout_s

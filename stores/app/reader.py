@@ -88,7 +88,8 @@ class StateDirReader:
     def __init__(self, state_dir: str | os.PathLike[str]) -> None:
         self.state_dir = Path(state_dir)
         if not self.state_dir.is_dir():
-            raise FileNotFoundError(f"state directory {self.state_dir} does not exist")
+            what = "is not a directory" if self.state_dir.exists() else "does not exist"
+            raise FileNotFoundError(f"state directory {self.state_dir} {what}")
         self._lock = threading.Lock()
         self._specs: dict[str, StoreSpec] = {}
         self._specs_mtime: int | None = None

@@ -293,6 +293,14 @@ def test_waiting_for_a_pipeline_that_does_not_catch_up(tmp_path: Path) -> None:
     (["serve", "--state-dir", ".", "--pg-port", "65536"], "--pg-port: a TCP port is 0-65535, got 65536"),
     (["replica", "--application-id", "a", "--port", "70000"], "--port: a TCP port is 0-65535, got 70000"),
     (["demo", "--port", "http"], "--port: 'http' is not an integer"),
+    (["sql", "SELECT 1", "--url", "localhost:8080"], "--url: 'localhost:8080' is not an http:// or https:// URL"),
+    (["sql", "SELECT 1", "--url", "ftp://h"], "--url: 'ftp://h' is not an http:// or https:// URL"),
+    (["explain", "SELECT 1", "--url", "http://h:99999"], "--url: 'http://h:99999' is not a URL: Port out of range"),
+    (["replica", "--application-id", "a", "--advertised-url", "h:1"], "--advertised-url: 'h:1' is not an http://"),
+    (["sql", "SELECT 1", "--timeout", "-1"], "--timeout: must be a finite number of seconds > 0, got -1"),
+    (["sql", "SELECT 1", "--timeout", "nan"], "--timeout: must be a finite number of seconds > 0, got nan"),
+    (["demo", "--timeout", "inf"], "--timeout: must be a finite number of seconds > 0, got inf"),
+    (["upgrade", "p.py", "--timeout", "soon"], "--timeout: 'soon' is not a number of seconds"),
 ])
 def test_bad_numbers_are_usage_errors(argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:

@@ -57,6 +57,15 @@ def test_half_a_tls_configuration_is_refused(gw: Gateway, cert: tuple[str, str])
     assert Path(cert[1]).exists()
 
 
+def test_a_certificate_that_cannot_be_loaded_is_named(gw: Gateway, cert: tuple[str, str], tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"--tls-cert /nonexistent/cert.pem with --tls-key .*: No such file"):
+        PgServer(gw, tls_cert="/nonexistent/cert.pem", tls_key=cert[1])
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate")
+    with pytest.raises(ValueError, match=f"--tls-cert {junk} with --tls-key {junk}: .*PEM"):
+        PgServer(gw, tls_cert=str(junk), tls_key=str(junk))
+
+
 def test_plaintext_sent_behind_the_ssl_request_is_refused(gw: Gateway, cert: tuple[str, str]) -> None:
     """Only the TLS handshake may follow an SSLRequest that will be accepted: bytes already there were sent in the
     clear, maybe by someone else (CVE-2021-23214). PostgreSQL refuses them; so does the PG port, before 'S'."""

@@ -142,8 +142,11 @@ def test_catalog_picks_up_new_stores(make_app: Any, tmp_path: Any) -> None:
 
 
 def test_reader_errors(tmp_path: Any) -> None:
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match="nope does not exist"):
         StateDirReader(tmp_path / "nope")
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(FileNotFoundError, match="a-file is not a directory"):
+        StateDirReader(tmp_path / "a-file")
     d = tmp_path / "bad"
     (d / "stores" / "x").mkdir(parents=True)
     (d / "stores" / "x" / "store.json").write_text("{not json")
