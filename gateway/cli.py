@@ -128,7 +128,10 @@ def cmd_produce(args: argparse.Namespace) -> int:
     source = source_log(args.bootstrap_servers, _kafka_options(args), args.log)
     where = source.describe()
     if args.partitions is not None:
-        source.create_topic(args.topic, partitions=args.partitions, exist_ok=True)
+        try:
+            source.create_topic(args.topic, partitions=args.partitions, exist_ok=True)
+        except ValueError as exc:  # a topic name Kafka would refuse
+            raise SystemExit(f"iqgate produce: {exc}") from None
     elif not source.has_topic(args.topic):
         raise SystemExit(f"iqgate produce: topic {args.topic!r} does not exist in {where}; "
                          "pass --partitions N to create it")

@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import shutil
+import struct
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -399,6 +400,8 @@ def _partition(key: Any, n: int, topic: str, where: str | None = None) -> int:
         return partition_for_key(key, n)
     except TypeError as exc:
         raise InvalidRecordError(f"{where}: {exc}") from None
+    except struct.error:  # an int key is serialized as a Kafka long (struct ">q")
+        raise InvalidRecordError(f"{where}: key {key} does not fit in 64 bits (an integer key is a Kafka long)") from None
 
 
 def _encode(key: Any, value: Any, ts: Any, where: str, headers: Headers = ()) -> bytes:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from datetime import date, datetime
 from typing import Any
 
-from ..iqv2.timeutil import now_ms, to_epoch_ms
+from ..iqv2.timeutil import MAX_MS, MIN_MS, now_ms, to_epoch_ms
 
 __all__ = ["InvalidRecordError", "unpack_record", "check_record", "value_json", "record_headers", "Headers",
            "MAX_HEADERS"]
@@ -79,10 +79,15 @@ def check_record(key: Any, value: Any, ts: Any, where: str) -> tuple[Any, dict[s
     if value is not None and not isinstance(value, Mapping):
         raise InvalidRecordError(f"{where}: value must be a mapping of field -> value or None, "
                                  f"got {type(value).__name__}")
+    if isinstance(key, int) and not isinstance(key, bool) and not MIN_MS <= key <= MAX_MS:
+        raise InvalidRecordError(f"{where}: key {key} does not fit in 64 bits (an integer key is a Kafka long)")
     try:
         t = now_ms() if ts is None else to_epoch_ms(ts, "timestamp")
     except TypeError as exc:
         raise InvalidRecordError(f"{where}: {exc}") from None
+    if not 0 <= t <= MAX_MS:  # as Kafka's ProducerRecord: "Timestamp should always be non-negative or null"
+        raise InvalidRecordError(f"{where}: timestamp must be non-negative epoch milliseconds that fit in 64 bits, "
+                                 f"got {t}")
     if value is not None:
         value = {str(k): _jsonable(v) for k, v in value.items()}
         try:

@@ -110,6 +110,9 @@ def test_produce_needs_an_existing_topic(tmp_path: Path, monkeypatch: pytest.Mon
     _stdin(monkeypatch, '{"key": "a", "value": {}}\n')
     with pytest.raises(SystemExit, match="does not exist"):
         main(["produce", "nope", "--log", str(tmp_path / "log")])
+    with pytest.raises(SystemExit, match=r"iqgate produce: invalid topic name '\.\./up': use 1-249 of"):
+        main(["produce", "../up", "--partitions", "1", "--log", str(tmp_path / "log")])
+    assert not (tmp_path / "up").exists()
 
 
 def test_produce_to_kafka_prints_the_broker_offsets(kafka_broker: Any, monkeypatch: pytest.MonkeyPatch,

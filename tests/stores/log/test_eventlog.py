@@ -101,6 +101,10 @@ def test_invalid_partitions(tmp_path):
     (("k", {"v": object()}, 1), "not JSON-serializable"),
     (("k", {"v": float("nan")}, 1), "not JSON-serializable"),
     (("k", {"v": 1}, "yesterday"), "timestamp must be"),
+    (("k", {"v": 1}, -5), "timestamp must be non-negative epoch milliseconds .* got -5"),
+    (("k", {"v": 1}, 2**63), "timestamp must be non-negative epoch milliseconds that fit in 64 bits"),
+    ((2**63, {"v": 1}, 1), "key 9223372036854775808 does not fit in 64 bits"),
+    ((-2**63 - 1, {"v": 1}, 1), "does not fit in 64 bits"),
     ({"key": "k", "colour": 1}, "expected keys"),
     ("just a string", "expected \\(key, value, timestamp\\)"),
 ])

@@ -101,6 +101,8 @@ def test_records_round_trip_with_timestamps_and_tombstones(kafka: KafkaSource) -
     ([("k", [1, 2], None)], "value must be a mapping"),
     ([("k", {"a": float("nan")}, None)], "not JSON-serializable"),
     ([("k", {"a": 1}, "yesterday")], "timestamp"),
+    ([("k", {"a": 1}, 1), ("k", {"a": 1}, -1)], "record 1 .* timestamp must be non-negative"),
+    ([(2**64, {"a": 1}, None)], "key 18446744073709551616 does not fit in 64 bits"),
     ([{"key": "k", "vaule": {}}], "expected keys key, value, timestamp"),
 ])
 def test_bad_records_send_nothing(kafka: KafkaSource, records: list[Any], says: str) -> None:
