@@ -249,6 +249,9 @@ def test_bad_parameters(connect: Connect) -> None:
         cur.execute("SELECT name FROM orders WHERE customer = ?", [])
     with pytest.raises(dbapi.ProgrammingError, match="SQL string"):
         cur.execute(b"SELECT 1")  # type: ignore[arg-type]
+    for not_sets in (5, None, "1", b"1"):
+        with pytest.raises(dbapi.ProgrammingError, match="executemany\\(\\) takes a sequence of parameter sets"):
+            cur.executemany("SELECT name FROM orders WHERE customer = ?", not_sets)  # type: ignore[arg-type]
 
 
 def test_misuse_raises_interface_error(connect: Connect) -> None:

@@ -11,7 +11,7 @@ raised by the fetch that meets it.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ..errors import InterfaceError, NotSupportedError, ProgrammingError
@@ -129,6 +129,9 @@ class Cursor:
     def executemany(self, operation: str, seq_of_parameters: Sequence[Sequence[Any] | Mapping[str, Any]]) -> Cursor:
         """Run the statement once per parameter set; the cursor keeps the last result (the gateway only reads)."""
         self._live_connection()
+        if isinstance(seq_of_parameters, (str, bytes)) or not isinstance(seq_of_parameters, Iterable):
+            raise ProgrammingError("executemany() takes a sequence of parameter sets (one per run), got "
+                                   f"{type(seq_of_parameters).__name__}")
         params_list = list(seq_of_parameters)
         for params in params_list:
             self.execute(operation, params)
