@@ -20,14 +20,14 @@ from stores.iqv2.position import Position, PositionBound
 from .analyze import Template, analyze
 from .deep import run_deep
 from .dialect import parse_statement
-from .errors import ParameterError, TableScanDisabledError
+from .errors import ParameterError, SqlSyntaxError, TableScanDisabledError
 from .explain import explain_text
-from .limits import check_param_values, check_text
+from .limits import check_param_values, check_text, check_tree_depth
 from .literals import sql_literal
 from .plan import Plan, StatementKind, StoreScan
 from .positions import line_col
 from .requests import bind_point_scan, bind_scan, check_params
-from .rewrites import rewrite_or_chains
+from .rewrites import balance_chains, rewrite_or_chains
 from .settings import resolve_session
 
 __all__ = ["plan", "plan_shape", "bind_point", "clear_cache", "cache_info"]
@@ -71,13 +71,23 @@ def _template(sql: str, catalog: Mapping[str, StoreSpec]) -> Template:
         return cached
     _stats["misses"] += 1
     check_text(key)
-    template = run_deep(lambda: analyze(key, rewrite_or_chains(parse_statement(key)), catalog))
+    try:
+        template = run_deep(lambda: analyze(key, _checked(balance_chains(rewrite_or_chains(parse_statement(key)))),
+                                             catalog))
+    except RecursionError:  # the parser's own recursion (check_tree_depth bounds the analysis after it)
+        raise SqlSyntaxError("the statement nests expressions too deeply to parse (a chain of thousands of NOT or "
+                             "unary minus signs?); write it with fewer levels") from None
     with _lock:
         _cache[key] = template
         _cache.move_to_end(key)
         while len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)
     return template
+
+
+def _checked(tree: Any) -> Any:
+    check_tree_depth(tree)
+    return tree
 
 
 def plan(

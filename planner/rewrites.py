@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-__all__ = ["rewrite_or_chains", "flatten"]
+__all__ = ["rewrite_or_chains", "balance_chains", "flatten", "BALANCE_MIN_TERMS"]
+
+BALANCE_MIN_TERMS = 32  # shorter chains stay as parsed (their SQL, EXPLAIN text and fixtures unchanged)
 
 
 def flatten(node: exp.Expression, kind: type[exp.Connector]) -> list[exp.Expression]:
@@ -84,3 +86,48 @@ def _parent_through_parens(node: exp.Expression) -> exp.Expression | None:
     while isinstance(parent, exp.Paren):
         parent = parent.parent
     return parent
+
+
+def balance_chains(statement: exp.Expression) -> exp.Expression:
+    """Rebuild every AND or OR chain of BALANCE_MIN_TERMS terms or more as a balanced tree, terms in order (in place).
+
+    Why: a chain of n terms parses one level per term, and walks that look
+    up from each column to its SELECT (ours, sqlglot's scope analysis) cost
+    O(depth) per column: a WHERE of 3,000 mixed ``(k = … AND v = …)`` terms
+    planned in 5 s, quadratic in n. AND and OR are associative, in SQL's
+    three-valued logic too, so ``((a OR b) OR c) OR d`` and ``(a OR b) OR
+    (c OR d)`` are one predicate; the balanced tree is log2(n) deep. Terms
+    keep their own parentheses.
+    """
+    for kind in (exp.Or, exp.And):
+        roots = [n for n in statement.find_all(kind) if not isinstance(_parent_through_parens(n), kind)]
+        for root in roots:
+            terms = _chain_terms(root, kind)
+            if len(terms) >= BALANCE_MIN_TERMS:
+                root.replace(_balanced(kind, terms))
+    return statement
+
+
+def _chain_terms(node: exp.Expression, kind: type[exp.Connector]) -> list[exp.Expression]:
+    """The operands of a chain, in order, through parentheses around the chain's own links only."""
+    out: list[exp.Expression] = []
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        inner = cur
+        while isinstance(inner, exp.Paren):
+            inner = inner.this
+        if isinstance(inner, kind):
+            stack.append(inner.expression)
+            stack.append(inner.this)
+        else:
+            out.append(cur)
+    return out
+
+
+def _balanced(kind: type[exp.Connector], terms: list[exp.Expression]) -> exp.Expression:
+    level = terms
+    while len(level) > 1:
+        paired = [kind(this=level[i], expression=level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        level = paired + level[-1:] if len(level) % 2 else paired
+    return level[0]

@@ -4,7 +4,8 @@ The property test (test_property_plans.py) checks predicate trees on two
 key-value stores. This one covers the shop's five stores (key-value with
 VARCHAR and BIGINT keys, window, versioned, timestamped) and the shapes BI
 tools send: aggregates, GROUP BY, ORDER BY … LIMIT, joins, IN subqueries,
-CTEs, UNION ALL, window functions, point lookups with a residual. Each
+CTEs, UNION ALL, window functions, point lookups with a residual, and WHERE
+chains long enough to be rebuilt balanced (all OR, all AND, or mixed). Each
 store's full scan (no predicate, so nothing pushed) is loaded into a plain
 DuckDB table; the same statement there must give the same rows. Literals are
 drawn from the stored values, nudged across them, so bounds land on, between
@@ -24,6 +25,7 @@ import duckdb
 import pytest
 
 from gateway import Gateway
+from planner.rewrites import BALANCE_MIN_TERMS
 from stores.app.streams import StreamsApp
 from tests.gateway.gwfixtures import make_app, make_shop, write_shop
 
@@ -121,6 +123,24 @@ class Statements:
             return f"({self.tree(store, alias, depth + 1)} OR {self.tree(store, alias, depth + 1)})"
         return f"NOT ({self.tree(store, alias, depth + 1)})"
 
+    def chain(self, store: str, alias: str = "") -> str:
+        """A chain longer than BALANCE_MIN_TERMS (the planner rebuilds it balanced): all OR, all AND, or mixed.
+
+        Each term picks out (OR) or leaves out (AND) about one row, so a term lost
+        or misplaced in the rebuilt tree changes the answer.
+        """
+        r = self.r
+        key = next(iter(self.stores[store]))
+        joins = r.choice([[" OR "], [" AND "], [" OR ", " AND ", " OR "]])
+        parts: list[str] = []
+        for i in range(r.randint(BALANCE_MIN_TERMS, 3 * BALANCE_MIN_TERMS)):
+            join = r.choice(joins)
+            one = f"{alias}{key} = {self.lit(self.value(store, key))}"
+            term = (f"({one} AND {self.leaf(store, alias)})" if join == " OR " or r.random() < 0.5
+                    else f"NOT ({one} AND {self.leaf(store, alias)})")
+            parts += [join, term] if i else [term]
+        return "".join(parts)
+
     def statement(self) -> tuple[str, bool]:
         """(SQL, whether its order is total)."""
         r = self.r
@@ -128,7 +148,7 @@ class Statements:
         cols = list(self.stores[store])
         key = cols[0]
         every = ", ".join(cols)
-        where = f" WHERE {self.tree(store)}" if r.random() < 0.92 else ""
+        where = f" WHERE {self.chain(store) if r.random() < 0.15 else self.tree(store)}" if r.random() < 0.92 else ""
         shape = r.choice(["plain", "plain", "agg", "group", "order", "join", "sub", "cte", "union", "window", "point"])
         if shape == "agg":
             return (f"SELECT count(*), min({r.choice(cols)}), max({r.choice(cols)}), count(DISTINCT {r.choice(cols)}) "

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import logging
 import random
+from typing import Any
+
+import pytest
 
 import planner
+from planner.deep import run_deep
 from tests.planner.planner_catalog import CATALOG
 
 TOKENS = [
@@ -42,3 +46,70 @@ def test_random_token_soup_plans_or_raises_planning_errors() -> None:
     finally:
         logging.disable(logging.NOTSET)
     assert planned > 10 and refused > 10  # the soup exercised both outcomes
+
+
+def test_chains_nested_past_the_tree_limit_are_refused_not_recursed_into() -> None:
+    """Chains the text check does not count (casts, dotted names, NOTs, minus signs) stop at MAX_TREE_DEPTH.
+
+    Before the limit they reached the analysis's recursion: 50,000 casts took 6 s to end in a RecursionError.
+    """
+    from planner.limits import MAX_TREE_DEPTH
+
+    deep = MAX_TREE_DEPTH + 100
+    for sql in ("SELECT 1" + "::int" * deep, "SELECT " + "x." * deep + "y", "SELECT " + "- " * deep + "1",
+                "SELECT " + "NOT " * deep + "true"):
+        try:
+            planner.plan(sql, CATALOG)
+        except planner.SqlSyntaxError as exc:
+            assert "too deeply" in str(exc) or f"more than {MAX_TREE_DEPTH:,} levels deep" in str(exc)
+        else:
+            raise AssertionError(f"planned a statement nested {deep} deep: {sql[:40]}")
+    # within the limit, the same chains plan (DuckDB's own max_expression_depth may still refuse to run them)
+    assert planner.plan("SELECT 1" + "::int" * 5_000, CATALOG).residual_sql
+    mixed = " OR ".join(f"(customer = 'c{i}' AND total > {i})" for i in range(1_500))  # 1,500 levels as parsed
+    assert "OR" in planner.plan(f"SELECT count(*) FROM revenue WHERE {mixed}", CATALOG).residual_sql
+
+
+def _depth(tree: Any) -> int:
+    best, stack = 0, [(tree, 1)]
+    while stack:
+        node, d = stack.pop()
+        best = max(best, d)
+        stack.extend((c, d + 1) for c in node.iter_expressions())
+    return best
+
+
+def _leaves(tree: Any) -> list[str]:
+    """The predicates under the AND/OR links (through their parentheses), left to right."""
+    from sqlglot import exp
+
+    out, stack = [], [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (exp.And, exp.Or)):
+            stack += [node.expression, node.this]
+        elif isinstance(node, exp.Paren) and isinstance(node.this, (exp.And, exp.Or)):
+            stack.append(node.this)
+        else:
+            out.append(node.sql())
+    return out
+
+
+@pytest.mark.parametrize("join", [" OR ", " AND ", "mixed"])
+def test_long_chains_are_rebuilt_balanced_with_their_terms_in_order(join: str) -> None:
+    """A chain of n terms becomes log2(n) deep (planning it was quadratic in n), with the same terms in order."""
+    from planner.dialect import parse_statement
+    from planner.rewrites import BALANCE_MIN_TERMS, balance_chains
+
+    rnd = random.Random(5)
+    terms = [f"(a = {i} AND b > {i})" if i % 3 else f"NOT (c = {i} OR d IS NULL)" for i in range(1_200)]
+    text = terms[0] + "".join((rnd.choice([" OR ", " AND "]) if join == "mixed" else join) + t for t in terms[1:])
+    sql = f"SELECT * FROM t WHERE {text}"
+    as_parsed = run_deep(lambda: parse_statement(sql))
+    where = as_parsed.args["where"].this
+    balanced = balance_chains(run_deep(lambda: parse_statement(sql)))
+    assert run_deep(lambda: _depth(as_parsed)) > (300 if join == "mixed" else 1_000)
+    assert _depth(balanced) <= 40
+    assert _leaves(balanced.args["where"].this) == run_deep(lambda: _leaves(where))
+    short = parse_statement("SELECT * FROM t WHERE " + " OR ".join(terms[:BALANCE_MIN_TERMS - 1]))
+    assert balance_chains(short.copy()) == short  # short chains stay as parsed

@@ -39,6 +39,12 @@ IN_PARAMS = "SELECT count(*) FROM revenue WHERE customer IN (" + ", ".join("?" *
 CASES = [
     _case("nesting 300 works", {"sql": NEST_OK}, 200),
     _case("nesting 1100 refused", {"sql": NEST_TOO_DEEP}, 400, "SQL_SYNTAX_ERROR"),
+    _case("50000 NOTs", {"sql": "SELECT " + "NOT " * 50_000 + "true"}, 400, "SQL_SYNTAX_ERROR"),
+    _case("50000 unary minus signs", {"sql": "SELECT " + "- " * 50_000 + "1"}, 400, "SQL_SYNTAX_ERROR"),
+    _case("50000 casts", {"sql": "SELECT 1" + "::int" * 50_000}, 400, "SQL_SYNTAX_ERROR"),
+    _case("a 50000-part dotted name", {"sql": "SELECT " + "x." * 50_000 + "y"}, 400, "SQL_SYNTAX_ERROR"),
+    _case("a mixed OR chain of 3000 terms", {"sql": "SELECT count(*) FROM revenue WHERE " + " OR ".join(
+        f"(customer = '{k}' AND revenue > 0)" for k in KEYS[:3000])}, 200),
     _case("nested calls", {"sql": "SELECT " + "abs(" * 200 + "1" + ")" * 200}, 200),
     _case("nested subqueries", {"sql": "SELECT * FROM " + "(SELECT * FROM " * 120 + "revenue" + ") s" * 120}, 200),
     _case("OR chain of 1500 keys", {"sql": OR_CHAIN}, 200),
