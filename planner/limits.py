@@ -20,8 +20,8 @@ __all__ = ["check_text", "check_tree_depth", "check_param_values", "MAX_SQL_CHAR
 MAX_SQL_CHARS = 1_000_000
 MAX_NESTING = 1_000  # parentheses and brackets inside one another
 MAX_NAME_CHARS = 1_024  # an identifier or a function name
-# expressions inside one another once parsed (OR chains on one column already folded into IN): chains the text
-# check does not see (NOT NOT …, x::int::int …, a.b.c …, a mixed OR chain) cost planning ~0.1 ms a level
+# expressions inside one another once parsed (OR chains on one column folded into IN, long AND/OR chains
+# balanced): chains the text check does not see (x::int::int …, a.b.c …, - - 1) cost planning ~0.1 ms a level
 MAX_TREE_DEPTH = 10_000
 MAX_PARAMS = 100_000
 
@@ -84,16 +84,17 @@ def check_text(sql: str) -> None:
 def check_tree_depth(tree: Any) -> None:
     """Refuse a parsed statement nested deeper than MAX_TREE_DEPTH; iterative, so any depth is safe to measure.
 
-    Why after parsing: the parser loops over such chains, but the analysis
-    after it recurses once per level, outside any statement timeout (50,000
-    casts took 6 s to fail with a RecursionError, answered as a 500).
+    Why after parsing: the parser gets through chains of casts or dotted
+    names, but the analysis after it recurses once per level, outside any
+    statement timeout (50,000 casts took 6 s to fail with a RecursionError,
+    answered as a 500).
     """
     stack = [(tree, 1)]
     while stack:
         node, depth = stack.pop()
         if depth > MAX_TREE_DEPTH:
             raise SqlSyntaxError(f"the statement nests expressions more than {MAX_TREE_DEPTH:,} levels deep (a chain of "
-                                 "NOT, casts, dotted names or mixed OR/AND terms); write it with fewer levels")
+                                 "casts, dotted names or unary operators); write it with fewer levels")
         stack.extend((child, depth + 1) for child in node.iter_expressions())
 
 
