@@ -16,19 +16,24 @@ __all__ = ["rewrite_or_chains", "balance_chains", "flatten", "BALANCE_MIN_TERMS"
 BALANCE_MIN_TERMS = 32  # shorter chains stay as parsed (their SQL, EXPLAIN text and fixtures unchanged)
 
 
-def flatten(node: exp.Expression, kind: type[exp.Connector]) -> list[exp.Expression]:
-    """The operands of a chain of one connector (AND or OR), through parentheses; iterative, in order."""
+def flatten(node: exp.Expression, kind: type[exp.Connector], *, keep_parens: bool = False) -> list[exp.Expression]:
+    """The operands of a chain of one connector (AND or OR), through parentheses; iterative, in order.
+
+    ``keep_parens``: an operand keeps its own parentheses (to rebuild the
+    chain as SQL); by default they are stripped (to look at the operand).
+    """
     out: list[exp.Expression] = []
     stack = [node]
     while stack:
         cur = stack.pop()
-        while isinstance(cur, exp.Paren):
-            cur = cur.this
-        if isinstance(cur, kind):
-            stack.append(cur.expression)
-            stack.append(cur.this)
+        inner = cur
+        while isinstance(inner, exp.Paren):
+            inner = inner.this
+        if isinstance(inner, kind):
+            stack.append(inner.expression)
+            stack.append(inner.this)
         else:
-            out.append(cur)
+            out.append(cur if keep_parens else inner)
     return out
 
 
@@ -102,27 +107,10 @@ def balance_chains(statement: exp.Expression) -> exp.Expression:
     for kind in (exp.Or, exp.And):
         roots = [n for n in statement.find_all(kind) if not isinstance(_parent_through_parens(n), kind)]
         for root in roots:
-            terms = _chain_terms(root, kind)
+            terms = flatten(root, kind, keep_parens=True)
             if len(terms) >= BALANCE_MIN_TERMS:
                 root.replace(_balanced(kind, terms))
     return statement
-
-
-def _chain_terms(node: exp.Expression, kind: type[exp.Connector]) -> list[exp.Expression]:
-    """The operands of a chain, in order, through parentheses around the chain's own links only."""
-    out: list[exp.Expression] = []
-    stack = [node]
-    while stack:
-        cur = stack.pop()
-        inner = cur
-        while isinstance(inner, exp.Paren):
-            inner = inner.this
-        if isinstance(inner, kind):
-            stack.append(inner.expression)
-            stack.append(inner.this)
-        else:
-            out.append(cur)
-    return out
 
 
 def _balanced(kind: type[exp.Connector], terms: list[exp.Expression]) -> exp.Expression:
