@@ -52,25 +52,50 @@ class DuckPool:
     """
 
     def __init__(self, threads: int | None = None, memory_limit_bytes: int | None = None) -> None:
-        self._con = duckdb.connect(":memory:")
-        if threads is not None:
-            self._con.execute(f"SET threads = {int(threads)}")
-        if memory_limit_bytes is not None:
-            self._con.execute(f"SET GLOBAL memory_limit = '{int(memory_limit_bytes)}B'")
-        self._con.execute("SET GLOBAL temp_directory = ''")
-        self._con.execute("SET GLOBAL allocator_flush_threshold = '32MB'")
-        self._con.execute("SET GLOBAL allocator_background_threads = true")
-        self._con.execute("SET GLOBAL max_expression_depth = 4000")
-        for name, value in SECURITY_SETTINGS:
-            self._con.execute(f"SET GLOBAL {name} = {value}")
+        self._threads = threads
+        self._memory_limit_bytes = memory_limit_bytes
+        self._con = self._connect(rewriter=True)
+        self._long_chains: duckdb.DuckDBPyConnection | None = None
         self._lock = threading.Lock()
 
-    def cursor(self) -> duckdb.DuckDBPyConnection:
+    def _connect(self, rewriter: bool) -> duckdb.DuckDBPyConnection:
+        con = duckdb.connect(":memory:")
+        if self._threads is not None:
+            con.execute(f"SET threads = {int(self._threads)}")
+        if self._memory_limit_bytes is not None:
+            con.execute(f"SET GLOBAL memory_limit = '{int(self._memory_limit_bytes)}B'")
+        con.execute("SET GLOBAL temp_directory = ''")
+        con.execute("SET GLOBAL allocator_flush_threshold = '32MB'")
+        con.execute("SET GLOBAL allocator_background_threads = true")
+        con.execute("SET GLOBAL max_expression_depth = 4000")
+        if not rewriter:
+            con.execute("SET GLOBAL disabled_optimizers = 'expression_rewriter'")
+        for name, value in SECURITY_SETTINGS:
+            con.execute(f"SET GLOBAL {name} = {value}")
+        return con
+
+    def cursor(self, long_chains: bool = False) -> duckdb.DuckDBPyConnection:
+        """A cursor for one statement; ``long_chains`` (``Plan.long_chains``): on a connection without DuckDB's
+        expression rewriter.
+
+        Why a second connection: the rewriter is quadratic in a long OR chain
+        of AND terms (or AND of ORs: 2,000 ``(k = … AND v >= …)`` terms took
+        10 s in DuckDB 2.0.1, 0.1 s without it), and ``disabled_optimizers``
+        is a global setting that ``lock_configuration`` freezes. It is made
+        the first time such a statement comes, with the same settings and
+        its own memory budget of the same size.
+        """
         with self._lock:
-            return self._con.cursor()
+            if not long_chains:
+                return self._con.cursor()
+            if self._long_chains is None:
+                self._long_chains = self._connect(rewriter=False)
+            return self._long_chains.cursor()
 
     def close(self) -> None:
         self._con.close()
+        if self._long_chains is not None:
+            self._long_chains.close()
 
 
 class _Relation:

@@ -411,7 +411,7 @@ class Gateway:
         """
         relations = {scan.relation: scan.store for scan, _ in scans}
         sql = plan.residual_sql or ""
-        if not arrow and system is None and not streamed:  # scans in memory: the thread's cursor, reused
+        if not arrow and system is None and not streamed and not plan.long_chains:  # the thread's cursor, reused
             tables = {scan.relation: rows.to_arrow(scan.include_failures) for scan, rows in scans}
             columns, out, rest = self._cursors.run(tables, sql, limit_rows, watch, relations,
                                                    self.config.ndjson_batch_rows if stream else None)
@@ -421,7 +421,7 @@ class Gateway:
             return Result(columns=columns, rows=out, position=position, partitions=partitions,
                           statement=StatementKind.SELECT, residual_sql=sql, rerunnable=False,
                           cursor_factory=self._pool.cursor)
-        cur = self._pool.cursor()
+        cur = self._pool.cursor(plan.long_chains)
         watch.attach(cur.interrupt)
         handed_over = False
         try:

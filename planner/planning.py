@@ -72,8 +72,7 @@ def _template(sql: str, catalog: Mapping[str, StoreSpec]) -> Template:
     _stats["misses"] += 1
     check_text(key)
     try:
-        template = run_deep(lambda: analyze(key, _checked(balance_chains(rewrite_or_chains(parse_statement(key)))),
-                                             catalog))
+        template = run_deep(lambda: _analyzed(key, catalog))
     except RecursionError:  # the parser's own recursion (check_tree_depth bounds the analysis after it)
         raise SqlSyntaxError("the statement nests expressions too deeply to parse (a chain of thousands of NOT or "
                              "unary minus signs?); write it with fewer levels") from None
@@ -85,9 +84,13 @@ def _template(sql: str, catalog: Mapping[str, StoreSpec]) -> Template:
     return template
 
 
-def _checked(tree: Any) -> Any:
+def _analyzed(text: str, catalog: Mapping[str, StoreSpec]) -> Template:
+    tree = rewrite_or_chains(parse_statement(text))
+    long_chains = balance_chains(tree) > 0
     check_tree_depth(tree)
-    return tree
+    template = analyze(text, tree, catalog)
+    template.long_chains = long_chains
+    return template
 
 
 def plan(
@@ -142,6 +145,7 @@ def plan(
         kind=StatementKind.SELECT,
         scans=tuple(scans),
         residual_sql=residual,
+        long_chains=template.long_chains,
         position_bound=bound,
         fast_path=fast_path,
         system_tables=template.system_tables,

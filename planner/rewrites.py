@@ -93,7 +93,7 @@ def _parent_through_parens(node: exp.Expression) -> exp.Expression | None:
     return parent
 
 
-def balance_chains(statement: exp.Expression) -> exp.Expression:
+def balance_chains(statement: exp.Expression) -> int:
     """Rebuild every AND or OR chain of BALANCE_MIN_TERMS terms or more as a balanced tree, terms in order (in place).
 
     Why: a chain of n terms parses one level per term, and walks that look
@@ -102,15 +102,19 @@ def balance_chains(statement: exp.Expression) -> exp.Expression:
     planned in 5 s, quadratic in n. AND and OR are associative, in SQL's
     three-valued logic too, so ``((a OR b) OR c) OR d`` and ``(a OR b) OR
     (c OR d)`` are one predicate; the balanced tree is log2(n) deep. Terms
-    keep their own parentheses.
+    keep their own parentheses. Returns how many chains were rebuilt: the
+    gateway runs a statement with one in DuckDB without its expression
+    rewriter, which is quadratic in such a chain (``Plan.long_chains``).
     """
+    rebuilt = 0
     for kind in (exp.Or, exp.And):
         roots = [n for n in statement.find_all(kind) if not isinstance(_parent_through_parens(n), kind)]
         for root in roots:
             terms = flatten(root, kind, keep_parens=True)
             if len(terms) >= BALANCE_MIN_TERMS:
                 root.replace(_balanced(kind, terms))
-    return statement
+                rebuilt += 1
+    return rebuilt
 
 
 def _balanced(kind: type[exp.Connector], terms: list[exp.Expression]) -> exp.Expression:

@@ -70,3 +70,4 @@ class Template:
     settings: dict[str, Any] = field(default_factory=dict)
     system_tables: tuple[str, ...] = ()  # keys of planner.systables.SYSTEM_TABLES the residual SQL reads
     program: Program | None = None  # the residual as an expression tree, when it is simple (residual_program.py)
+    long_chains: bool = False  # an AND/OR chain was rebuilt balanced (rewrites.balance_chains): see Plan.long_chains

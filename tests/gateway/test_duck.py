@@ -17,6 +17,12 @@ def pool() -> DuckPool:
     return DuckPool()
 
 
+@pytest.fixture(params=[False, True], ids=["default-lane", "long-chains-lane"])
+def lane(request: pytest.FixtureRequest) -> bool:
+    """Both connections a pool hands cursors of: the default one and the one for long AND/OR chains."""
+    return request.param
+
+
 @pytest.mark.parametrize("sql", [
     "SELECT * FROM read_csv('/etc/passwd')",
     "SELECT * FROM read_text('/etc/hostname')",
@@ -28,8 +34,8 @@ def pool() -> DuckPool:
     "SELECT * FROM glob('/etc/*')",
     "SELECT * FROM read_json_auto('/etc/hostname')",
 ])
-def test_file_network_and_extension_access_is_refused(pool: DuckPool, sql: str) -> None:
-    cur = pool.cursor()
+def test_file_network_and_extension_access_is_refused(pool: DuckPool, lane: bool, sql: str) -> None:
+    cur = pool.cursor(lane)
     with pytest.raises(duckdb.Error) as info:
         cur.execute(sql).fetchall()
     assert isinstance(info.value, (duckdb.PermissionException, duckdb.InvalidInputException,
@@ -42,16 +48,16 @@ def test_file_network_and_extension_access_is_refused(pool: DuckPool, sql: str) 
     "RESET enable_external_access",
     "SET TimeZone = 'America/New_York'",
 ])
-def test_settings_cannot_be_unlocked(pool: DuckPool, sql: str) -> None:
-    cur = pool.cursor()
+def test_settings_cannot_be_unlocked(pool: DuckPool, lane: bool, sql: str) -> None:
+    cur = pool.cursor(lane)
     with pytest.raises(duckdb.Error, match="(?i)configuration"):
         cur.execute(sql)
     assert cur.execute("SELECT current_setting('enable_external_access')").fetchone() == (False,)
 
 
-def test_each_cursor_is_utc_and_locked(pool: DuckPool) -> None:
+def test_each_cursor_is_utc_and_locked(pool: DuckPool, lane: bool) -> None:
     for _ in range(3):
-        cur = pool.cursor()
+        cur = pool.cursor(lane)
         assert cur.execute("SELECT current_setting('TimeZone'), current_setting('lock_configuration')"
                            ).fetchone() == ("UTC", True)
 
@@ -101,9 +107,9 @@ def test_growth_beyond_the_memory_budget_trips_the_statement() -> None:
     pool.close()
 
 
-def test_duckdbs_own_memory_limit_never_spills_to_disk() -> None:
+def test_duckdbs_own_memory_limit_never_spills_to_disk(lane: bool) -> None:
     pool = DuckPool(memory_limit_bytes=64 * 2**20)
-    cur = pool.cursor()
+    cur = pool.cursor(lane)
     with pytest.raises(duckdb.OutOfMemoryException):
         cur.execute("SELECT count(DISTINCT i::VARCHAR || 'padding-padding-padding') FROM range(20000000) t(i)"
                     ).fetchall()
