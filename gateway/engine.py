@@ -209,7 +209,7 @@ class Gateway:
             if point is not None:
                 watch.check("reading the stores")
                 return point
-        plan = self._plan(text, params, settings, catalog)
+        plan = self._plan(text, params, settings, catalog, watch)
         watch.check("planning the statement")
         kind = plan.kind
         if kind is StatementKind.SET:
@@ -261,10 +261,16 @@ class Gateway:
         return s
 
     def _plan(self, text: str, params: Any, settings: Mapping[str, Any],
-              catalog: Mapping[str, StoreSpec] | None = None) -> Plan:
+              catalog: Mapping[str, StoreSpec] | None = None, watch: StatementWatch | None = None) -> Plan:
+        """The statement's plan; with ``watch``, parsing and analysis stop once its budget is spent (a megabyte
+        of SQL is seconds of Python that no DuckDB interrupt reaches)."""
         try:
             return planner.plan(text, self.catalog() if catalog is None else catalog, params=params,
-                                session=settings)
+                                session=settings, attach_interrupt=watch.attach if watch is not None else None)
+        except planner.PlanningInterrupted:
+            if watch is None:  # only a watch interrupts planning
+                raise
+            raise watch.error("planning the statement") from None
         except Exception as exc:  # noqa: BLE001 - planner and store errors become gateway errors
             mapped = not_yet_available(self.source, exc) or translate(exc)
             if mapped is None:

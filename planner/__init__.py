@@ -8,6 +8,7 @@ plan the way ``EXPLAIN`` shows it.
 
 from __future__ import annotations
 
+from .deep import PlanningInterrupted
 from .dialect import Dialect
 from .errors import (
     ForbiddenFunctionError,
@@ -34,5 +35,5 @@ __all__ = [
     "Plan", "StoreScan", "StatementKind", "PSEUDO_COLUMNS", "FAILURE_COLUMNS",
     "PlanningError", "SqlSyntaxError", "UnknownStoreError", "UnknownColumnError", "TypeMismatchError",
     "UnsupportedSqlError", "ReadOnlyError", "ResourceLimitError", "ForbiddenFunctionError", "TableScanDisabledError",
-    "InvalidPositionError", "InvalidSettingError", "ParameterError",
+    "InvalidPositionError", "InvalidSettingError", "ParameterError", "PlanningInterrupted",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -29,6 +29,9 @@ from .positions import line_col
 from .requests import bind_point_scan, bind_scan, check_params
 from .rewrites import balance_chains, rewrite_or_chains
 from .settings import resolve_session
+
+# given a function that stops the planning thread while it runs, and None after (a statement watch's attach)
+AttachInterrupt = Callable[[Callable[[], None] | None], None]
 
 __all__ = ["plan", "plan_shape", "bind_point", "clear_cache", "cache_info"]
 
@@ -60,7 +63,7 @@ def _normalize(sql: str) -> str:
     return text
 
 
-def _template(sql: str, catalog: Mapping[str, StoreSpec]) -> Template:
+def _template(sql: str, catalog: Mapping[str, StoreSpec], attach_interrupt: AttachInterrupt | None = None) -> Template:
     key = _normalize(sql)
     with _lock:
         cached = _cache.get(key)
@@ -72,7 +75,7 @@ def _template(sql: str, catalog: Mapping[str, StoreSpec]) -> Template:
     _stats["misses"] += 1
     check_text(key)
     try:
-        template = run_deep(lambda: _analyzed(key, catalog))
+        template = run_deep(lambda: _analyzed(key, catalog), attach_interrupt)
     except RecursionError:  # the parser's own recursion (check_tree_depth bounds the analysis after it)
         raise SqlSyntaxError("the statement nests expressions too deeply to parse (a chain of thousands of NOT or "
                              "unary minus signs?); write it with fewer levels") from None
@@ -99,14 +102,18 @@ def plan(
     *,
     params: Sequence[Any] | Mapping[str, Any] | None = None,
     session: Mapping[str, Any] | None = None,
+    attach_interrupt: AttachInterrupt | None = None,
 ) -> Plan:
     """Plan one statement. Raises a PlanningError subclass naming the problem and, where known, its place.
 
-    Line and column (1-based) refer to ``sql`` as given.
+    Line and column (1-based) refer to ``sql`` as given. ``attach_interrupt``
+    is handed a function that stops parsing and analysis (they then raise
+    ``PlanningInterrupted``) while they run, and None after: the gateway's
+    statement watch calls it when the statement's budget is spent.
     """
     if not isinstance(sql, str):
         raise TypeError(f"sql must be a string, got {type(sql).__name__}")
-    template = _template(sql, catalog)
+    template = _template(sql, catalog, attach_interrupt)
     settings = resolve_session(session) if session else _DEFAULTS
     if template.kind is not StatementKind.SELECT:
         if params:

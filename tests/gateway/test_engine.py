@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import gateway.errors as ge
+import planner
 from gateway import Gateway, GatewayConfig
 from planner.plan import StatementKind
 from stores.app.streams import StoreTopology, StreamsApp
@@ -210,6 +211,23 @@ def test_statement_timeout_interrupts_duckdb(gw: Gateway) -> None:
               "WHERE a.revenue + b.revenue + c.revenue + d.revenue + e.revenue + f.revenue + g.revenue > -1")
     assert info.value.http_status == 504
     assert time.monotonic() - t0 < 60  # bounded: the watchdog did stop it
+
+
+def test_statement_timeout_stops_planning(gw: Gateway) -> None:
+    """Parsing and analysing ~500 KB of SQL is seconds of Python that no DuckDB interrupt reaches: the timeout
+    stops the planning too (nothing cached: it did not run to its end), counted as a timeout."""
+    terms = [f"(customer = 'c{i}' AND revenue > {i})" if i % 2 else f"(orders > {i} OR revenue IS NULL)"
+             for i in range(20_000)]
+    s = gw.session()
+    s.set("statement_timeout_ms", 200)
+    planner.clear_cache()
+    before = gw.statements_interrupted["timeout"]
+    with pytest.raises(ge.StatementTimeout, match="planning the statement ran longer") as info:
+        s.sql("SELECT customer FROM revenue WHERE " + " OR ".join(terms))
+    assert info.value.http_status == 504
+    assert planner.cache_info()["size"] == 0
+    assert gw.statements_interrupted["timeout"] == before + 1
+    assert gw.sql("SELECT count(*) FROM revenue").rows()[0][0] > 0  # the gateway goes on
 
 
 def test_bound_ahead_of_the_stores_is_not_up_to_bound(gw: Gateway, shop: Shop) -> None:

@@ -115,3 +115,37 @@ def test_long_chains_are_rebuilt_balanced_with_their_terms_in_order(join: str) -
     short = parse_statement("SELECT * FROM t WHERE " + " OR ".join(terms[:BALANCE_MIN_TERMS - 1]))
     rebuilt = short.copy()
     assert balance_chains(rebuilt) == 0 and rebuilt == short  # short chains stay as parsed
+
+
+def _slow_to_plan() -> str:
+    """~20,000 mixed terms (~500 KB): seconds of parsing and analysis, all Python."""
+    terms = [f"(k = {i} AND v = 'x{i}')" if i % 2 else f"(n > {i} OR v IS NULL)" for i in range(20_000)]
+    return "SELECT v FROM mystore WHERE " + " OR ".join(terms)
+
+
+def test_planning_stops_when_its_statement_is_interrupted() -> None:
+    """The interrupt handed to ``attach_interrupt`` stops parsing and analysis at once (a statement past its budget
+    must not keep a thread busy for seconds): PlanningInterrupted, nothing cached, the planning thread gone."""
+    import threading
+
+    attached: list[Any] = []
+
+    def attach(interrupt: Any) -> None:
+        attached.append(interrupt)
+        if interrupt is not None:
+            threading.Timer(0.2, interrupt).start()
+
+    planner.clear_cache()
+    with pytest.raises(planner.PlanningInterrupted):
+        planner.plan(_slow_to_plan(), CATALOG, attach_interrupt=attach)
+    assert planner.cache_info()["size"] == 0  # the analysis did not finish
+    assert len(attached) == 2 and attached[-1] is None  # detached once the thread ended
+    for t in threading.enumerate():
+        if t.name == "iqgate-planner":
+            t.join(10)
+            assert not t.is_alive()
+    # an interrupt that comes after planning ended hits nothing
+    late: list[Any] = []
+    assert planner.plan("SELECT v FROM mystore WHERE k = 1", CATALOG, attach_interrupt=late.append).scans
+    late[0]()
+    assert planner.plan("SELECT v FROM mystore WHERE k = 2", CATALOG).scans
