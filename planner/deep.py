@@ -27,6 +27,7 @@ T = TypeVar("T")
 RECURSION_LIMIT = 60_000
 _STACK_BYTES = 512 * 2**20  # virtual: pages are committed only as deep as the recursion goes
 _lock = threading.Lock()
+_RESEND_S = 0.05
 
 
 class PlanningInterrupted(BaseException):  # noqa: N818 - like KeyboardInterrupt: nothing may catch it as an error
@@ -61,7 +62,10 @@ def run_deep(fn: Callable[[], T], attach_interrupt: Callable[[Callable[[], None]
         except PlanningInterrupted:  # an interrupt that landed just as fn ended
             box.setdefault("error", PlanningInterrupted())
 
+    stop = threading.Event()
+
     def interrupt() -> None:
+        stop.set()
         if running.locked() and t.ident is not None:
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(t.ident), ctypes.py_object(PlanningInterrupted))
 
@@ -75,7 +79,10 @@ def run_deep(fn: Callable[[], T], attach_interrupt: Callable[[Callable[[], None]
     if attach_interrupt is not None:
         attach_interrupt(interrupt)
         try:
-            t.join()
+            while t.is_alive():
+                t.join(_RESEND_S)
+                if stop.is_set():  # again: one that lands in a gc callback or a __del__ is swallowed there
+                    interrupt()
         finally:
             attach_interrupt(None)
     else:
