@@ -177,7 +177,10 @@ def _single_store_app(spark, log, tmp_path, name, handler, transitions, sessions
 def test_deleted_source_topic_goes_to_error_through_the_handler(spark, tmp_path):
     log = EventLog(tmp_path / "log")
     log.create_topic("events", partitions=2)
-    log.append("events", "a", {"v": 1})
+    t0 = 1_700_000_000_000
+    # stamped before the sessions below: stamped "now", it moved the watermark past them whenever Spark read it in
+    # a micro-batch of its own, and they were dropped as late (the test then timed out waiting for them)
+    log.append("events", "a", {"v": 1}, t0 - 3_600_000)
     seen: list[BaseException] = []
     transitions: list[tuple[State, State]] = []
     app = _single_store_app(spark, log, tmp_path, "gone", lambda exc: seen.append(exc) or
@@ -186,7 +189,6 @@ def test_deleted_source_topic_goes_to_error_through_the_handler(spark, tmp_path)
         app.start()
         wait_for_state(app, State.RUNNING)
         # A session store (append mode): a session is written once the watermark closes it.
-        t0 = 1_700_000_000_000
         log.append_batch("events", [("s", {"v": 2}, t0), ("s", {"v": 3}, t0 + 10_000)])
         log.append("events", "s2", {"v": 1}, t0 + 600_000)  # moves the watermark past the first session
         req = StateQueryRequest.in_store("sessions").with_query(WindowRangeQuery.with_key("s"))
