@@ -230,6 +230,18 @@ def test_statement_timeout_stops_planning(gw: Gateway) -> None:
     assert gw.sql("SELECT count(*) FROM revenue").rows()[0][0] > 0  # the gateway goes on
 
 
+def test_a_client_gone_while_planning_stops_the_planning(gw: Gateway) -> None:
+    """The same for a cancel (an HTTP client that disconnected, a PG CancelRequest): 499, planning stopped."""
+    terms = [f"(customer = 'c{i}' AND revenue > {i})" if i % 2 else f"(orders > {i} OR revenue IS NULL)"
+             for i in range(20_000)]
+    planner.clear_cache()
+    gone_at = time.monotonic() + 0.2
+    with pytest.raises(ge.StatementCancelled, match="planning the statement was cancelled") as info:
+        gw.sql("SELECT customer FROM revenue WHERE " + " OR ".join(terms), cancelled=lambda: time.monotonic() > gone_at)
+    assert info.value.http_status == 499
+    assert planner.cache_info()["size"] == 0
+
+
 def test_bound_ahead_of_the_stores_is_not_up_to_bound(gw: Gateway, shop: Shop) -> None:
     ahead = {"orders": {"0": shop.position.offset("orders", 0) + 1}}
     with pytest.raises(ge.NotUpToBoundError) as info:

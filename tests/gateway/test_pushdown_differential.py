@@ -213,10 +213,11 @@ def test_a_long_chain_of_compound_terms_runs_without_duckdbs_expression_rewriter
     pairs = [(i * 7 - 100, (i * 37) % 500 - 50) for i in range(2_000)]
     terms = [f"(id = {k}{inner}balance >= {b})" for k, b in pairs]
     ids, names, balances = (stores["accounts"][c][1] for c in ("id", "name", "balance"))
+
+    def term(k: int, b: int, row_id: int, balance: float) -> bool:
+        return row_id == k and balance >= b if join == " OR " else row_id == k or balance >= b
+    combine = any if join == " OR " else all
     for n, rewriter_off in ((2_000, True), (BALANCE_MIN_TERMS - 1, False)):
-        def term(k: int, b: int, row_id: int, balance: float) -> bool:
-            return row_id == k and balance >= b if join == " OR " else row_id == k or balance >= b
-        combine = any if join == " OR " else all
         want = sorted((i, nm) for i, nm, bal in zip(ids, names, balances)
                       if combine(term(k, b, i, bal) for k, b in pairs[:n]))
         result = gw.sql(f"SELECT id, name FROM accounts WHERE {join.join(terms[:n])} ORDER BY id")
