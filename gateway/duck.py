@@ -153,7 +153,7 @@ class ThreadCursors:
             cur.execute(sql)
             columns = [(str(d[0]), str(d[1])) for d in cur.description or ()]
             n = limit_rows if chunk is None else min(chunk, limit_rows)
-            out = cur.fetchmany(n + 1)
+            out = fetch_rows(cur, n + 1)
             if len(out) > n:
                 if n == limit_rows:
                     raise row_limit_error(limit_rows)
@@ -194,6 +194,22 @@ class Streamed:
         self.cursor, self.chunks = cursor, chunks
 
 
+def fetch_rows(cur: duckdb.DuckDBPyConnection, n: int) -> list[tuple[Any, ...]]:
+    """``cur.fetchmany(n)``; a value DuckDB computed that no Python object can hold is the statement's error.
+
+    Why: DuckDB converts each value as it fetches, and an INTERVAL past
+    Python's timedelta (999,999,999 days: ``INTERVAL 1 DAY * 1e9``,
+    ``to_days(2000000000)``) raises OverflowError there: an internal error
+    with a traceback, when it is the statement's own result that cannot be
+    sent as rows. Arrow carries such values and is unaffected.
+    """
+    try:
+        return cur.fetchmany(n)
+    except OverflowError as exc:
+        raise ExecutionError(f"a value in the result is out of the range rows can carry ({exc}): an INTERVAL "
+                             "holds at most 999,999,999 days here; cast it to VARCHAR, or ask for Arrow") from None
+
+
 def fetch_chunks(cur: duckdb.DuckDBPyConnection, size: int, limit_rows: int, watch: Any,
                  relations: dict[str, str], *, seen: int = 0) -> Iterator[list[tuple[Any, ...]]]:
     """Chunks of rows as DuckDB produces them; past the row limit it is an error, never a silent truncation.
@@ -203,7 +219,7 @@ def fetch_chunks(cur: duckdb.DuckDBPyConnection, size: int, limit_rows: int, wat
     try:
         while True:
             try:
-                chunk = cur.fetchmany(size)
+                chunk = fetch_rows(cur, size)
             except duckdb.Error as exc:
                 raise duck_error(exc, watch, relations) from exc
             if not chunk:

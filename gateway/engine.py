@@ -39,7 +39,7 @@ from .bounds import check_bound_topics
 from .cancel import Cancellation
 from .config import GatewayConfig, Session, as_position
 from .describe import shape_columns
-from .duck import DuckPool, ThreadCursors, arrow_batches, duck_error, fetch_chunks, row_limit_error
+from .duck import DuckPool, ThreadCursors, arrow_batches, duck_error, fetch_chunks, fetch_rows, row_limit_error
 from .errors import BadRequest, GatewayInternalError, StateStoreMigratedError, translate
 from .guards import Guards, StatementWatch
 from .outcomes import partition_error, record_outcomes
@@ -458,7 +458,7 @@ class Gateway:
                 handed_over = True
                 chunks = fetch_chunks(cur, self.config.ndjson_batch_rows, limit_rows, watch, relations)
                 return Result(columns=columns, chunks=chunks, **common)
-            out = cur.fetchmany(limit_rows + 1)
+            out = fetch_rows(cur, limit_rows + 1)
             if len(out) > limit_rows:
                 cur.abort()
                 raise row_limit_error(limit_rows)

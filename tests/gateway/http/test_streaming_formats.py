@@ -15,6 +15,7 @@ import json
 from collections.abc import Iterator
 from urllib.parse import urlparse
 
+import pyarrow as pa
 import pytest
 
 from gateway import Gateway, GatewayConfig
@@ -143,5 +144,49 @@ def test_a_thread_cursor_handed_over_to_a_stream_leaves_the_thread_a_fresh_one(s
             for _ in over.iter_batches():
                 pass
         assert lookup(keys[3:5]).rows() == [(k, shop.revenue[k][1]) for k in keys[3:5]]
+    finally:
+        g.close()
+
+
+TOO_LONG = "to_days(2000000000)"  # an INTERVAL DuckDB holds and Python's timedelta does not (999,999,999 days)
+
+
+def test_a_value_rows_cannot_carry_is_a_400_in_every_row_format(small_chunks: Http) -> None:
+    """DuckDB converts values to Python as they are fetched; an INTERVAL past timedelta's range raised
+    OverflowError there, an INTERNAL 500 with a traceback in the log."""
+    for accept in ("application/json", "application/x-ndjson", "text/csv"):
+        status, raw, complete = _raw(small_chunks, {"sql": f"SELECT {TOO_LONG} AS i"}, accept)
+        err = json.loads(raw)["error"]
+        assert (status, err["code"], complete) == (400, "EXECUTION_ERROR", True), (accept, raw)
+        assert "2000000000" in err["message"] and "VARCHAR" in err["message"]
+    status, _, body = small_chunks.sql(f"SELECT CAST({TOO_LONG} AS VARCHAR) AS i")  # the way out it names
+    assert status == 200 and body["rows"] == [["2000000000 days"]]
+    status, raw, _ = _raw(small_chunks, {"sql": f"SELECT {TOO_LONG} AS i"}, "application/vnd.apache.arrow.stream")
+    assert status == 200 and len(raw) > 0  # Arrow carries it
+
+
+def test_a_value_rows_cannot_carry_after_the_status_line(small_chunks: Http, shop: Shop) -> None:
+    fifth = sorted(shop.revenue)[4]
+    sql = (f"SELECT customer, CASE WHEN customer = '{fifth}' THEN {TOO_LONG} ELSE INTERVAL 1 DAY END AS i "
+           "FROM revenue ORDER BY customer")
+    status, _, body = small_chunks.sql(sql)
+    assert status == 200 and len(body["rows"]) == 4  # two chunks went out, the third could not be fetched
+    assert body["error"]["code"] == "EXECUTION_ERROR" and "row_count" not in body
+    status, raw, _ = _raw(small_chunks, {"sql": sql}, "application/x-ndjson")
+    lines = [json.loads(x) for x in raw.decode().splitlines()]
+    assert status == 200 and len(lines) == 6 and lines[-1]["error"]["code"] == "EXECUTION_ERROR"
+
+
+def test_a_value_rows_cannot_carry_in_process(shop_app: StreamsApp) -> None:
+    from gateway.errors import ExecutionError
+
+    g = Gateway(shop_app)
+    try:
+        for stream in (False, True):
+            with pytest.raises(ExecutionError, match="out of the range rows can carry"):
+                g.sql(f"SELECT {TOO_LONG} AS i", stream=stream).rows()
+            with pytest.raises(ExecutionError, match="out of the range rows can carry"):  # months overflow C int
+                g.sql("SELECT to_months(2000000000) AS i", stream=stream).rows()
+        assert g.sql(f"SELECT {TOO_LONG} AS i", arrow=True).to_arrow().column(0).type == pa.month_day_nano_interval()
     finally:
         g.close()
