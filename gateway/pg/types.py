@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import math
+import re
 import struct
 import uuid
 from collections.abc import Callable
@@ -131,8 +132,58 @@ def _numeric_binary(v: Any) -> bytes:
 
 
 def _timestamp_binary(v: Any) -> bytes:
+    if isinstance(v, str):  # DuckDB's text for a timestamp Python cannot hold
+        days, micros = _duck_text_days(v)
+        return struct.pack("!q", days * 86_400_000_000 + micros)
     delta = (v - _PG_EPOCH) if v.tzinfo is not None else (v - _PG_EPOCH_NAIVE)
     return struct.pack("!q", (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds)
+
+
+def _date_binary(v: Any) -> bytes:
+    return struct.pack("!i", _duck_text_days(v)[0] if isinstance(v, str) else (v - _PG_EPOCH_DATE).days)
+
+
+def _time_binary(v: Any) -> bytes:
+    if isinstance(v, str):  # '24:00:00', which PostgreSQL's TIME holds and Python's does not
+        m = re.fullmatch(r"(\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?", v)
+        if m is None:
+            raise ProtocolError(f"cannot send the TIME {v!r} in binary; ask for text", "22008")
+        return struct.pack("!q", ((int(m[1]) * 60 + int(m[2])) * 60 + int(m[3])) * 1_000_000
+                           + int((m[4] or "0").ljust(6, "0")))
+    return struct.pack("!q", ((v.hour * 60 + v.minute) * 60 + v.second) * 1_000_000 + v.microsecond)
+
+
+# DuckDB hands out dates and timestamps outside Python's years 1-9999 as its own text:
+# '10000-01-01', '0001-12-31 (BC)', '10000-01-01 01:00:00.5+00', '0044-03-15 (BC) 12:00:00'
+_DUCK_TEXT = re.compile(r"(\d{4,})-(\d\d)-(\d\d)(?: \(BC\))?(?: (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?)?"
+                        r"(?:([+-])(\d\d)(?::?(\d\d))?)?")
+_DAYS_1970_TO_2000 = 10_957
+
+
+def _days_from_civil(y: int, m: int, d: int) -> int:
+    """Days since 1970-01-01 of a proleptic Gregorian date, any year (year 0 is 1 BC): H. Hinnant's algorithm."""
+    y -= m <= 2
+    era = (y if y >= 0 else y - 399) // 400
+    yoe = y - era * 400
+    doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
+    return era * 146_097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719_468
+
+
+def _duck_text_days(text: str) -> tuple[int, int]:
+    """(days since 2000-01-01, microseconds into that day, UTC) of DuckDB's text for a date or timestamp
+    beyond Python's range, for the binary format, which counts from 2000-01-01 as PostgreSQL does."""
+    m = _DUCK_TEXT.fullmatch(text)
+    if m is None:
+        raise ProtocolError(f"cannot send the value {text[:40]!r} in binary; ask for text", "22008")
+    year = int(m[1])
+    if "(BC)" in text:
+        year = 1 - year
+    days = _days_from_civil(year, int(m[2]), int(m[3])) - _DAYS_1970_TO_2000
+    micros = ((int(m[4] or 0) * 60 + int(m[5] or 0)) * 60 + int(m[6] or 0)) * 1_000_000 + int((m[7] or "0").ljust(6, "0"))
+    if m[8]:
+        offset = (int(m[9]) * 60 + int(m[10] or 0)) * 60_000_000
+        micros += -offset if m[8] == "+" else offset
+    return days, micros
 
 
 def _interval_binary(v: dt.timedelta) -> bytes:
@@ -150,8 +201,8 @@ _BINARY: dict[int, Callable[[Any], bytes]] = {
     114: lambda v: _text(v),
     700: lambda v: struct.pack("!f", float(v)),
     701: lambda v: struct.pack("!d", float(v)),
-    1082: lambda v: struct.pack("!i", (v - _PG_EPOCH_DATE).days),
-    1083: lambda v: struct.pack("!q", ((v.hour * 60 + v.minute) * 60 + v.second) * 1_000_000 + v.microsecond),
+    1082: _date_binary,
+    1083: _time_binary,
     1114: _timestamp_binary,
     1184: _timestamp_binary,
     1186: _interval_binary,
@@ -169,7 +220,15 @@ def encoder(pg: PgType, binary: bool) -> Callable[[Any], bytes]:
             raise ProtocolError(f"binary format is not supported for type {pg.name} (OID {pg.oid}); ask for text",
                                 "0A000")
         return fn
-    return _text
+    return _date_time_text if pg.oid in (1082, 1114, 1184) else _text
+
+
+def _date_time_text(v: Any) -> bytes:
+    """PostgreSQL writes a BC date's era last (``0044-03-15 12:00:00 BC``); DuckDB's text has ``(BC)`` after the
+    date."""
+    if isinstance(v, str) and " (BC)" in v:
+        return (v.replace(" (BC)", "") + " BC").encode()
+    return _text(v)
 
 
 # -- parameters ------------------------------------------------------------------------------------
@@ -215,8 +274,10 @@ def decode_param(raw: bytes | None, oid: int, binary: bool) -> Any:
     pg = BY_OID.get(oid)
     try:
         if pg is not None and pg.element:
-            return _binary_array(raw) if binary else [decode_param(None if v is None else v.encode(), pg.element, False)
-                                                      for v in _text_array(raw.decode("utf-8"))]
+            if binary:
+                return _binary_array(raw, pg.element)
+            return [decode_param(None if v is None else v.encode(), pg.element, False)
+                    for v in _text_array(raw.decode("utf-8"))]
         if binary:
             if oid in (25, 1043, 19, 114, 0, 705, 18):
                 return raw.decode("utf-8")
@@ -234,20 +295,39 @@ def decode_param(raw: bytes | None, oid: int, binary: bool) -> Any:
         return text if fn2 is None else fn2(text)
     except ProtocolError:
         raise
+    except OverflowError as exc:  # a binary date or timestamp past Python's years 1-9999 (PostgreSQL's infinity too)
+        raise ProtocolError(f"a parameter of type {pg.name if pg else oid} is out of the range this server holds "
+                            f"(years 1-9999): {exc}", "22008") from None
     except (ValueError, struct.error, UnicodeDecodeError, decimal.InvalidOperation) as exc:
         raise ProtocolError(f"invalid input for a parameter of type {pg.name if pg else oid}: {exc}", "22P02") from None
 
 
+_NUMERIC_SIGNS = {0x0000: 0, 0x4000: 1}
+_NUMERIC_SPECIAL = {0xC000: "NaN", 0xD000: "Infinity", 0xF000: "-Infinity"}
+
+
 def _numeric_from_binary(raw: bytes) -> decimal.Decimal:
-    ndigits, weight, sign, dscale = struct.unpack_from("!hhHh", raw)
-    if sign == 0xC000:
-        return decimal.Decimal("NaN")
+    """PostgreSQL's numeric_send format, checked as numeric_recv checks it (SQLSTATE 22P03), and exact:
+    base-10000 digits, the weight of the first, a sign (NaN and infinities have their own) and the display
+    scale, to which the value is truncated."""
+    ndigits, weight, sign, dscale = struct.unpack_from("!HhHH", raw)
+    if sign in _NUMERIC_SPECIAL:
+        return decimal.Decimal(_NUMERIC_SPECIAL[sign])
+    if sign not in _NUMERIC_SIGNS:
+        raise ProtocolError(f"invalid sign 0x{sign:04X} in a binary numeric parameter", "22P03")
+    if dscale > 0x3FFF:
+        raise ProtocolError(f"invalid scale {dscale} in a binary numeric parameter", "22P03")
+    if ndigits > 3000 or len(raw) != 8 + 2 * ndigits:
+        raise ProtocolError(f"invalid length in a binary numeric parameter: {ndigits} digits in {len(raw)} bytes",
+                            "22P03")
     digits = struct.unpack_from(f"!{ndigits}H", raw, 8)
-    value = decimal.Decimal(0)
-    for i, d in enumerate(digits):
-        value += decimal.Decimal(d).scaleb(4 * (weight - i))
-    value = value.quantize(decimal.Decimal(1).scaleb(-dscale)) if dscale else value
-    return -value if sign == 0x4000 else value
+    if any(d > 9999 for d in digits):
+        raise ProtocolError("invalid digit in a binary numeric parameter (each is 0-9999)", "22P03")
+    text = "".join(f"{d:04d}" for d in digits) or "0"
+    value = decimal.Decimal((_NUMERIC_SIGNS[sign], tuple(map(int, text)), 4 * (weight - ndigits + 1)))
+    exact = decimal.Context(prec=len(text) + 4 * abs(weight) + dscale + 8, Emin=-decimal.MAX_EMAX,
+                            Emax=decimal.MAX_EMAX)
+    return value.quantize(decimal.Decimal((0, (1,), -dscale)), rounding=decimal.ROUND_DOWN, context=exact)
 
 
 def _text_array(text: str) -> list[str | None]:
@@ -265,11 +345,14 @@ def _text_array(text: str) -> list[str | None]:
     return items
 
 
-def _binary_array(raw: bytes) -> list[Any]:
-    """A one-dimensional array in PostgreSQL's binary format (``array_send``)."""
+def _binary_array(raw: bytes, expected: int) -> list[Any]:
+    """A one-dimensional array in PostgreSQL's binary format (``array_send``) of the declared element type."""
     ndim, _has_null, element = struct.unpack_from("!iiI", raw)
     if ndim == 0:
         return []
+    if element != expected:  # as array_recv: and so an element is never itself an array
+        raise ProtocolError(f"binary data has array element type {element} instead of the declared {expected}",
+                            "42804")
     if ndim != 1:
         raise ValueError("multidimensional array parameters are not supported")
     size, _lower = struct.unpack_from("!ii", raw, 12)
