@@ -49,13 +49,14 @@ SYNTAX_NAMES = frozenset({
 })
 
 
-def duckdb_functions() -> dict[str, tuple[frozenset[str], int]]:
-    """name -> (its kinds, the fewest parameters of its overloads), as the installed DuckDB lists them."""
+def duckdb_functions() -> dict[str, tuple[frozenset[str], int, int]]:
+    """name -> (its kinds, the fewest and the most parameters of its overloads), as the installed DuckDB lists
+    them."""
     con = duckdb.connect()
-    rows = con.sql("SELECT function_name, list(DISTINCT function_type), min(len(parameters)) FROM duckdb_functions() "
-                   "GROUP BY function_name").fetchall()
+    rows = con.sql("SELECT function_name, list(DISTINCT function_type), min(len(parameters)), max(len(parameters)) "
+                   "FROM duckdb_functions() GROUP BY function_name").fetchall()
     con.close()
-    return {name: (frozenset(kinds), n) for name, kinds, n in rows}
+    return {name: (frozenset(kinds), lo, hi) for name, kinds, lo, hi in rows}
 
 
 def is_operator(name: str) -> bool:
@@ -73,35 +74,38 @@ def allowed(name: str, kinds: frozenset[str]) -> bool:
     return name not in _REFUSED_EXACT and not _REFUSED_PATTERN.match(name)
 
 
-def sqlglot_name(name: str, min_args: int) -> str | None:
-    """The name the planner's guard sees for ``SELECT name(…)`` (sqlglot may map it to a typed node)."""
+def sqlglot_names(name: str, min_args: int, max_args: int) -> set[str]:
+    """The names the planner's guard sees for ``SELECT name(…)`` with each number of arguments DuckDB's overloads
+    take (sqlglot may map a call to a typed node, and by its number of arguments: ``make_timestamp(micros)`` is
+    an anonymous call, ``make_timestamp(y, m, d, h, mi, s)`` a TimestampFromParts)."""
     from planner.dialect import parse_statement
     from planner.guard import function_name
 
-    args = ", ".join(["1"] * max(min_args, 1))
-    for sql in (f"SELECT {name}({args})", f"SELECT {name}()", f"SELECT * FROM {name}({args})"):
-        try:
-            node = parse_statement(sql)
-        except Exception:  # noqa: BLE001 - some need other argument shapes: try the next form
-            continue
-        funcs = [f for f in node.find_all(exp.Func) if not isinstance(f, exp.Cast)]
-        if funcs:
-            return function_name(funcs[0])
-    return None
+    out = set()
+    for n in sorted({0, max(min_args, 1), *range(min_args, min(max_args, 8) + 1)}):
+        args = ", ".join(["1"] * n)
+        for sql in (f"SELECT {name}({args})", f"SELECT * FROM {name}({args})"):
+            try:
+                node = parse_statement(sql)
+            except Exception:  # noqa: BLE001 - some need other argument shapes: try the next form
+                continue
+            funcs = [f for f in node.find_all(exp.Func) if not isinstance(f, exp.Cast)]
+            if funcs:
+                out.add(function_name(funcs[0]))
+                break
+    return out
 
 
 def classify() -> tuple[list[str], list[str], list[str]]:
     """(allowed DuckDB names, refused DuckDB names, the guard-level names of the allowed ones)."""
     ok, refused, guard = [], [], set(SYNTAX_NAMES)
-    for name, (kinds, n) in sorted(duckdb_functions().items()):
+    for name, (kinds, lo, hi) in sorted(duckdb_functions().items()):
         if is_operator(name):
             continue
         if allowed(name, kinds):
             ok.append(name)
             guard.add(name.lower())
-            seen = sqlglot_name(name, n)
-            if seen:
-                guard.add(seen)
+            guard.update(sqlglot_names(name, lo, hi))
         else:
             refused.append(name)
     return ok, refused, sorted(guard)
