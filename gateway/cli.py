@@ -143,6 +143,11 @@ def cmd_produce(args: argparse.Namespace) -> int:
             rec = json.loads(line)
         except ValueError as exc:
             raise SystemExit(f"iqgate produce: stdin line {lineno} is not JSON: {exc}; nothing was written") from None
+        except RecursionError:
+            from stores.log.records import MAX_VALUE_DEPTH
+
+            raise SystemExit(f"iqgate produce: stdin line {lineno} nests JSON too deeply (a value may nest "
+                             f"{MAX_VALUE_DEPTH} levels); nothing was written") from None
         if not isinstance(rec, dict) or "key" not in rec or not set(rec) <= {"key", "value", "timestamp", "headers"}:
             raise SystemExit(f"iqgate produce: stdin line {lineno} must be an object with \"key\", \"value\" and "
                              f"optionally \"timestamp\" (epoch ms) and \"headers\"; got {line.strip()[:80]!r}; "

@@ -20,10 +20,14 @@ from typing import Any
 from ..iqv2.timeutil import MAX_MS, MIN_MS, now_ms, to_epoch_ms
 
 __all__ = ["InvalidRecordError", "unpack_record", "check_record", "value_json", "record_headers", "Headers",
-           "MAX_HEADERS"]
+           "MAX_HEADERS", "MAX_VALUE_DEPTH"]
 
 Headers = tuple[tuple[str, bytes | None], ...]
 MAX_HEADERS = 1000  # per record: a bound on what one record may carry
+# How deep a value may nest (the value object is level 1). Sources parse values with Python's json on Spark's
+# workers, under their recursion limit (1,000 frames, some taken by the worker): a record nested near that
+# depth failed every micro-batch that read it, so the pipeline could never get past it.
+MAX_VALUE_DEPTH = 256
 
 
 class InvalidRecordError(ValueError):
@@ -91,10 +95,30 @@ def check_record(key: Any, value: Any, ts: Any, where: str) -> tuple[Any, dict[s
     if value is not None:
         value = {str(k): _jsonable(v) for k, v in value.items()}
         try:
-            json.dumps(value, allow_nan=False)
+            text = json.dumps(value, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise InvalidRecordError(f"{where}: value is not JSON-serializable: {exc}") from None
+        except RecursionError:
+            text = None
+        if text is None or text.count("[") + text.count("{") > MAX_VALUE_DEPTH:  # cheap first: few values nest
+            depth = nesting_depth(value)
+            if depth > MAX_VALUE_DEPTH:
+                raise InvalidRecordError(f"{where}: value nests {depth:,} levels deep; the limit is "
+                                         f"{MAX_VALUE_DEPTH}") from None
     return key, value, t
+
+
+def nesting_depth(value: Any) -> int:
+    """How many containers (mappings, lists) deep ``value`` goes; iterative, so any depth can be measured."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        children = v.values() if isinstance(v, Mapping) else v if isinstance(v, (list, tuple)) else None
+        if children is None:
+            continue
+        deepest = max(deepest, d)
+        stack.extend((c, d + 1) for c in children if isinstance(c, (Mapping, list, tuple)))
+    return deepest
 
 
 def value_json(value: dict[str, Any] | None) -> bytes | None:

@@ -246,7 +246,7 @@ class IqKafkaStreamReader(DataSourceStreamReader):
                         if raw is not None:
                             try:
                                 value = json.loads(raw)
-                            except ValueError:
+                            except (ValueError, RecursionError):  # not JSON, or nested past the worker's stack
                                 value = None
                             if not isinstance(value, dict):
                                 bad += 1

@@ -8,6 +8,7 @@ import os
 import struct
 import zlib
 from datetime import datetime, timezone
+from typing import Any
 
 import pytest
 
@@ -94,12 +95,21 @@ def test_invalid_partitions(tmp_path):
         EventLog(tmp_path).create_topic("t", partitions=0)
 
 
+def _nested(levels: int) -> Any:
+    v: Any = 1
+    for _ in range(levels):
+        v = [v]
+    return v
+
+
 @pytest.mark.parametrize("record, message", [
     ((None, {"v": 1}, 1), "the key is null"),
     ((1.5, {"v": 1}, 1), "key must be a string or an integer"),
     (("k", [1, 2], 1), "value must be a mapping"),
     (("k", {"v": object()}, 1), "not JSON-serializable"),
     (("k", {"v": float("nan")}, 1), "not JSON-serializable"),
+    (("k", {"v": _nested(256)}, 1), "value nests 257 levels deep; the limit is 256"),
+    (("k", {"v": _nested(50_000)}, 1), "value nests 50,001 levels deep"),  # past json.dumps' own recursion
     (("k", {"v": 1}, "yesterday"), "timestamp must be"),
     (("k", {"v": 1}, -5), "timestamp must be non-negative epoch milliseconds .* got -5"),
     (("k", {"v": 1}, 2**63), "timestamp must be non-negative epoch milliseconds that fit in 64 bits"),
@@ -116,6 +126,15 @@ def test_bad_records_write_nothing(tmp_path, record, message):
         log.append_batch("t", [good, record])
     assert "record 1" in str(info.value)
     assert log.end_offsets("t") == {0: 0, 1: 0}
+
+
+def test_values_nested_to_the_limit_are_written_and_read_back(tmp_path):
+    """256 levels is the limit (the value object is the first); brackets inside strings are not nesting."""
+    log = EventLog(tmp_path)
+    log.create_topic("t", partitions=1)
+    values = [{"v": _nested(255)}, {"s": "[" * 10_000}]
+    log.append_batch("t", [("k", v, 1) for v in values])
+    assert [r.value for r in log.read("t", 0, 0, 2)] == values
 
 
 def test_explicit_partition_and_its_range(tmp_path):

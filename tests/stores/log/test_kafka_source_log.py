@@ -96,10 +96,18 @@ def test_records_round_trip_with_timestamps_and_tombstones(kafka: KafkaSource) -
     assert recs[2].key == "42" and recs[2].timestamp > 1_700_000_000_124
 
 
+def _deep(levels: int) -> Any:
+    v: Any = 1
+    for _ in range(levels):
+        v = {"x": v}
+    return v
+
+
 @pytest.mark.parametrize("records, says", [
     ([("k", {"a": 1}, None), (None, {"a": 2}, None)], "record 1 .* the key is null"),
     ([("k", [1, 2], None)], "value must be a mapping"),
     ([("k", {"a": float("nan")}, None)], "not JSON-serializable"),
+    ([("k", {"a": _deep(300)}, None)], "value nests 301 levels deep"),
     ([("k", {"a": 1}, "yesterday")], "timestamp"),
     ([("k", {"a": 1}, 1), ("k", {"a": 1}, -1)], "record 1 .* timestamp must be non-negative"),
     ([(2**64, {"a": 1}, None)], "key 18446744073709551616 does not fit in 64 bits"),
