@@ -16,7 +16,7 @@ from stores.iqv2.position import Position, PositionError
 from ..config import as_position
 from ..errors import BadRequest, RequestTooLarge
 
-__all__ = ["SqlRequest", "parse_sql_request"]
+__all__ = ["SqlRequest", "parse_sql_request", "parse_json"]
 
 _FIELDS = frozenset({"sql", "params", "position", "partial", "wait_ms", "max_rows", "session"})
 
@@ -32,23 +32,29 @@ class SqlRequest:
     session: dict[str, Any] | None = None
 
 
+def parse_json(raw: bytes | str, what: str) -> Any:
+    """JSON a client sent, or a BadRequest naming ``what`` and the problem (never a RecursionError: 100,000
+    nested brackets are a few hundred kilobytes)."""
+    try:
+        return json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        line = getattr(exc, "lineno", None)
+        col = getattr(exc, "colno", None)
+        msg = getattr(exc, "msg", str(exc))
+        raise BadRequest(f"{what} is not valid JSON: {msg}", line=line, col=col) from None
+    except RecursionError:
+        raise BadRequest(f"{what} nests JSON too deeply") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts (4,300)
+        raise BadRequest(f"{what} is not usable JSON: {str(exc).splitlines()[0]}") from None
+
+
 def parse_sql_request(raw: bytes, max_bytes: int) -> SqlRequest:
     """Parse the JSON body; each problem is a BadRequest naming the field (or RequestTooLarge)."""
     if len(raw) > max_bytes:
         raise RequestTooLarge(f"the request body has {len(raw)} bytes; the limit is {max_bytes}")
     if not raw.strip():
         raise BadRequest('the request body is empty; send JSON such as {"sql": "SELECT ..."}')
-    try:
-        body = json.loads(raw.decode("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        line = getattr(exc, "lineno", None)
-        col = getattr(exc, "colno", None)
-        msg = getattr(exc, "msg", str(exc))
-        raise BadRequest(f"the request body is not valid JSON: {msg}", line=line, col=col) from None
-    except RecursionError:
-        raise BadRequest("the request body nests JSON too deeply") from None
-    except ValueError as exc:  # e.g. an integer of more digits than Python converts (4,300)
-        raise BadRequest(f"the request body is not usable JSON: {str(exc).splitlines()[0]}") from None
+    body = parse_json(raw, "the request body")
     if not isinstance(body, dict):
         raise BadRequest(f"the request body must be a JSON object, got {type(body).__name__}")
     unknown = sorted(set(body) - _FIELDS)

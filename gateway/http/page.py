@@ -19,7 +19,7 @@ from flask import Flask, Response, request
 
 from ..config import GatewayConfig
 from ..errors import BadRequest, RouteNotFound
-from .limits import parse_sql_request
+from .limits import parse_json, parse_sql_request
 from .renderers import ARROW, CSV, JSON, NDJSON, RENDERERS, position_header
 
 __all__ = ["register_page", "PAGE_PATHS"]
@@ -63,10 +63,7 @@ def register_page(app: Flask, gateway: Any, cfg: GatewayConfig) -> None:
         if args.get("partial") in ("true", "1"):
             body["partial"] = True
         if "position" in args:
-            try:
-                body["position"] = json.loads(args["position"])
-            except ValueError as exc:
-                raise BadRequest(f"position is not JSON: {exc}") from None
+            body["position"] = parse_json(args["position"], "position")
         req = parse_sql_request(json.dumps(body).encode(), cfg.max_request_bytes)
         media = _FORMATS[fmt]
         result = gateway.sql(req.sql, None, req.position, partial=req.partial, stream=media != ARROW,

@@ -9,7 +9,6 @@ the rows of the store relation.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from flask import Flask, Response, request
@@ -22,6 +21,7 @@ from ..errors import BadRequest, GatewayInternalError, StateStoreMigratedError
 from ..routing.codec import CodecError, decode_request, encode_answer
 from ..routing.membership import local_partitions
 from ..scans import query_store
+from .limits import parse_json
 from .renderers import JSON, dumps
 
 __all__ = ["register_routing_views"]
@@ -42,8 +42,9 @@ def register_routing_views(app: Flask, gateway: Any) -> None:
 
     @app.post("/v1/iq")
     def iq() -> Response:
+        body = parse_json(request.get_data() or b"null", "POST /v1/iq: the request body")
         try:
-            req = decode_request(json.loads(request.get_data() or b"null"))
+            req = decode_request(body)
         except (CodecError, ValueError) as exc:
             raise BadRequest(f"POST /v1/iq: {exc}") from None
         src = _local(gateway)

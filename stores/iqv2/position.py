@@ -32,15 +32,29 @@ def _freeze(raw: Mapping[str, Mapping[Any, Any]] | None) -> Mapping[str, Mapping
             raise PositionError(f"topic {topic!r}: expected a map of partition -> offset, got {type(parts).__name__}")
         inner: dict[int, int] = {}
         for p, o in parts.items():
-            part = _as_int(p, f"topic {topic!r}: partition {p!r}")
-            off = _as_int(o, f"topic {topic!r} partition {p!r}: offset {o!r}")
+            part = _as_int(p, f"topic {topic!r}: partition {_shown(p)}")
+            off = _as_int(o, f"topic {topic!r} partition {_shown(p)}: offset {_shown(o)}")
             if part < 0:
                 raise PositionError(f"topic {topic!r}: partition {part} is negative")
+            if part > _MAX_PARTITION:
+                raise PositionError(f"topic {topic!r}: partition {part} is past Kafka's largest ({_MAX_PARTITION})")
             if off < 0:
                 raise PositionError(f"topic {topic!r} partition {part}: offset {off} is negative")
+            if off > _MAX_OFFSET:
+                raise PositionError(f"topic {topic!r} partition {part}: offset {off} does not fit in 64 bits "
+                                    "(Kafka's offsets are longs)")
             inner[part] = off
         out[topic] = MappingProxyType(dict(sorted(inner.items())))
     return MappingProxyType(dict(sorted(out.items())))
+
+
+def _shown(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else f"{text[:30]}… ({len(text)} characters)"
+
+
+_MAX_PARTITION = 2**31 - 1  # a Kafka partition is an int
+_MAX_OFFSET = 2**63 - 1  # an offset a long
 
 
 def _as_int(v: Any, what: str) -> int:
@@ -92,6 +106,10 @@ class Position:
             raw = json.loads(text)
         except json.JSONDecodeError as exc:
             raise PositionError(f"invalid JSON in position: {exc.msg} at character {exc.pos}") from None
+        except ValueError as exc:  # an integer of more digits than Python converts (4,300)
+            raise PositionError(f"invalid position: {str(exc).splitlines()[0]}") from None
+        except RecursionError:
+            raise PositionError("invalid position: the JSON nests too deeply") from None
         return cls.from_map(raw)
 
     # -- derivations (all return new values) ---------------------------

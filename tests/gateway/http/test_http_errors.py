@@ -46,6 +46,11 @@ def check(status: int, hdrs: dict[str, str], body: object, want_status: int, wan
     ("COPY revenue TO '/tmp/out.csv'", 400, "READ_ONLY", ge.SqlError),
     ("SET max_rows = 'lots'", 400, "INVALID_SETTING", ge.SqlError),
     ("SELECT * FROM revenue AS OF POSITION '{bad'", 400, "INVALID_POSITION", ge.SqlError),
+    # an offset of 5,001 digits (Python's int() refuses past 4,300: was an INTERNAL 500), one past a long
+    ("SELECT * FROM revenue AS OF POSITION '{\"orders\": {\"0\": 1" + "0" * 5000 + "}}'", 400, "INVALID_POSITION",
+     ge.SqlError),
+    ("SELECT * FROM revenue AS OF POSITION '{\"orders\": {\"0\": 9223372036854775808}}'", 400, "INVALID_POSITION",
+     ge.SqlError),
     ("SELECT * FROM revenue WHERE customer = ?", 400, "PARAMETER_ERROR", ge.SqlError),
 ])
 def test_sql_errors(server: Http, sql: str, status: int, code: str | None, cls: type) -> None:
@@ -73,6 +78,8 @@ def test_syntax_error_points_at_line_and_column(server: Http) -> None:
     (json.dumps({"sql": "SELECT 1", "position": {"t": {"0": "x"}}}).encode(), '"position"'),
     (json.dumps({"sql": "SELECT 1", "session": [1]}).encode(), '"session"'),
     (json.dumps({"sql": "SELECT 1", "sqll": "x"}).encode(), "sqll"),
+    (b'{"sql": "SELECT 1", "params": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}", "nests JSON too deeply"),
+    (b'{"sql": "SELECT ?", "params": [1' + b"0" * 5000 + b"]}", "not usable JSON"),
 ])
 def test_malformed_requests(server: Http, raw: bytes, needle: str) -> None:
     st, hdrs, body = server.request("POST", "/v1/sql", raw=raw)

@@ -47,7 +47,8 @@ def test_result_links_answer_like_post(server: Http) -> None:
 
 def test_result_links_refuse_bad_input_by_name(server: Http) -> None:
     for args, words in [({"sql": "SELECT 1", "format": "xml"}, "format must be one of"),
-                        ({"sql": "SELECT 1", "position": "{nope"}, "position is not JSON"),
+                        ({"sql": "SELECT 1", "position": "{nope"}, "position is not valid JSON"),
+                        ({"sql": "SELECT 1", "position": "[" * 60_000}, "position nests JSON too deeply"),
                         ({}, '"sql" is required'),
                         ({"sql": "SELECT * FROM nope"}, "UNKNOWN_STORE")]:
         status, _, body = _query(server, **args)

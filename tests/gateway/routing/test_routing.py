@@ -170,6 +170,9 @@ def test_a_malformed_forwarded_request_is_refused_by_name(cluster) -> None:
     assert status == 400 and b"Nope" in raw
     status, _, raw = active.http.request("POST", "/v1/iq", raw=b"{not json")
     assert status == 400
+    deep = b'{"store": "revenue", "query": {"$query": "KeyQuery", "fields": {"key": ' + b"[" * 100_000
+    status, _, raw = active.http.request("POST", "/v1/iq", raw=deep + b"]" * 100_000 + b"}}}")
+    assert status == 400 and b"nests JSON too deeply" in raw, raw  # was a RecursionError: 500
     # fields of the wrong type, each named (they reached the store and failed there as a 500)
     for fields, named in [({"keys": 1.5}, b"MultiKeyQuery.keys"), ({"keys": ["c01"]}, b"MultiKeyQuery.keys"),
                           ({"lower": "a", "result_order": True}, b"RangeQuery.result_order"),

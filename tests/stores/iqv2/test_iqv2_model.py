@@ -63,6 +63,9 @@ def test_position_equality_hash_and_repr() -> None:
     ({"t": {"x": 1}}, "is not an integer"),
     ({"t": {0: -1}}, "negative"),
     ({"t": {0: True}}, "is not an integer"),
+    ({"t": {0: 2**63}}, "does not fit in 64 bits"),
+    ({"t": {2**31: 0}}, "past Kafka's largest"),
+    ({"t": {0: "9" * 5000}}, r"offset '9{29}… \(5002 characters\) is not an integer"),
 ])
 def test_position_rejects_bad_input(raw: object, match: str) -> None:
     with pytest.raises(PositionError, match=match):
@@ -72,6 +75,11 @@ def test_position_rejects_bad_input(raw: object, match: str) -> None:
 def test_position_from_bad_json() -> None:
     with pytest.raises(PositionError, match="invalid JSON"):
         Position.from_json("{nope")
+    with pytest.raises(PositionError, match="Exceeds the limit"):  # was a ValueError, not a PositionError
+        Position.from_json('{"t": {"0": 1' + "0" * 5000 + "}}")
+    with pytest.raises(PositionError, match="nests too deeply"):  # was a RecursionError
+        Position.from_json("[" * 100_000)
+    assert Position.from_json('{"t": {"2147483647": 9223372036854775807}}').offset("t", 2**31 - 1) == 2**63 - 1
 
 
 def test_position_bound() -> None:
