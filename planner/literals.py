@@ -322,6 +322,8 @@ def _coerce(
                 dt = _parse_timestamp(value, sql_type)
             except ValueError:
                 raise fail() from None
+            except OverflowError:  # '9999-12-31 23:00:00-05' is year 10000 in UTC: DuckDB compares it
+                return NOT_PUSHABLE, op
             return _micros_to_bound(_epoch_micros(dt), op)
         if isinstance(value, datetime):  # parameters: aware ones are rendered in UTC, like this
             return _micros_to_bound(_epoch_micros(value), op)
@@ -437,7 +439,10 @@ def sql_literal(value: Any) -> str:
         return quoted
     if isinstance(value, datetime):
         if value.tzinfo is not None:
-            value = value.astimezone(timezone.utc).replace(tzinfo=None)
+            try:
+                value = value.astimezone(timezone.utc).replace(tzinfo=None)
+            except OverflowError:  # in UTC past Python's years 1-9999 (DuckDB's are wider): DuckDB converts it
+                return f"CAST(TIMESTAMPTZ '{value.isoformat(sep=' ')}' AS TIMESTAMP)"
         return f"TIMESTAMP '{value.isoformat(sep=' ')}'"
     if isinstance(value, date):
         return f"DATE '{value.isoformat()}'"
