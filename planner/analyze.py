@@ -20,7 +20,7 @@ from sqlglot.optimizer.scope import traverse_scope
 from stores.catalog.schema import StoreKind, StoreSpec
 
 from .catalog import STORE_SCHEMAS, resolve_store, resolve_system_table, unknown_store
-from .dialect import Explain, PositionClause, position_literal_json
+from .dialect import Explain, PositionClause, parse_statement, position_literal_json
 from .errors import (
     InvalidSettingError,
     ParameterError,
@@ -35,7 +35,7 @@ from .positions import line_col, node_position
 from .residual import rewrite_stars, unsupported_table_args, wrap_store
 from .residual_program import compile_program
 from .scopes import analyze_scope
-from .statements import plan_describe, plan_reset, plan_set, plan_show
+from .statements import plan_describe, plan_reset, plan_set, plan_show, show_setting_sql
 from .systables import SYSTEM_SCHEMAS, relation_name
 from .template import ScanTemplate, SystemTime, Template
 
@@ -64,6 +64,10 @@ def analyze(sql: str, statement: exp.Expression, catalog: Mapping[str, StoreSpec
         return plan_set(sql, statement, explain)
     if isinstance(statement, exp.Command) and str(statement.this).upper() == "RESET":
         return plan_reset(sql, statement, explain)
+    if isinstance(statement, exp.Command) and str(statement.this).upper() == "SHOW":
+        text = show_setting_sql(statement)
+        inner = parse_statement(text)
+        return analyze(text, Explain(this=inner) if explain else inner, catalog)
     if isinstance(statement, exp.Command) and str(statement.this).upper() == "SET":
         raise InvalidSettingError("expected SET <setting> = <value>", line=1, col=1)
     if not isinstance(statement, (exp.Select, exp.SetOperation, exp.Subquery)):

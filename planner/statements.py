@@ -21,7 +21,7 @@ from .positions import node_position
 from .settings import SESSION_SETTINGS, Setting, validate_setting
 from .template import Template
 
-__all__ = ["plan_show", "plan_describe", "plan_set", "plan_reset"]
+__all__ = ["plan_show", "plan_describe", "plan_set", "plan_reset", "show_setting_sql"]
 
 _UNKNOWN = Setting(None, object, "")
 
@@ -35,6 +35,21 @@ def plan_show(sql: str, node: exp.Show, explain: bool) -> Template:
     if what not in ("TABLES", "ALL TABLES"):
         raise UnsupportedSqlError(f"only SHOW TABLES is supported; got SHOW {what}", line=1, col=1)
     return _template(kind=StatementKind.SHOW_TABLES, explain=explain)
+
+
+def show_setting_sql(node: exp.Command) -> str:
+    """``SHOW <setting>`` / ``SHOW ALL`` as PostgreSQL answers them (one column named after the setting; name,
+    setting, description), as the SELECT over ``pg_settings`` that says the same: the session's values."""
+    name = str(node.expression.this if isinstance(node.expression, exp.Literal) else node.expression or "").strip()
+    if not name:
+        raise UnsupportedSqlError("expected SHOW <setting>, SHOW ALL or SHOW TABLES", line=1, col=1)
+    if name.upper() == "ALL":
+        return "SELECT name, setting, short_desc AS description FROM pg_catalog.pg_settings ORDER BY name"
+    try:
+        key, _ = validate_setting(name, SESSION_SETTINGS.get(name.lower(), _UNKNOWN).default, line=1, col=6)
+    except InvalidSettingError as exc:  # SHOW DATABASES, SHOW COLUMNS …: other databases' SHOW statements
+        raise InvalidSettingError(f"{exc.message}; SHOW takes a setting, ALL or TABLES", line=1, col=6) from None
+    return f"SELECT setting AS {key} FROM pg_catalog.pg_settings WHERE name = '{key}'"
 
 
 def plan_describe(sql: str, node: exp.Describe, catalog: Mapping[str, StoreSpec], explain: bool) -> Template:

@@ -16,6 +16,7 @@ from typing import Any
 
 from stores.catalog.schema import StoreSpec
 
+from ..settings import SESSION_SETTINGS
 from .model import STORE_NAMESPACE_OID, SystemContext, SystemTable, columns
 from .pg_types import PG_TYPES, pg_type_for_sql
 
@@ -84,7 +85,8 @@ def _users(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[tup
 
 def _settings(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[tuple[Any, ...]]:
     for name, value in sorted(ctx.settings.items()):
-        yield (name, value, None, "Client Connection Defaults", "", None, "user", "string", "session", None, None,
+        doc = SESSION_SETTINGS[name].doc if name in SESSION_SETTINGS else ""
+        yield (name, value, None, "Client Connection Defaults", doc, None, "user", "string", "session", None, None,
                None, value, value, None, None, False)
 
 

@@ -145,6 +145,28 @@ def test_show_tables_and_describe(gw: Gateway, shop_app: StreamsApp) -> None:
     assert desc.rows()[0][3] == "PRI"
 
 
+def test_show_a_setting_and_show_all_as_postgresql_answers_them(gw: Gateway) -> None:
+    """``SHOW max_rows`` was refused with "only SELECT, …, SHOW, … are allowed; got SHOW", and ``SHOW ALL`` was an
+    INTERNAL error (sqlglot's parser raised IndexError on it)."""
+    from planner.settings import SESSION_SETTINGS
+
+    s = gw.session()
+    s.sql("SET max_rows = 5")
+    one = s.sql("SHOW max_rows")
+    assert one.columns == [("max_rows", "VARCHAR")] and one.rows() == [("5",)]
+    assert gw.sql("SHOW MAX_ROWS").rows() == [(str(SESSION_SETTINGS["max_rows"].default),)]  # other sessions
+    everything = gw.sql("show all;")
+    assert [c for c, _ in everything.columns] == ["name", "setting", "description"]
+    assert [r[0] for r in everything.rows()] == sorted(SESSION_SETTINGS)
+    assert all(r[2] == SESSION_SETTINGS[r[0]].doc for r in everything.rows())
+    assert "pg_settings" in "\n".join(r[0] for r in gw.sql("EXPLAIN SHOW max_rows").rows())
+    with pytest.raises(ge.SqlError, match="unknown setting 'nope'"):
+        gw.sql("SHOW nope")
+    with pytest.raises(ge.SqlError, match="could not be parsed") as info:  # sqlglot's IndexError
+        gw.sql("DESCRIBE SHOW ALL")
+    assert info.value.code == "SQL_SYNTAX_ERROR"
+
+
 def test_explain_shows_the_iqv2_requests(gw: Gateway) -> None:
     out = gw.sql("EXPLAIN SELECT revenue FROM revenue WHERE customer = 'c01'")
     assert out.statement is StatementKind.EXPLAIN
