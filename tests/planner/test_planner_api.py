@@ -238,3 +238,12 @@ def test_a_statement_sqlglot_can_only_write_by_dropping_part_of_it_is_refused(sq
 
 def test_what_sqlglot_notes_but_writes_unchanged_still_plans() -> None:
     assert "APPROX_TOP_K(" in (planner.plan("SELECT approx_top_k(k, 2) FROM mystore", CATALOG).residual_sql or "")
+
+
+def test_a_statement_sqlglot_fails_to_write_is_unsupported_not_internal() -> None:
+    """sqlglot writes bool_and(DISTINCT x) as BOOL_AND(CAST(DISTINCT x AS BOOLEAN)) and, in this shape of a
+    window function, re-parses that text and fails (ParseError: an INTERNAL error before)."""
+    sql = ("SELECT CAST(split_part(DISTINCT bool_and(DISTINCT INTERVAL 1 DAY) OVER (PARTITION BY n ORDER BY ? "
+           "RANGE UNBOUNDED PRECEDING), 'a') AS TIMESTAMP) FROM mystore")
+    with pytest.raises(planner.UnsupportedSqlError, match=r"cannot be written for DuckDB \(ParseError"):
+        planner.plan(sql, CATALOG, params=[1])
