@@ -100,25 +100,26 @@ def check_record(key: Any, value: Any, ts: Any, where: str) -> tuple[Any, dict[s
             raise InvalidRecordError(f"{where}: value is not JSON-serializable: {exc}") from None
         except RecursionError:
             text = None
-        if text is None or text.count("[") + text.count("{") > MAX_VALUE_DEPTH:  # cheap first: few values nest
-            depth = nesting_depth(value)
-            if depth > MAX_VALUE_DEPTH:
-                raise InvalidRecordError(f"{where}: value nests {depth:,} levels deep; the limit is "
-                                         f"{MAX_VALUE_DEPTH}") from None
+        if (text is None or text.count("[") + text.count("{") > MAX_VALUE_DEPTH) \
+                and nests_deeper(value, MAX_VALUE_DEPTH):  # the bracket count first: few values nest at all
+            raise InvalidRecordError(f"{where}: value nests more than {MAX_VALUE_DEPTH} levels deep (the value "
+                                     "object is the first)") from None
     return key, value, t
 
 
-def nesting_depth(value: Any) -> int:
-    """How many containers (mappings, lists) deep ``value`` goes; iterative, so any depth can be measured."""
-    deepest, stack = 0, [(value, 1)]
+def nests_deeper(value: Any, levels: int) -> bool:
+    """Whether containers (mappings, lists) in ``value`` go more than ``levels`` deep; iterative, and it stops
+    there (a cycle below that depth cannot keep it walking)."""
+    stack = [(value, 1)]
     while stack:
         v, d = stack.pop()
         children = v.values() if isinstance(v, Mapping) else v if isinstance(v, (list, tuple)) else None
         if children is None:
             continue
-        deepest = max(deepest, d)
+        if d > levels:
+            return True
         stack.extend((c, d + 1) for c in children if isinstance(c, (Mapping, list, tuple)))
-    return deepest
+    return False
 
 
 def value_json(value: dict[str, Any] | None) -> bytes | None:

@@ -108,8 +108,8 @@ def _nested(levels: int) -> Any:
     (("k", [1, 2], 1), "value must be a mapping"),
     (("k", {"v": object()}, 1), "not JSON-serializable"),
     (("k", {"v": float("nan")}, 1), "not JSON-serializable"),
-    (("k", {"v": _nested(256)}, 1), "value nests 257 levels deep; the limit is 256"),
-    (("k", {"v": _nested(50_000)}, 1), "value nests 50,001 levels deep"),  # past json.dumps' own recursion
+    (("k", {"v": _nested(256)}, 1), "value nests more than 256 levels deep"),
+    (("k", {"v": _nested(50_000)}, 1), "value nests more than 256 levels"),  # past json.dumps' own recursion
     (("k", {"v": 1}, "yesterday"), "timestamp must be"),
     (("k", {"v": 1}, -5), "timestamp must be non-negative epoch milliseconds .* got -5"),
     (("k", {"v": 1}, 2**63), "timestamp must be non-negative epoch milliseconds that fit in 64 bits"),
