@@ -458,8 +458,9 @@ class StreamsApp:
         return pos
 
     def current_generation(self, name: str) -> int:
-        files = self._files.get(name)
-        return files.generation if files is not None else 0
+        with self._lock:  # a swap changes the generation and the store's status together (finish_rebuild)
+            files = self._files.get(name)
+            return files.generation if files is not None else 0
 
     def finish_rebuild(self, name: str, **extras: Any) -> None:
         """Swap the rebuilt generation in: one atomic rewrite of store.json; handles of the old one go stale."""
@@ -472,9 +473,11 @@ class StreamsApp:
             for key in [k for k in self._writers if k[0] == name]:
                 del self._writers[key]
             self._views.pop(name, None)
+            # under the lock: no one sees the new generation still "rebuilding" (the status was set after the
+            # lock and a log line, and a reader between them saw generation 1 rebuilding: a flaky upgrade test)
+            self.health.set(name, "running")
         log.warning("stream-client %s: store %s swapped to its rebuilt generation %d", self.application_id, name,
                     files.generation)
-        self.health.set(name, "running")
 
     def upcoming_columns(self, name: str) -> dict[str, Any] | None:
         """Columns of a store arriving when its upgrade's rebuild swaps in, with the rebuild's progress (issue 20)."""
