@@ -22,7 +22,7 @@ from sqlglot.optimizer.scope import traverse_scope
 from stores.catalog.schema import StoreKind, StoreSpec
 
 from .catalog import STORE_SCHEMAS, resolve_store, resolve_system_table, unknown_store
-from .dialect import Explain, PositionClause, parse_statement, position_literal_json
+from .dialect import SQLGLOT_FAILURES, Explain, PositionClause, parse_statement, position_literal_json
 from .errors import (
     InvalidSettingError,
     ParameterError,
@@ -269,7 +269,7 @@ def _duckdb_text(root: exp.Expression) -> str:
     generator = Dialect.get_or_raise("duckdb").generator(unsupported_level=ErrorLevel.IGNORE)
     try:
         text = generator.generate(root)
-    except (SqlglotError, IndexError, KeyError, AttributeError, TypeError, ValueError) as exc:
+    except (SqlglotError, *SQLGLOT_FAILURES) as exc:
         # the generator re-parses some of what it writes (a window frame over bool_and(DISTINCT …)) and can
         # fail on its own text: the statement cannot be written for DuckDB, which is not an internal error
         raise UnsupportedSqlError(f"this statement cannot be written for DuckDB ({type(exc).__name__}: "

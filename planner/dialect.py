@@ -25,7 +25,7 @@ from stores.iqv2.position import Position, PositionError
 from .errors import InvalidPositionError, SqlSyntaxError
 from .positions import line_col
 
-__all__ = ["Dialect", "IqgateDialect", "PositionClause", "Explain", "parse_statement"]
+__all__ = ["Dialect", "IqgateDialect", "PositionClause", "Explain", "parse_statement", "SQLGLOT_FAILURES"]
 
 
 class PositionClause(exp.Expression):
@@ -198,6 +198,9 @@ def _incomplete(class_name: str) -> str:
     return "an operator or function is missing an operand"
 
 
+# What sqlglot's parser and generator raise on input they do not expect (their bugs, not ours or the user's)
+SQLGLOT_FAILURES = (IndexError, KeyError, AttributeError, TypeError, ValueError)
+
 _SHOW_ALL = re.compile(r"\s*show\s+all\s*;?\s*", re.IGNORECASE)
 
 
@@ -221,7 +224,7 @@ def parse_statement(sql: str) -> exp.Expression:
         raise SqlSyntaxError(f"syntax error: {message}", line=first.get("line"), col=col) from None
     except TokenError as err:
         raise SqlSyntaxError(f"syntax error: {err}") from None
-    except (IndexError, KeyError, AttributeError, TypeError, ValueError) as err:
+    except SQLGLOT_FAILURES as err:
         # sqlglot's own failure on input its grammar does not expect (``SHOW ALL`` was an IndexError): still the
         # statement's syntax, never an internal error
         raise SqlSyntaxError(f"syntax error: the statement could not be parsed ({type(err).__name__} in the "

@@ -37,10 +37,15 @@ def plan_show(sql: str, node: exp.Show, explain: bool) -> Template:
     return _template(kind=StatementKind.SHOW_TABLES, explain=explain)
 
 
+def _command_argument(node: exp.Command) -> str:
+    """What follows the keyword of a statement sqlglot keeps as a Command (``RESET x``, ``SHOW x``)."""
+    return str(node.expression.this if isinstance(node.expression, exp.Literal) else node.expression or "").strip()
+
+
 def show_setting_sql(node: exp.Command) -> str:
     """``SHOW <setting>`` / ``SHOW ALL`` as PostgreSQL answers them (one column named after the setting; name,
     setting, description), as the SELECT over ``pg_settings`` that says the same: the session's values."""
-    name = str(node.expression.this if isinstance(node.expression, exp.Literal) else node.expression or "").strip()
+    name = _command_argument(node)
     if not name:
         raise UnsupportedSqlError("expected SHOW <setting>, SHOW ALL or SHOW TABLES", line=1, col=1)
     if name.upper() == "ALL":
@@ -94,7 +99,7 @@ def plan_set(sql: str, node: exp.Set, explain: bool) -> Template:
 
 def plan_reset(sql: str, node: exp.Command, explain: bool) -> Template:
     """``RESET <setting>`` / ``RESET ALL``: the defaults, as a SET plan (what the session applies)."""
-    name = str(node.expression.this if isinstance(node.expression, exp.Literal) else node.expression or "").strip()
+    name = _command_argument(node)
     if not name:
         raise InvalidSettingError("expected RESET <setting> or RESET ALL", line=1, col=1)
     if name.upper() == "ALL":

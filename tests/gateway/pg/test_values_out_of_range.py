@@ -155,3 +155,14 @@ def test_result_values_past_pythons_range_in_text_and_binary(open_pg: PgServer, 
 def test_an_interval_rows_cannot_carry_is_an_error_not_internal(open_pg: PgServer) -> None:
     err = _error(_run(open_pg, "SELECT to_days(2000000000)"))
     assert err["C"] == "22000" and "VARCHAR" in err["M"], err
+
+
+@pytest.mark.parametrize("duck_type, text", [
+    ("DATE", "someday"), ("TIMESTAMP", "10000-01-01 01:00:00.123456789"), ("TIME", "25 o'clock")])
+def test_text_the_binary_encoders_cannot_read_is_22008(duck_type: str, text: str) -> None:
+    """Strings DuckDB might hand out in a form we do not read: a clear error asking for text, not a wrong value."""
+    from gateway.pg.types import column_type, encoder
+
+    with pytest.raises(ProtocolError, match="ask for text") as info:
+        encoder(column_type(duck_type), True)(text)
+    assert info.value.sqlstate == "22008"
