@@ -13,6 +13,7 @@ PostgreSQL does.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,8 @@ from .sqlstate import error_fields
 from .sqltext import Command, classify, highest_parameter, quote_label_keywords, split_statements
 from .types import column_type, decode_param, encoder
 from .wire import Buffer, Out, ProtocolError
+
+log = logging.getLogger("iqgate.pg")
 
 __all__ = ["Session", "Prepared", "Portal"]
 
@@ -163,7 +166,8 @@ class Session:
             self.out.error({"S": "ERROR", "V": "ERROR", "C": exc.sqlstate, "M": str(exc)})
         else:
             err = exc if isinstance(exc, GatewayError) else translate(exc)
-            if err is None:
+            if err is None:  # a bug: the client gets XX000, the operator the traceback (as the HTTP face logs it)
+                log.error("unexpected error in a PG session%s", f" running {sql!r}" if sql else "", exc_info=exc)
                 err = GatewayInternalError(f"{type(exc).__name__}: {exc}")
             fields = error_fields(err, sql)
             if err.code == "IN_FAILED_TRANSACTION":
@@ -222,7 +226,10 @@ class Session:
             size = buf.int32()
             raw = None if size == -1 else buf.take(size)
             oid = prepared.param_oids[i] if i < len(prepared.param_oids) else 0
-            params.append(decode_param(raw, oid, _format(param_formats, i) == 1))
+            try:
+                params.append(decode_param(raw, oid, _format(param_formats, i) == 1))
+            except ProtocolError as exc:  # which parameter, as PostgreSQL's "in bind parameter N"
+                raise ProtocolError(f"{exc} in bind parameter {i + 1}", exc.sqlstate) from None
         formats = [buf.int16() for _ in range(buf.int16())]
         _drop(self.portals.get(portal))
         self.portals[portal] = Portal(prepared, params, formats)

@@ -268,7 +268,8 @@ _BINARY_PARAMS: dict[int, Callable[[bytes], Any]] = {
 
 
 def decode_param(raw: bytes | None, oid: int, binary: bool) -> Any:
-    """A bound parameter as a Python value; a value that does not fit its declared type is SQLSTATE 22P02."""
+    """A bound parameter as a Python value, refused with PostgreSQL's SQLSTATE when it does not fit its type:
+    text that is not UTF-8 is 22021, text its type cannot read 22P02, binary data of the wrong shape 22P03."""
     if raw is None:
         return None
     pg = BY_OID.get(oid)
@@ -287,7 +288,7 @@ def decode_param(raw: bytes | None, oid: int, binary: bool) -> Any:
                 return _numeric_from_binary(raw)
             fn = _BINARY_PARAMS.get(oid)
             if fn is None:
-                raise ProtocolError(f"binary parameters of type {pg.name if pg else oid} are not supported; "
+                raise ProtocolError(f"binary parameters of type {_type_name(oid)} are not supported; "
                                     "send them as text", "0A000")
             return fn(raw)
         text = raw.decode("utf-8")
@@ -296,10 +297,26 @@ def decode_param(raw: bytes | None, oid: int, binary: bool) -> Any:
     except ProtocolError:
         raise
     except OverflowError as exc:  # a binary date or timestamp past Python's years 1-9999 (PostgreSQL's infinity too)
-        raise ProtocolError(f"a parameter of type {pg.name if pg else oid} is out of the range this server holds "
+        raise ProtocolError(f"a parameter of type {_type_name(oid)} is out of the range this server holds "
                             f"(years 1-9999): {exc}", "22008") from None
-    except (ValueError, struct.error, UnicodeDecodeError, decimal.InvalidOperation) as exc:
-        raise ProtocolError(f"invalid input for a parameter of type {pg.name if pg else oid}: {exc}", "22P02") from None
+    except UnicodeDecodeError as exc:  # PostgreSQL's message for text that is not valid in the server encoding
+        bad = " ".join(f"0x{b:02x}" for b in exc.object[exc.start:exc.start + 4])
+        raise ProtocolError(f'invalid byte sequence for encoding "UTF8": {bad}', "22021") from None
+    except (ValueError, struct.error, decimal.InvalidOperation):
+        if binary:
+            raise ProtocolError(f"incorrect binary data format for type {_type_name(oid)} ({len(raw)} bytes)",
+                                "22P03") from None
+        shown = raw.decode("utf-8")
+        shown = shown if len(shown) <= 60 else shown[:60] + "..."
+        raise ProtocolError(f'invalid input syntax for type {_type_name(oid)}: "{shown}"', "22P02") from None
+
+
+def _type_name(oid: int) -> str:
+    """A parameter type as PostgreSQL names it in errors: unspecified (0) is ``unknown``."""
+    pg = BY_OID.get(oid)
+    if pg is not None:
+        return pg.name
+    return "unknown" if oid == 0 else f"with OID {oid}"
 
 
 _NUMERIC_SIGNS = {0x0000: 0, 0x4000: 1}
@@ -335,13 +352,11 @@ def _text_array(text: str) -> list[str | None]:
     t = text.strip()
     if t.startswith("[") and "=" in t:  # explicit bounds: [0:2]={…}
         t = t.split("=", 1)[1].strip()
-    if not (t.startswith("{") and t.endswith("}")):
-        raise ValueError(f"malformed array literal {text[:40]!r}")
     if "{" in t[1:-1]:
-        raise ValueError("multidimensional array parameters are not supported")
-    items = array_literal(t)  # the planner reads '{…}'::type[] literals the same way
+        raise ProtocolError("multidimensional array parameters are not supported", "0A000")
+    items = array_literal(t) if t.startswith("{") and t.endswith("}") else None  # as the planner reads literals
     if items is None:
-        raise ValueError(f"malformed array literal {text[:40]!r}")
+        raise ProtocolError(f'malformed array literal: "{text[:60]}"', "22P02")
     return items
 
 
@@ -354,7 +369,7 @@ def _binary_array(raw: bytes, expected: int) -> list[Any]:
         raise ProtocolError(f"binary data has array element type {element} instead of the declared {expected}",
                             "42804")
     if ndim != 1:
-        raise ValueError("multidimensional array parameters are not supported")
+        raise ProtocolError("multidimensional array parameters are not supported", "0A000")
     size, _lower = struct.unpack_from("!ii", raw, 12)
     pos, out = 20, []
     for _ in range(size):

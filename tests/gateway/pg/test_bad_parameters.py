@@ -1,0 +1,102 @@
+"""A Bind whose value does not fit its declared type: PostgreSQL's SQLSTATE and message, naming the parameter.
+
+Text that is not UTF-8 is 22021 ("invalid byte sequence"), text its type
+cannot read is 22P02 ("invalid input syntax for type …"), binary data of
+the wrong shape is 22P03 ("incorrect binary data format"), each ending
+"in bind parameter N", as PostgreSQL's own bind errors do. Before, these
+carried Python's own words ("'utf-8' codec can't decode byte…", "unpack
+requires a buffer of 8 bytes", "[<class 'decimal.ConversionSyntax'>]") under
+22P02 whatever the cause. The session then recovers at Sync.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Iterator
+
+import pytest
+
+from gateway.engine import Gateway
+from gateway.pg import PgServer
+from tests.gateway.pg.test_load_and_bad_clients import (
+    _connect,
+    _error_fields,
+    _query,
+    _ready_count,
+    _startup,
+)
+
+
+def _msg(kind: bytes, body: bytes) -> bytes:
+    return kind + struct.pack("!i", len(body) + 4) + body
+
+
+def _bind_error(srv: PgServer, oids: list[int], values: list[bytes], binary: bool) -> dict[str, str]:
+    """Parse ``SELECT $1, …`` with ``oids``, bind ``values`` (all text or all binary), Sync; the ErrorResponse."""
+    sql = "SELECT " + ", ".join(f"${i + 1}" for i in range(len(oids)))
+    parse = b"\0" + sql.encode() + b"\0" + struct.pack("!h", len(oids)) + b"".join(struct.pack("!I", o) for o in oids)
+    bind = b"\0\0" + struct.pack("!hh", 1, 1 if binary else 0) + struct.pack("!h", len(values))
+    bind += b"".join(struct.pack("!i", len(v)) + v for v in values) + struct.pack("!h", 0)
+    with _connect(srv) as s:
+        _startup(s)
+        s.sendall(_msg(b"P", parse) + _msg(b"B", bind) + _msg(b"E", b"\0" + struct.pack("!i", 0)) + _msg(b"S", b""))
+        data = _ready_count(s, 1)
+        error = _error_fields(data[data.index(b"E"):])
+        s.sendall(_query("SELECT 7"))
+        assert b"\x00\x00\x00\x017" in _ready_count(s, 1)  # the session goes on after Sync
+    return error
+
+
+@pytest.fixture(scope="module")
+def open_server(gw: Gateway) -> Iterator[PgServer]:
+    with PgServer(gw, body_timeout_s=2.0) as srv:
+        yield srv
+
+
+@pytest.mark.parametrize("oid, binary, raw, sqlstate, message", [
+    (23, False, b"abc", "22P02", 'invalid input syntax for type int4: "abc" in bind parameter 1'),
+    (1700, False, b"12x", "22P02", 'invalid input syntax for type numeric: "12x" in bind parameter 1'),
+    (1082, False, b"2024-13-45", "22P02", 'invalid input syntax for type date: "2024-13-45" in bind parameter 1'),
+    (1082, False, b"9" * 200, "22P02", 'invalid input syntax for type date: "' + "9" * 60 + '..." in bind'),
+    (25, False, b"ok\xff\xfe", "22021", 'invalid byte sequence for encoding "UTF8": 0xff 0xfe in bind parameter 1'),
+    (0, False, b"\xc3", "22021", 'invalid byte sequence for encoding "UTF8": 0xc3 in bind parameter 1'),
+    (25, True, b"\x80", "22021", 'invalid byte sequence for encoding "UTF8": 0x80 in bind parameter 1'),
+    (20, True, b"\x01\x02", "22P03", "incorrect binary data format for type int8 (2 bytes) in bind parameter 1"),
+    (2950, True, b"\x01\x02\x03", "22P03", "incorrect binary data format for type uuid (3 bytes) in bind parameter 1"),
+    (1007, False, b"{1,2", "22P02", 'malformed array literal: "{1,2" in bind parameter 1'),
+    (1007, False, b"{1,x}", "22P02", 'invalid input syntax for type int4: "x" in bind parameter 1'),
+    (1007, False, b"{{1},{2}}", "0A000", "multidimensional array parameters are not supported in bind parameter 1"),
+    (1007, True, struct.pack("!iiI", 2, 0, 23) + struct.pack("!iiii", 1, 1, 1, 1), "0A000", "multidimensional"),
+    (1007, True, struct.pack("!iiI", 1, 0, 23), "22P03", "incorrect binary data format for type _int4 (12 bytes)"),
+], ids=["int-text", "numeric-text", "date-text", "long-text-shortened", "text-not-utf8", "unknown-not-utf8",
+        "binary-text-not-utf8", "int8-binary-short", "uuid-binary-short", "array-unclosed", "array-element",
+        "array-2d-text", "array-2d-binary", "array-binary-short"])
+def test_a_value_that_does_not_fit_its_type_is_refused_as_postgresql_does(
+        open_server: PgServer, oid: int, binary: bool, raw: bytes, sqlstate: str, message: str) -> None:
+    err = _bind_error(open_server, [oid], [raw], binary)
+    assert (err["C"], err["S"]) == (sqlstate, "ERROR"), err
+    assert message in err["M"], err["M"]
+    assert "codec" not in err["M"] and "unpack" not in err["M"] and "<class" not in err["M"]
+
+
+def test_the_error_names_the_parameter_that_failed(open_server: PgServer) -> None:
+    err = _bind_error(open_server, [23, 23, 23], [b"1", b"2", b"three"], False)
+    assert err["C"] == "22P02" and err["M"].endswith('"three" in bind parameter 3'), err
+
+
+def test_a_bug_in_a_session_is_xx000_to_the_client_and_a_traceback_in_the_log(
+        open_server: PgServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Fault injection: a decoder that raises what no decoder should. The client gets XX000 and its session goes
+    on; the operator gets the traceback in the log, as the HTTP face logs its unexpected errors."""
+    import gateway.pg.session
+
+    def broken(raw: bytes | None, oid: int, binary: bool) -> object:
+        raise KeyError("injected")
+
+    monkeypatch.setattr(gateway.pg.session, "decode_param", broken)
+    with caplog.at_level(logging.ERROR, logger="iqgate.pg"):
+        err = _bind_error(open_server, [23], [b"1"], False)
+    assert err["C"] == "XX000" and "KeyError" in err["M"], err
+    logged = [r for r in caplog.records if r.name == "iqgate.pg" and r.exc_info]
+    assert logged and logged[0].exc_info[0] is KeyError, caplog.records
