@@ -242,8 +242,31 @@ def _parse_timestamp(text: str, aware: bool) -> dt.datetime:
     return value
 
 
+def _parse_bool(text: str) -> bool:
+    """PostgreSQL's boolin: a prefix of true/false/yes/no, on/off (two letters at least), 1 or 0, else an error
+    (before, anything unrecognised was silently false)."""
+    t = text.strip().lower()
+    if t:
+        for word, value in (("true", True), ("false", False), ("yes", True), ("no", False)):
+            if word.startswith(t):
+                return value
+        if len(t) >= 2 and "on".startswith(t):
+            return True
+        if len(t) >= 2 and "off".startswith(t):
+            return False
+        if t in ("1", "0"):
+            return t == "1"
+    raise ValueError(text)
+
+
+def _bool_binary(raw: bytes) -> bool:
+    if len(raw) != 1:
+        raise ValueError(raw)
+    return raw != b"\x00"
+
+
 _TEXT_PARAMS: dict[int, Callable[[str], Any]] = {
-    16: lambda t: t.strip().lower() in ("t", "true", "1", "y", "yes", "on"),
+    16: _parse_bool,
     20: int, 21: int, 23: int, 26: int,
     700: float, 701: float,
     1700: decimal.Decimal,
@@ -252,7 +275,7 @@ _TEXT_PARAMS: dict[int, Callable[[str], Any]] = {
     1184: lambda t: _parse_timestamp(t, True),
 }
 _BINARY_PARAMS: dict[int, Callable[[bytes], Any]] = {
-    16: lambda b: b != b"\x00",
+    16: _bool_binary,
     20: lambda b: struct.unpack("!q", b)[0],
     21: lambda b: struct.unpack("!h", b)[0],
     23: lambda b: struct.unpack("!i", b)[0],

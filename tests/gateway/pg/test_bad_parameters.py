@@ -32,8 +32,8 @@ def _msg(kind: bytes, body: bytes) -> bytes:
     return kind + struct.pack("!i", len(body) + 4) + body
 
 
-def _bind_error(srv: PgServer, oids: list[int], values: list[bytes], binary: bool) -> dict[str, str]:
-    """Parse ``SELECT $1, …`` with ``oids``, bind ``values`` (all text or all binary), Sync; the ErrorResponse."""
+def _exchange(srv: PgServer, oids: list[int], values: list[bytes], binary: bool) -> bytes:
+    """Parse ``SELECT $1, …`` with ``oids``, bind ``values`` (all text or all binary), Execute, Sync: the answer."""
     sql = "SELECT " + ", ".join(f"${i + 1}" for i in range(len(oids)))
     parse = b"\0" + sql.encode() + b"\0" + struct.pack("!h", len(oids)) + b"".join(struct.pack("!I", o) for o in oids)
     bind = b"\0\0" + struct.pack("!hh", 1, 1 if binary else 0) + struct.pack("!h", len(values))
@@ -42,10 +42,23 @@ def _bind_error(srv: PgServer, oids: list[int], values: list[bytes], binary: boo
         _startup(s)
         s.sendall(_msg(b"P", parse) + _msg(b"B", bind) + _msg(b"E", b"\0" + struct.pack("!i", 0)) + _msg(b"S", b""))
         data = _ready_count(s, 1)
-        error = _error_fields(data[data.index(b"E"):])
         s.sendall(_query("SELECT 7"))
         assert b"\x00\x00\x00\x017" in _ready_count(s, 1)  # the session goes on after Sync
-    return error
+    return data
+
+
+def _bind_error(srv: PgServer, oids: list[int], values: list[bytes], binary: bool) -> dict[str, str]:
+    data = _exchange(srv, oids, values, binary)
+    return _error_fields(data[data.index(b"E"):])
+
+
+def _bound_text(srv: PgServer, oid: int, value: bytes, binary: bool) -> bytes:
+    """The one column of the DataRow that ``SELECT $1`` answers with ``value`` bound (in text format)."""
+    data = _exchange(srv, [oid], [value], binary)
+    assert b"E" not in data[:1] and data.count(b"D") >= 1, data
+    at = data.index(b"D\0")
+    (length,) = struct.unpack_from("!i", data, at + 7)
+    return data[at + 11:at + 11 + length]
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +75,9 @@ def open_server(gw: Gateway) -> Iterator[PgServer]:
     (25, False, b"ok\xff\xfe", "22021", 'invalid byte sequence for encoding "UTF8": 0xff 0xfe in bind parameter 1'),
     (0, False, b"\xc3", "22021", 'invalid byte sequence for encoding "UTF8": 0xc3 in bind parameter 1'),
     (25, True, b"\x80", "22021", 'invalid byte sequence for encoding "UTF8": 0x80 in bind parameter 1'),
+    (16, False, b"maybe", "22P02", 'invalid input syntax for type bool: "maybe" in bind parameter 1'),
+    (16, False, b"o", "22P02", 'invalid input syntax for type bool: "o"'),
+    (16, True, b"", "22P03", "incorrect binary data format for type bool (0 bytes) in bind parameter 1"),
     (20, True, b"\x01\x02", "22P03", "incorrect binary data format for type int8 (2 bytes) in bind parameter 1"),
     (2950, True, b"\x01\x02\x03", "22P03", "incorrect binary data format for type uuid (3 bytes) in bind parameter 1"),
     (1007, False, b"{1,2", "22P02", 'malformed array literal: "{1,2" in bind parameter 1'),
@@ -69,7 +85,7 @@ def open_server(gw: Gateway) -> Iterator[PgServer]:
     (1007, False, b"{{1},{2}}", "0A000", "multidimensional array parameters are not supported in bind parameter 1"),
     (1007, True, struct.pack("!iiI", 2, 0, 23) + struct.pack("!iiii", 1, 1, 1, 1), "0A000", "multidimensional"),
     (1007, True, struct.pack("!iiI", 1, 0, 23), "22P03", "incorrect binary data format for type _int4 (12 bytes)"),
-], ids=["int-text", "numeric-text", "date-text", "long-text-shortened", "text-not-utf8", "unknown-not-utf8",
+], ids=["int-text", "numeric-text", "bool-text", "bool-ambiguous", "bool-binary-empty", "date-text", "long-text-shortened", "text-not-utf8", "unknown-not-utf8",
         "binary-text-not-utf8", "int8-binary-short", "uuid-binary-short", "array-unclosed", "array-element",
         "array-2d-text", "array-2d-binary", "array-binary-short"])
 def test_a_value_that_does_not_fit_its_type_is_refused_as_postgresql_does(
@@ -100,3 +116,17 @@ def test_a_bug_in_a_session_is_xx000_to_the_client_and_a_traceback_in_the_log(
     assert err["C"] == "XX000" and "KeyError" in err["M"], err
     logged = [r for r in caplog.records if r.name == "iqgate.pg" and r.exc_info]
     assert logged and logged[0].exc_info[0] is KeyError, caplog.records
+
+
+@pytest.mark.parametrize("text, expected", [
+    (b"t", b"t"), (b"TRUE", b"t"), (b" yes ", b"t"), (b"y", b"t"), (b"on", b"t"), (b"1", b"t"), (b"tr", b"t"),
+    (b"f", b"f"), (b"False", b"f"), (b"no", b"f"), (b"n", b"f"), (b"off", b"f"), (b"of", b"f"), (b"0", b"f"),
+])
+def test_boolean_text_parameters_read_as_postgresql_reads_them(open_server: PgServer, text: bytes,
+                                                               expected: bytes) -> None:
+    assert _bound_text(open_server, 16, text, False) == expected
+
+
+def test_binary_boolean_parameters(open_server: PgServer) -> None:
+    assert _bound_text(open_server, 16, b"\x01", True) == b"t"
+    assert _bound_text(open_server, 16, b"\x00", True) == b"f"
