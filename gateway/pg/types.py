@@ -265,9 +265,30 @@ def _bool_binary(raw: bytes) -> bool:
     return raw != b"\x00"
 
 
+_INT_TEXT = re.compile(r"[+-]?(?:[0-9](?:_?[0-9])*|0[xX](?:_?[0-9a-fA-F])+|0[oO](?:_?[0-7])+|0[bB](?:_?[01])+)")
+_INT_BASES = {"0x": 16, "0o": 8, "0b": 2}
+
+
+def _int_reader(name: str, low: int, high: int) -> Callable[[str], int]:
+    """PostgreSQL's integer input (version 16): ASCII digits with an optional sign, underscores between digits,
+    0x/0o/0b prefixes, surrounding blanks; out of the type's range is 22003. Python's int() would also take
+    other scripts' digits and no prefixes, and no range."""
+    def read(text: str) -> int:
+        t = text.strip(" \t\n\r\f\v")
+        if not _INT_TEXT.fullmatch(t):
+            raise ValueError(text)
+        digits = t.replace("_", "")
+        value = int(digits, _INT_BASES.get(digits.lstrip("+-")[:2].lower(), 10))
+        if not low <= value <= high:
+            raise ProtocolError(f'value "{text}" is out of range for type {name}', "22003")
+        return value
+    return read
+
+
 _TEXT_PARAMS: dict[int, Callable[[str], Any]] = {
     16: _parse_bool,
-    20: int, 21: int, 23: int, 26: int,
+    20: _int_reader("int8", -2**63, 2**63 - 1), 21: _int_reader("int2", -2**15, 2**15 - 1),
+    23: _int_reader("int4", -2**31, 2**31 - 1), 26: _int_reader("oid", -2**31, 2**32 - 1),
     700: float, 701: float,
     1700: decimal.Decimal,
     1082: lambda t: dt.date.fromisoformat(t.strip()),

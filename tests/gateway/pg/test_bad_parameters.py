@@ -75,6 +75,11 @@ def open_server(gw: Gateway) -> Iterator[PgServer]:
     (25, False, b"ok\xff\xfe", "22021", 'invalid byte sequence for encoding "UTF8": 0xff 0xfe in bind parameter 1'),
     (0, False, b"\xc3", "22021", 'invalid byte sequence for encoding "UTF8": 0xc3 in bind parameter 1'),
     (25, True, b"\x80", "22021", 'invalid byte sequence for encoding "UTF8": 0x80 in bind parameter 1'),
+    (23, False, "١٢".encode(), "22P02", 'invalid input syntax for type int4: "١٢" in bind parameter 1'),
+    (23, False, b"1__0", "22P02", 'invalid input syntax for type int4: "1__0"'),
+    (23, False, b"2147483648", "22003", 'value "2147483648" is out of range for type int4 in bind parameter 1'),
+    (21, False, b"-32769", "22003", 'value "-32769" is out of range for type int2'),
+    (20, False, b"0x8000000000000000", "22003", "out of range for type int8"),
     (16, False, b"maybe", "22P02", 'invalid input syntax for type bool: "maybe" in bind parameter 1'),
     (16, False, b"o", "22P02", 'invalid input syntax for type bool: "o"'),
     (16, True, b"", "22P03", "incorrect binary data format for type bool (0 bytes) in bind parameter 1"),
@@ -85,9 +90,10 @@ def open_server(gw: Gateway) -> Iterator[PgServer]:
     (1007, False, b"{{1},{2}}", "0A000", "multidimensional array parameters are not supported in bind parameter 1"),
     (1007, True, struct.pack("!iiI", 2, 0, 23) + struct.pack("!iiii", 1, 1, 1, 1), "0A000", "multidimensional"),
     (1007, True, struct.pack("!iiI", 1, 0, 23), "22P03", "incorrect binary data format for type _int4 (12 bytes)"),
-], ids=["int-text", "numeric-text", "bool-text", "bool-ambiguous", "bool-binary-empty", "date-text", "long-text-shortened", "text-not-utf8", "unknown-not-utf8",
-        "binary-text-not-utf8", "int8-binary-short", "uuid-binary-short", "array-unclosed", "array-element",
-        "array-2d-text", "array-2d-binary", "array-binary-short"])
+], ids=["int-text", "numeric-text", "date-text", "long-text-shortened", "text-not-utf8", "unknown-not-utf8",
+        "binary-text-not-utf8", "int-other-digits", "int-double-underscore", "int4-range", "int2-range", "int8-range",
+        "bool-text", "bool-ambiguous", "bool-binary-empty", "int8-binary-short", "uuid-binary-short",
+        "array-unclosed", "array-element", "array-2d-text", "array-2d-binary", "array-binary-short"])
 def test_a_value_that_does_not_fit_its_type_is_refused_as_postgresql_does(
         open_server: PgServer, oid: int, binary: bool, raw: bytes, sqlstate: str, message: str) -> None:
     err = _bind_error(open_server, [oid], [raw], binary)
@@ -130,3 +136,13 @@ def test_boolean_text_parameters_read_as_postgresql_reads_them(open_server: PgSe
 def test_binary_boolean_parameters(open_server: PgServer) -> None:
     assert _bound_text(open_server, 16, b"\x01", True) == b"t"
     assert _bound_text(open_server, 16, b"\x00", True) == b"f"
+
+
+@pytest.mark.parametrize("oid, text, expected", [
+    (23, b" 42 ", b"42"), (23, b"-2147483648", b"-2147483648"), (23, b"1_000", b"1000"), (23, b"0x1F", b"31"),
+    (23, b"-0o17", b"-15"), (23, b"0b101", b"5"), (21, b"+32767", b"32767"), (20, b"-9223372036854775808",
+    b"-9223372036854775808"),
+])
+def test_integer_text_parameters_read_as_postgresql_16_reads_them(open_server: PgServer, oid: int, text: bytes,
+                                                                  expected: bytes) -> None:
+    assert _bound_text(open_server, oid, text, False) == expected
