@@ -338,7 +338,8 @@ def _version(sql: str, table: exp.Table, scan: ScanTemplate, param_index: dict[i
     kind, arity = _SYSTEM_TIME_KINDS[written]
     expr = version.expression
     parts = [] if arity == 0 else (list(expr.expressions) if isinstance(expr, exp.Tuple) else [expr])
-    refs = tuple(value_ref(e, param_index) for e in parts)
+    # a part can be missing: sqlglot reads `FROM t + INTERVAL 1 MINUTE TO x` as an interval `MINUTE TO x`
+    refs = tuple(None if e is None else value_ref(e, param_index) for e in parts)
     if len(refs) != arity or any(r is None for r in refs):
         raise UnsupportedSqlError(
             f"FOR SYSTEM_TIME {written} needs {'a timestamp' if arity == 1 else 'two timestamps'}: "
