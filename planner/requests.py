@@ -374,11 +374,20 @@ def _system_time_window(sql: str, t: ScanTemplate, b: _Binder, params: Any, vf: 
         if lo > hi:
             return None
     # a version [vf, vt) overlaps [lo, hi] iff vf <= hi and vt > lo (kafka-iqv2.md §1.8)
+    period_lo, period_hi = lo, hi
     his = [x for x in (hi, vf.hi, None if vt.hi is None else vt.hi - 1) if x is not None]
-    los = [x for x in (lo, vt.lo, vf.lo) if x is not None]
+    los = [x for x in (lo, None if vt.lo is None else vt.lo - 1, vf.lo) if x is not None]  # vt >= L: vt > L - 1
     lo, hi = (max(los) if los else None), (min(his) if his else None)
     if lo is not None and hi is not None and lo > hi:
-        return None
+        # Not empty: `vf <= hi and vt > lo` still holds for a version that starts before hi and ends after lo
+        # (FROM a TO b WHERE valid_from < x, x before a). A history query cannot ask for lo > hi, so one side
+        # goes back to the period's own bound; the predicates that moved it stay in the residual.
+        if period_lo is None or period_lo <= hi:
+            lo = period_lo
+        elif period_hi is None or lo <= period_hi:
+            hi = period_hi
+        else:
+            lo, hi = period_lo, period_hi
     return _TimeWindow(lo, hi)
 
 
