@@ -266,6 +266,7 @@ def _duckdb_text(root: exp.Expression) -> str:
     dropping part of it: ``random(1)`` became ``RANDOM()``, ``levenshtein(a, b, 3)`` ``LEVENSHTEIN(a, b)``,
     ``approx_count_distinct(x, 0.1)`` lost its accuracy, regexp flags were cut, and the statement answered
     another question than the one asked (sqlglot only logs such notes)."""
+    _drop_idle_distinct(root)
     generator = Dialect.get_or_raise("duckdb").generator(unsupported_level=ErrorLevel.IGNORE)
     try:
         text = generator.generate(root)
@@ -279,6 +280,16 @@ def _duckdb_text(root: exp.Expression) -> str:
         raise UnsupportedSqlError(f"this statement cannot run as written: {lost[0].rstrip('. ')} (part of it "
                                   "would be dropped); check the function's arguments")
     return text
+
+
+def _drop_idle_distinct(root: exp.Expression) -> None:
+    """``bool_and(DISTINCT x)`` / ``bool_or(DISTINCT x)`` as ``bool_and(x)`` / ``bool_or(x)``: the same answer
+    (duplicates do not change an AND or an OR), and sqlglot writes the DISTINCT form for DuckDB as
+    ``BOOL_AND(CAST(DISTINCT x AS BOOLEAN))``, which DuckDB refuses with an error about SQL the user never wrote."""
+    for node in list(root.find_all(exp.LogicalAnd, exp.LogicalOr)):
+        arg = node.this
+        if isinstance(arg, exp.Distinct) and len(arg.expressions) == 1 and arg.args.get("on") is None:
+            node.set("this", arg.expressions[0])
 
 
 def _use_system_table(table: exp.Table, key: str) -> None:

@@ -65,6 +65,14 @@ def test_residual_filter_and_aggregate_over_a_scan(gw: Gateway, shop: Shop) -> N
     assert out.rows() == [(len(big), sum(o for _, o in big))]
 
 
+def test_bool_and_or_of_distinct_values(gw: Gateway, shop: Shop) -> None:
+    """DISTINCT does not change an AND or an OR; sqlglot's DuckDB text for it was refused by DuckDB before."""
+    rows = gw.sql("SELECT bool_and(DISTINCT active), bool_or(DISTINCT active), bool_and(DISTINCT balance > 0) "
+                  "FROM accounts").rows()
+    actives = [v[2] for v in shop.accounts.values()]
+    assert rows == [(all(actives), any(actives), all(v[1] > 0 for v in shop.accounts.values()))]
+
+
 def test_order_by_key_and_limit(gw: Gateway, shop: Shop) -> None:
     out = gw.sql("SELECT customer FROM revenue ORDER BY customer DESC LIMIT 4")
     assert [r[0] for r in out.rows()] == sorted(shop.revenue, reverse=True)[:4]
