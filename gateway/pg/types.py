@@ -285,12 +285,37 @@ def _int_reader(name: str, low: int, high: int) -> Callable[[str], int]:
     return read
 
 
+def _number_text(digits: str) -> re.Pattern[str]:
+    mantissa = rf"(?:{digits}(?:\.(?:{digits})?)?|\.{digits})"
+    return re.compile(rf"[+-]?(?:{mantissa}(?:[eE][+-]?[0-9]+)?|inf|infinity)|nan", re.IGNORECASE)
+
+
+_NUMERIC_TEXT = _number_text(r"[0-9](?:_?[0-9])*")  # numeric_in (PostgreSQL 16): underscores between digits
+_FLOAT_TEXT = _number_text(r"[0-9]+")  # float8in: none
+
+
+def _read_numeric(text: str) -> decimal.Decimal:
+    """PostgreSQL's numeric input; Decimal() alone would also take other scripts' digits and 'sNaN'."""
+    t = text.strip(" \t\n\r\f\v")
+    if not _NUMERIC_TEXT.fullmatch(t):
+        raise ValueError(text)
+    return decimal.Decimal(t.replace("_", ""))
+
+
+def _read_float(text: str) -> float:
+    """PostgreSQL's float input; float() alone would also take underscores and other scripts' digits."""
+    t = text.strip(" \t\n\r\f\v")
+    if not _FLOAT_TEXT.fullmatch(t):
+        raise ValueError(text)
+    return float(t)
+
+
 _TEXT_PARAMS: dict[int, Callable[[str], Any]] = {
     16: _parse_bool,
     20: _int_reader("int8", -2**63, 2**63 - 1), 21: _int_reader("int2", -2**15, 2**15 - 1),
     23: _int_reader("int4", -2**31, 2**31 - 1), 26: _int_reader("oid", -2**31, 2**32 - 1),
-    700: float, 701: float,
-    1700: decimal.Decimal,
+    700: _read_float, 701: _read_float,
+    1700: _read_numeric,
     1082: lambda t: dt.date.fromisoformat(t.strip()),
     1114: lambda t: _parse_timestamp(t, False),
     1184: lambda t: _parse_timestamp(t, True),

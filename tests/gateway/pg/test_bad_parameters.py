@@ -80,6 +80,10 @@ def open_server(gw: Gateway) -> Iterator[PgServer]:
     (23, False, b"2147483648", "22003", 'value "2147483648" is out of range for type int4 in bind parameter 1'),
     (21, False, b"-32769", "22003", 'value "-32769" is out of range for type int2'),
     (20, False, b"0x8000000000000000", "22003", "out of range for type int8"),
+    (1700, False, b"sNaN", "22P02", 'invalid input syntax for type numeric: "sNaN" in bind parameter 1'),
+    (1700, False, "١٢".encode(), "22P02", 'invalid input syntax for type numeric: "١٢"'),
+    (701, False, b"1_000", "22P02", 'invalid input syntax for type float8: "1_000" in bind parameter 1'),
+    (701, False, b"1e", "22P02", 'invalid input syntax for type float8: "1e"'),
     (16, False, b"maybe", "22P02", 'invalid input syntax for type bool: "maybe" in bind parameter 1'),
     (16, False, b"o", "22P02", 'invalid input syntax for type bool: "o"'),
     (16, True, b"", "22P03", "incorrect binary data format for type bool (0 bytes) in bind parameter 1"),
@@ -92,7 +96,8 @@ def open_server(gw: Gateway) -> Iterator[PgServer]:
     (1007, True, struct.pack("!iiI", 1, 0, 23), "22P03", "incorrect binary data format for type _int4 (12 bytes)"),
 ], ids=["int-text", "numeric-text", "date-text", "long-text-shortened", "text-not-utf8", "unknown-not-utf8",
         "binary-text-not-utf8", "int-other-digits", "int-double-underscore", "int4-range", "int2-range", "int8-range",
-        "bool-text", "bool-ambiguous", "bool-binary-empty", "int8-binary-short", "uuid-binary-short",
+        "numeric-snan", "numeric-other-digits", "float-underscore", "float-exponent-cut", "bool-text",
+        "bool-ambiguous", "bool-binary-empty", "int8-binary-short", "uuid-binary-short",
         "array-unclosed", "array-element", "array-2d-text", "array-2d-binary", "array-binary-short"])
 def test_a_value_that_does_not_fit_its_type_is_refused_as_postgresql_does(
         open_server: PgServer, oid: int, binary: bool, raw: bytes, sqlstate: str, message: str) -> None:
@@ -145,4 +150,13 @@ def test_binary_boolean_parameters(open_server: PgServer) -> None:
 ])
 def test_integer_text_parameters_read_as_postgresql_16_reads_them(open_server: PgServer, oid: int, text: bytes,
                                                                   expected: bytes) -> None:
+    assert _bound_text(open_server, oid, text, False) == expected
+
+
+@pytest.mark.parametrize("oid, text, expected", [
+    (1700, b" 1_000.50 ", b"1000.50"), (1700, b"-.5e2", b"-50"), (1700, b"NaN", b"NaN"), (1700, b"5.", b"5"),
+    (701, b"2.5e-1", b"0.25"), (701, b"-Infinity", b"-Infinity"), (701, b"inf", b"Infinity"), (701, b"nan", b"NaN"),
+])
+def test_numeric_and_float_text_parameters_read_as_postgresql_reads_them(open_server: PgServer, oid: int,
+                                                                         text: bytes, expected: bytes) -> None:
     assert _bound_text(open_server, oid, text, False) == expected
