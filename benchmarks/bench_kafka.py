@@ -59,8 +59,8 @@ def run(quick: bool) -> list[Figure]:
     from stores.log.broker import LocalBroker
     from stores.pipeline.session import get_or_create
 
-    # 16 even in quick mode: a sample varies by tens of ms (the changelog's transaction is three broker round
-    # trips per batch), and the p50 of 8 moved between 1.0x and 1.26x from run to run on the same commit
+    # 16 even in quick mode: a sample varies by tens of ms (Spark's job for a one-row batch took 180-248 ms p50
+    # across runs of one commit), and the p50 of 8 moved between 1.0x and 1.26x of bare from run to run
     samples = 16 if quick else 40
     sizes = ((30_000, 3_000),) if quick else ((500_000, 50_000), (1_000_000, 500_000))
     root = Path(tempfile.mkdtemp(prefix="iqgate-bench-kafka-"))
