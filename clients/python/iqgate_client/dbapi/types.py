@@ -7,18 +7,24 @@ objects below compare equal to every type name of their group, which is the
 PEP 249 rule ("type objects must compare equal to the type codes").
 
 The remote transport gets JSON, which cannot carry every SQL type, so the
-gateway sends timestamps, dates, times and decimals as strings and bytes as
-base64; ``decode_value`` turns them back into the Python values the
-in-process path returns, guided by the column's type name.
+gateway sends timestamps, dates, times, decimals and UUIDs as strings and bytes as
+base64; ``decoder_for`` turns them back into the Python values the
+in-process path returns, guided by the column's type name, inside LIST and
+STRUCT values too. A value a decoder cannot read stays as sent (DuckDB itself
+hands out text for a TIME of 24:00:00 or a date past year 9999). One thing JSON
+loses for good: NaN and infinite floats arrive as null (the gateway's JSON
+contract; read such columns in process, or over the PG port).
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import datetime as _dt
 import decimal
 import re
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -182,9 +188,81 @@ _DECODERS: dict[str, Callable[[Any], Any]] = {
 }
 
 
+def _uuid(v: Any) -> Any:
+    return uuid.UUID(v) if isinstance(v, str) else v
+
+
+_DECODERS.update({"TIME WITH TIME ZONE": _time, "TIMETZ": _time, "UUID": _uuid, "GEOMETRY": _blob})
+_UNREADABLE = (ValueError, TypeError, OverflowError, decimal.InvalidOperation, binascii.Error)
+
+
+def _lenient(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``fn``, except that a value it cannot read stays as sent instead of failing the fetch."""
+    def decode(v: Any) -> Any:
+        try:
+            return fn(v)
+        except _UNREADABLE:
+            return v
+    return decode
+
+
 def decoder_for(type_name: str) -> Callable[[Any], Any] | None:
     """The function that turns a JSON value of this column type into its Python value (None: as is)."""
-    return _DECODERS.get(base_type(type_name))
+    t = type_name.strip()
+    if t.endswith("]") and "[" in t:  # LIST (``X[]``) or ARRAY (``X[3]``)
+        inner = decoder_for(t[:t.rindex("[")])
+        return None if inner is None else _each(inner)
+    if t.upper().startswith("STRUCT(") and t.endswith(")"):
+        fields = {name: decoder_for(ft) for name, ft in map(_struct_field, _top_level(t[7:-1]))}
+        fields = {name: d for name, d in fields.items() if d is not None}
+        return _struct(fields) if fields else None
+    fn = _DECODERS.get(base_type(t))
+    return None if fn is None else _lenient(fn)
+
+
+def _each(inner: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda v: [None if x is None else inner(x) for x in v] if isinstance(v, list) else v
+
+
+def _struct(fields: dict[str, Callable[[Any], Any]]) -> Callable[[Any], Any]:
+    def decode(v: Any) -> Any:
+        if not isinstance(v, dict):
+            return v
+        return {k: (fields[k](x) if x is not None and k in fields else x) for k, x in v.items()}
+    return decode
+
+
+def _top_level(text: str) -> list[str]:
+    """``a INTEGER, b DECIMAL(4,1), "c,d" VARCHAR`` split at the commas outside parentheses and quotes."""
+    parts, depth, quoted, start = [], 0, False, 0
+    for i, ch in enumerate(text):
+        if ch == '"':
+            quoted = not quoted
+        elif not quoted and ch == "(":
+            depth += 1
+        elif not quoted and ch == ")":
+            depth -= 1
+        elif not quoted and depth == 0 and ch == ",":
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return [p for p in parts if p]
+
+
+def _struct_field(text: str) -> tuple[str, str]:
+    """``name TYPE``, or a double-quoted name (a quote inside doubled) and its TYPE -> (name, TYPE)."""
+    if text.startswith('"'):
+        i = 1
+        while i < len(text):
+            if text[i] == '"':
+                if text[i + 1:i + 2] == '"':
+                    i += 2
+                    continue
+                break
+            i += 1
+        return text[1:i].replace('""', '"'), text[i + 1:].strip()
+    name, _, rest = text.partition(" ")
+    return name, rest.strip()
 
 
 # In-process rows are Python values already, except where Arrow's own Python form differs from
