@@ -168,6 +168,10 @@ def _hugeint(v: Any) -> Any:
     return int(v) if isinstance(v, str) else v
 
 
+def _uuid(v: Any) -> Any:
+    return uuid.UUID(v) if isinstance(v, str) else v
+
+
 _DECODERS: dict[str, Callable[[Any], Any]] = {
     "TIMESTAMP WITH TIME ZONE": _timestamp,
     "TIMESTAMPTZ": _timestamp,
@@ -177,10 +181,14 @@ _DECODERS: dict[str, Callable[[Any], Any]] = {
     "TIMESTAMP_NS": _naive_timestamp,
     "DATE": _date,
     "TIME": _time,
+    "TIME WITH TIME ZONE": _time,
+    "TIMETZ": _time,
+    "UUID": _uuid,
     "DECIMAL": _decimal,
     "NUMERIC": _decimal,
     "BLOB": _blob,
     "BYTEA": _blob,
+    "GEOMETRY": _blob,
     "INTERVAL": _interval,
     "HUGEINT": _hugeint,
     "UHUGEINT": _hugeint,
@@ -188,11 +196,6 @@ _DECODERS: dict[str, Callable[[Any], Any]] = {
 }
 
 
-def _uuid(v: Any) -> Any:
-    return uuid.UUID(v) if isinstance(v, str) else v
-
-
-_DECODERS.update({"TIME WITH TIME ZONE": _time, "TIMETZ": _time, "UUID": _uuid, "GEOMETRY": _blob})
 _UNREADABLE = (ValueError, TypeError, OverflowError, decimal.InvalidOperation, binascii.Error)
 
 
