@@ -38,6 +38,24 @@ class PlanningInterrupted(BaseException):  # noqa: N818 - like KeyboardInterrupt
     """
 
 
+_filter_installed = False
+
+
+def _without_interrupts(previous: Callable[[object], object]) -> Callable[[object], None]:
+    """``previous`` (an unraisable-exception hook), except for PlanningInterrupted.
+
+    Why: an interrupt can land where Python cannot raise it (a gc callback, a
+    ``__del__``); it is swallowed there and reported as "Exception ignored",
+    with a traceback on stderr (under pytest: a test error, and the re-sent
+    interrupt can hit pytest's own hook while it formats the first). That is
+    expected: ``run_deep`` sends it again until it lands in the planning.
+    """
+    def hook(unraisable: object) -> None:
+        if getattr(unraisable, "exc_type", None) is not PlanningInterrupted:
+            previous(unraisable)
+    return hook
+
+
 def run_deep(fn: Callable[[], T], attach_interrupt: Callable[[Callable[[], None] | None], None] | None = None) -> T:
     """``fn()`` on a deep-stack thread; its result, or its exception re-raised here.
 
@@ -45,6 +63,7 @@ def run_deep(fn: Callable[[], T], attach_interrupt: Callable[[Callable[[], None]
     that stops ``fn`` — PlanningInterrupted is raised in its thread at its
     next Python instruction and then here — while it runs, and None after.
     """
+    global _filter_installed
     if sys.getrecursionlimit() < RECURSION_LIMIT:
         sys.setrecursionlimit(RECURSION_LIMIT)  # process-wide; only deep work uses it
     box: dict[str, object] = {}
@@ -70,6 +89,9 @@ def run_deep(fn: Callable[[], T], attach_interrupt: Callable[[Callable[[], None]
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(t.ident), ctypes.py_object(PlanningInterrupted))
 
     with _lock:  # stack_size applies to threads started while it is set
+        if attach_interrupt is not None and not _filter_installed:  # once, wrapping the hook that is there then
+            _filter_installed = True
+            sys.unraisablehook = _without_interrupts(sys.unraisablehook)
         old = threading.stack_size(_STACK_BYTES)
         try:
             t = threading.Thread(target=target, name="iqgate-planner", daemon=True)
