@@ -26,10 +26,7 @@ from tests.gateway.pg.test_load_and_bad_clients import (
     _ready_count,
     _startup,
 )
-
-
-def _msg(kind: bytes, body: bytes) -> bytes:
-    return kind + struct.pack("!i", len(body) + 4) + body
+from tests.gateway.pg.test_protocol_fuzz import _msg
 
 
 def _exchange(srv: PgServer, oids: list[int], values: list[bytes], binary: bool) -> bytes:
