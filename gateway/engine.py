@@ -33,6 +33,7 @@ from stores.iqv2.request import StateQueryRequest
 from stores.iqv2.state import State
 
 from . import statements
+from .arrow_faithful import faithful_relation
 from .arrow_rows import ScanRows, StoreShapeMoved, collect
 from .arrow_scans import as_arrow_requests, close_streams, reads_once, relation_reader, streamable
 from .bounds import check_bound_topics
@@ -448,7 +449,7 @@ class Gateway:
             if arrow:  # record batches as DuckDB produces them (issue 14: every output streams)
                 rel = cur.sql(sql)
                 columns = [(str(n), str(t)) for n, t in zip(rel.columns, rel.types)]
-                reader = rel.to_arrow_reader(self.config.scan_batch_rows)
+                reader = faithful_relation(rel).to_arrow_reader(self.config.scan_batch_rows)
                 handed_over = True
                 return Result(columns=columns, arrow_stream=(reader.schema, arrow_batches(
                     reader, limit_rows, watch, relations)), **common)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 import duckdb
@@ -20,6 +19,9 @@ import pyarrow as pa
 
 from planner.plan import StatementKind
 from stores.iqv2.position import Position
+
+from .arrow_faithful import faithful_relation, timetz_text
+from .errors import ExecutionError
 
 __all__ = ["PartitionOutcome", "Result"]
 
@@ -143,7 +145,10 @@ class Result:
         if self._table is None:
             if self._sql is not None and self._cursor is not None and self._rerunnable:
                 self.rows()  # a stream still open on the cursor must end first
-                self._table = self._cursor.sql(self._sql).to_arrow_table()
+                try:
+                    self._table = faithful_relation(self._cursor.sql(self._sql)).to_arrow_table()
+                except duckdb.ConversionException as exc:  # a value arrow_faithful's cast cannot carry
+                    raise ExecutionError(str(exc).split("\n\nLINE ")[0]) from exc
             else:
                 self._table = _rows_table(self.columns, self.rows())
         return self._table
@@ -281,13 +286,31 @@ _DUCK_TO_ARROW = {
 }
 
 
+def _decimal128(name: str, duck_type: str, values: list[Any]) -> pa.Array:
+    """Integers as the decimal128(38, 0) DuckDB exports HUGEINT as; one past its signed 128 bits is an error,
+    as DuckDB's cast of it is (arrow_faithful), never a wrapped-around value."""
+    for v in values:
+        if v is not None and not -(2**127) <= v < 2**127:
+            raise ExecutionError(f"column {name!r}: the {duck_type} value {v} is out of range for Arrow's "
+                                 "decimal128(38, 0) (an answer as Arrow carries 128-bit integers as signed)")
+    # from the 16-byte integers themselves, as DuckDB writes them: pyarrow's own conversion refuses 39 digits
+    data = pa.py_buffer(b"".join((0 if v is None else v).to_bytes(16, "little", signed=True) for v in values))
+    valid = pa.array([v is not None for v in values], type=pa.bool_()).buffers()[1] if None in values else None
+    return pa.Array.from_buffers(pa.decimal128(38, 0), len(values), [valid, data])
+
+
 def _rows_table(columns: list[tuple[str, str]], rows: list[tuple[Any, ...]]) -> pa.Table:
-    """Arrow for rows built without DuckDB (fast path, catalog statements): column types are known."""
+    """Arrow for rows in hand (the fast path, catalog statements, residual answers fetched as Python rows)."""
     arrays = []
-    for i, (_, t) in enumerate(columns):
+    for i, (name, t) in enumerate(columns):
         values = [r[i] for r in rows]
-        if t == "HUGEINT":  # sum() of integers (residual_eval.py): DuckDB's Arrow for it is decimal128(38, 0)
-            arrays.append(pa.array([None if v is None else Decimal(v) for v in values], type=pa.decimal128(38, 0)))
+        if t in ("HUGEINT", "UHUGEINT"):  # sum() of integers (residual_eval.py): DuckDB's Arrow is decimal128(38, 0)
+            arrays.append(_decimal128(name, t, values))
             continue
-        arrays.append(pa.array(values, type=_DUCK_TO_ARROW.get(t)))
+        if t == "TIME WITH TIME ZONE":  # as arrow_faithful sends it: Arrow's time has no offset
+            values = [timetz_text(v) for v in values]
+        try:
+            arrays.append(pa.array(values, type=_DUCK_TO_ARROW.get(t)))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:  # e.g. a UHUGEINT past 2^64 in a LIST
+            raise ExecutionError(f"column {name!r} of type {t} cannot be sent as Arrow: {exc}") from exc
     return pa.Table.from_arrays(arrays, names=[n for n, _ in columns]) if columns else pa.table({})

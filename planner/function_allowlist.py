@@ -333,7 +333,7 @@ GUARD_NAMES = frozenset({
     'sumkahan', 'switch', 'tan', 'tanh', 'time_bucket', 'time_from_parts', 'time_to_str', 'time_to_unix',
     'timestamp_from_parts', 'timestamp_trunc', 'timetz_byte_comparable', 'timezone', 'timezone_hour',
     'timezone_minute', 'to_aggregate_state', 'to_base', 'to_base64', 'to_binary', 'to_centuries', 'to_days',
-    'to_decades', 'to_hex', 'to_hours', 'to_json', 'to_microseconds', 'to_millennia', 'to_milliseconds',
+    'to_decades', 'to_hex', 'to_hours', 'to_json', 'to_map', 'to_microseconds', 'to_millennia', 'to_milliseconds',
     'to_minutes', 'to_months', 'to_quarters', 'to_seconds', 'to_timestamp', 'to_weeks', 'to_years', 'today',
     'transaction_timestamp', 'transform', 'translate', 'trim', 'trunc', 'try_cast', 'try_strptime', 'typeof',
     'ucase', 'unbin', 'unhex', 'unicode', 'union_extract', 'union_tag', 'union_value', 'unix_to_time', 'unnest',

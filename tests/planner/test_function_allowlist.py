@@ -70,6 +70,14 @@ def test_allowed_functions_are_accepted_by_the_guard() -> None:
     assert not refused, f"allowed by the list but refused by the guard: {refused}"
 
 
+@pytest.mark.parametrize("sql", ["SELECT MAP {1: 'a'}", "SELECT MAP {}", "SELECT MAP {'k': [1, 2]}['k']"])
+def test_literal_syntax_sqlglot_reads_as_a_function_plans(sql: str) -> None:
+    """DuckDB's MAP {k: v} literal is a ToMap node to sqlglot: it was refused as "unknown function to_map()",
+    a name the statement never wrote (s17); what it holds is still guarded."""
+    assert _plan(sql) is None
+    assert isinstance(_plan("SELECT MAP {1: read_text('/etc/passwd')}"), planner.ForbiddenFunctionError)
+
+
 @pytest.mark.parametrize("sql", [
     "SELECT json_serialize_plan('SELECT current_setting(''memory_limit'')', optimize := true)",
     "SELECT * FROM duckdb_settings()",
