@@ -335,7 +335,7 @@ GUARD_NAMES = frozenset({
     'timezone_minute', 'to_aggregate_state', 'to_base', 'to_base64', 'to_binary', 'to_centuries', 'to_days',
     'to_decades', 'to_hex', 'to_hours', 'to_json', 'to_map', 'to_microseconds', 'to_millennia', 'to_milliseconds',
     'to_minutes', 'to_months', 'to_quarters', 'to_seconds', 'to_timestamp', 'to_weeks', 'to_years', 'today',
-    'transaction_timestamp', 'transform', 'translate', 'trim', 'trunc', 'try_cast', 'try_strptime', 'typeof',
+    'transaction_timestamp', 'transform', 'translate', 'trim', 'trunc', 'try', 'try_cast', 'try_strptime', 'typeof',
     'ucase', 'unbin', 'unhex', 'unicode', 'union_extract', 'union_tag', 'union_value', 'unix_to_time', 'unnest',
     'unpivot_list', 'upper', 'url_decode', 'url_encode', 'uuid', 'uuid_extract_timestamp', 'uuid_extract_version',
     'uuidv4', 'uuidv7', 'var_pop', 'var_samp', 'variance', 'variance_pop', 'variant_array_length',
