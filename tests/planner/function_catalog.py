@@ -45,7 +45,7 @@ SYNTAX_NAMES = frozenset({
     "bracket", "distinct", "greatest", "least", "current_timestamp", "current_date", "current_time",
     "localtimestamp", "localtime", "columns", "collate", "lambda", "star", "at_time_zone", "convert_timezone",
     "is_inf", "is_nan", "in", "exists", "any", "all", "some", "trim", "substring", "overlay", "position",
-    "timestamp_trunc", "date_trunc", "to_map", "try",  # to_map: DuckDB's MAP {k: v} literal; try: TRY(expr)
+    "timestamp_trunc", "date_trunc", "to_map", "try", "grouping", "grouping_id",  # MAP {k: v}, TRY(expr), GROUPING(…)
 })
 
 

@@ -74,11 +74,13 @@ def test_allowed_functions_are_accepted_by_the_guard() -> None:
     ("SELECT MAP {1: 'a'}", "SELECT MAP {1: read_text('/etc/passwd')}"),
     ("SELECT MAP {'k': [1, 2]}['k']", None),
     ("SELECT TRY(CAST('x' AS INT))", "SELECT TRY(getenv('HOME'))"),
+    ("SELECT a, GROUPING(a), GROUPING_ID(a) FROM (VALUES (1)) t(a) GROUP BY ROLLUP (a)", None),
 ])
 def test_syntax_sqlglot_reads_as_a_function_plans(sql: str, inside: str | None) -> None:
-    """DuckDB's MAP {k: v} literal and TRY(expr) are ToMap and Try nodes to sqlglot: they were refused as
-    "unknown function to_map()" (a name the statement never wrote) and "unknown function try()" (s17). What
-    they hold is still guarded."""
+    """DuckDB's MAP {k: v} literal, TRY(expr) and GROUPING(…) are nodes of their own to sqlglot (ToMap, Try,
+    Grouping), and not in DuckDB's function list: they were refused as "unknown function to_map()" (a name the
+    statement never wrote), "unknown function try()" and "unknown function grouping()" (s17). What they hold is
+    still guarded."""
     assert _plan(sql) is None
     if inside is not None:
         assert isinstance(_plan(inside), planner.ForbiddenFunctionError)
