@@ -15,6 +15,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.duckdb import DuckDB
+from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import ErrorLevel, ParseError, TokenError
 from sqlglot.generators.duckdb import DuckDBGenerator
 from sqlglot.parsers.duckdb import DuckDBParser
@@ -58,7 +59,45 @@ def _positioned(fn: Any) -> Any:
     return parse
 
 
+_PG_JSON_PATH = {name: Postgres.Parser.FUNCTIONS[name] for name in ("JSON_EXTRACT_PATH", "JSON_EXTRACT_PATH_TEXT")}
+
+
+def _json_call(name: str) -> Any:
+    """sqlglot's DuckDB builder for ``name``, except with more than two arguments.
+
+    Why: that builder keeps the first path argument and drops the rest, so
+    ``json_extract_path_text(j, 'a', 'b')`` ran as ``j ->> '$.a'``: a wrong
+    answer where PostgreSQL answers ``j -> 'a' ->> 'b'`` and DuckDB, whose
+    function takes two arguments, refuses (s17). PostgreSQL's two functions
+    now mean what they mean there (all-literal keys as sqlglot transpiles
+    them from PostgreSQL, other keys one ``->`` at a time); DuckDB's own
+    names stay a call with every argument, which DuckDB refuses by name.
+    """
+    duck = DuckDBParser.FUNCTIONS[name]
+
+    def build(args: list[Any], dialect: Any) -> exp.Expression:
+        if len(args) <= 2:
+            return duck(args, dialect)
+        if name not in _PG_JSON_PATH:
+            return exp.Anonymous(this=name.lower(), expressions=args)
+        if all(isinstance(a, exp.Literal) for a in args[1:]):
+            return _PG_JSON_PATH[name](args)
+        node = args[0]
+        for i, key in enumerate(args[1:], start=2):
+            last = i == len(args) and name == "JSON_EXTRACT_PATH_TEXT"
+            node = (exp.JSONExtractScalar if last else exp.JSONExtract)(this=node, expression=key)
+        return node
+
+    return build
+
+
 class Parser(DuckDBParser):
+    FUNCTIONS = {
+        **DuckDBParser.FUNCTIONS,
+        **{name: _json_call(name) for name in ("JSON_EXTRACT", "JSON_EXTRACT_STRING", "JSON_EXTRACT_SCALAR",
+                                               "JSON_EXTRACT_PATH", "JSON_EXTRACT_PATH_TEXT")},
+    }
+
     PLACEHOLDER_PARSERS = {
         **DuckDBParser.PLACEHOLDER_PARSERS,
         TokenType.PLACEHOLDER: _positioned(DuckDBParser.PLACEHOLDER_PARSERS[TokenType.PLACEHOLDER]),
