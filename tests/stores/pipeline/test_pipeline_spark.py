@@ -204,8 +204,11 @@ def test_deleted_source_topic_goes_to_error_through_the_handler(spark, tmp_path)
 
         log.delete_topic("events")
         wait_for_state(app, State.ERROR)
-        assert transitions[-3:] == [(State.REBALANCING, State.RUNNING), (State.RUNNING, State.PENDING_ERROR),
-                                    (State.PENDING_ERROR, State.ERROR)]
+        # the error path in order. The listener is called outside the state lock (as Kafka Streams calls it): once,
+        # on a loaded machine (ci47), the list ended (CREATED, REBALANCING), (RUNNING, PENDING_ERROR), …, the
+        # REBALANCING -> RUNNING call recorded before start()'s own
+        assert transitions[-2:] == [(State.RUNNING, State.PENDING_ERROR), (State.PENDING_ERROR, State.ERROR)]
+        assert (State.REBALANCING, State.RUNNING) in transitions
         assert seen and all(isinstance(e, MissingSourceTopicException) for e in seen)
         assert "'events'" in str(seen[0])
         with pytest.raises(StreamsStoppedException):
