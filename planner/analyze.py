@@ -29,7 +29,7 @@ from .errors import (
     ReadOnlyError,
     UnsupportedSqlError,
 )
-from .guard import ALLOWED, check_functions, check_read_only, check_value_sizes, statement_name
+from .guard import ALLOWED, check_argument_counts, check_functions, check_read_only, check_value_sizes, statement_name
 from .literals import value_ref
 from .pg_compat import rewrite_pg_compat
 from .plan import FAILURE_COLUMNS, PSEUDO_COLUMNS, StatementKind
@@ -78,6 +78,7 @@ def analyze(sql: str, statement: exp.Expression, catalog: Mapping[str, StoreSpec
     check_read_only(sql, statement)
     statement = rewrite_pg_compat(statement)
     check_functions(sql, statement)
+    check_argument_counts(sql, statement)
     check_value_sizes(sql, statement)
     return _analyze_query(sql, statement, catalog, explain)
 

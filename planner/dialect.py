@@ -24,6 +24,7 @@ from sqlglot.tokens import TokenType
 from stores.iqv2.position import Position, PositionError
 
 from .errors import InvalidPositionError, SqlSyntaxError
+from .function_allowlist import ALLOWED_DUCKDB_FUNCTIONS, MAX_ARGUMENTS
 from .positions import line_col
 
 __all__ = ["Dialect", "IqgateDialect", "PositionClause", "Explain", "parse_statement", "SQLGLOT_FAILURES"]
@@ -91,11 +92,100 @@ def _json_call(name: str) -> Any:
     return build
 
 
+def _lost_any(args: list[Any], node: exp.Expression) -> bool:
+    """Whether an argument given to a builder is not in what it built (dropped, or rewritten into another form),
+    or not in the SQL written back for it (kept under a name DuckDB's generator leaves out)."""
+    kept = {id(n) for n in node.walk()}
+    if any(isinstance(a, exp.Expression) and id(a) not in kept for a in args):
+        return True
+    generator = _DIALECT.generator(unsupported_level=ErrorLevel.IGNORE)  # notes kept, not logged
+    try:
+        text = generator.generate(node)
+        if generator.unsupported_messages:  # sqlglot knows it writes less than it was given
+            return True
+        return any(isinstance(a, exp.Expression) and a.sql(dialect=_DIALECT) not in text for a in args)
+    except Exception:  # noqa: BLE001 - a node sqlglot cannot write yet is the builder's business, as before
+        return False
+
+
+def _counted(name: str, builder: Any) -> Any:
+    """``builder`` that also notes on the node it builds the name called and how many arguments it was given.
+
+    Why: sqlglot's builders keep the arguments they know and silently drop
+    the rest. Past what DuckDB's function takes (``instr(s, t, 3)`` ran as
+    ``instr(s, t)``, ``log10(x, y)`` as ``log10(x)``), a call DuckDB refuses got
+    an answer: the guard compares the count (guard.check_argument_counts).
+    Within it, a DuckDB call lost its meaning: ``jaro_winkler_similarity(a, b,
+    0.99)`` ignored its cutoff, ``time_bucket(w, ts, 'America/New_York')``
+    read the zone as a column. A call of DuckDB's own function whose
+    arguments the builder did not all keep as given goes to DuckDB as written.
+    """
+    wants_dialect = "dialect" in builder.__code__.co_varnames  # as sqlglot's parser decides how to call it
+    duckdbs = name.lower() in ALLOWED_DUCKDB_FUNCTIONS
+
+    def build(args: list[Any], dialect: Any) -> Any:
+        given = list(args)
+        node = builder(args, dialect) if wants_dialect else builder(args)
+        if not isinstance(node, exp.Expression):
+            return node
+        if duckdbs and not isinstance(node, exp.AggFunc) and _lost_any(given, node):
+            node = exp.Anonymous(this=name.lower(), expressions=given)
+        node.meta["call"] = (name.lower(), len(given))
+        return node
+
+    return build
+
+
+_OPENS = {TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.L_BRACE}
+_CLOSES = {TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.R_BRACE}
+
+
+def _arguments_between(tokens: list[Any], start: int, end: int) -> int:
+    """How many comma-separated arguments the tokens of a call hold (an ORDER BY inside ends the count)."""
+    if start >= end:
+        return 0
+    depth, given = 0, 1
+    for tok in tokens[start:end]:
+        if tok.token_type in _OPENS:
+            depth += 1
+        elif tok.token_type in _CLOSES:
+            depth -= 1
+        elif depth == 0 and tok.token_type == TokenType.COMMA:
+            given += 1
+        elif depth == 0 and tok.token_type == TokenType.ORDER_BY:
+            break
+    return given
+
+
+def _counted_parser(name: str, parse: Any) -> Any:
+    """A function parser of sqlglot's (calls with syntax of their own: ``string_agg(x, ',' ORDER BY y)``,
+    ``arg_max(x, y, n)``) that also notes its name and argument count, as ``_counted`` does for builders."""
+
+    def run(self: Parser) -> Any:
+        start = self._index
+        node = parse(self)
+        if isinstance(node, exp.Expression):
+            node.meta["call"] = (name.lower(), _arguments_between(self._tokens, start, self._index))
+            if start >= 2:  # the name, then "(": errors about the call point at its name
+                node.meta.setdefault("start", self._tokens[start - 2].start)
+        return node
+
+    return run
+
+
 class Parser(DuckDBParser):
+    FUNCTION_PARSERS = {
+        **DuckDBParser.FUNCTION_PARSERS,
+        **{name: _counted_parser(name, parse) for name, parse in DuckDBParser.FUNCTION_PARSERS.items()
+           if name.lower() in MAX_ARGUMENTS},
+    }
+
     FUNCTIONS = {
-        **DuckDBParser.FUNCTIONS,
-        **{name: _json_call(name) for name in ("JSON_EXTRACT", "JSON_EXTRACT_STRING", "JSON_EXTRACT_SCALAR",
-                                               "JSON_EXTRACT_PATH", "JSON_EXTRACT_PATH_TEXT")},
+        **{name: _counted(name, builder) for name, builder in DuckDBParser.FUNCTIONS.items()},
+        **{name: _counted(name, _json_call(name)) for name in ("JSON_EXTRACT", "JSON_EXTRACT_STRING",
+                                                               "JSON_EXTRACT_SCALAR")},
+        # PostgreSQL's, with more arguments than DuckDB's two: _json_call gives them their PostgreSQL meaning
+        **{name: _json_call(name) for name in ("JSON_EXTRACT_PATH", "JSON_EXTRACT_PATH_TEXT")},
     }
 
     PLACEHOLDER_PARSERS = {

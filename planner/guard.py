@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from .errors import ForbiddenFunctionError, ReadOnlyError, ResourceLimitError
-from .function_allowlist import GUARD_NAMES, REFUSED_DUCKDB_FUNCTIONS
+from .errors import ForbiddenFunctionError, ReadOnlyError, ResourceLimitError, SqlSyntaxError
+from .function_allowlist import GUARD_NAMES, MAX_ARGUMENTS, REFUSED_DUCKDB_FUNCTIONS
 from .positions import node_position
 from .suggest import closest
 
-__all__ = ["check_read_only", "check_functions", "check_value_sizes", "function_name", "is_allowed",
-           "MAX_VALUE_ELEMENTS"]
+__all__ = ["check_read_only", "check_functions", "check_argument_counts", "check_value_sizes", "function_name",
+           "is_allowed", "MAX_VALUE_ELEMENTS"]
 
 ALLOWED = "only SELECT, WITH, EXPLAIN, SHOW, DESCRIBE and SET are allowed"
 
@@ -111,6 +111,24 @@ def check_value_sizes(sql: str, statement: exp.Expression) -> None:
 
 def is_allowed(name: str) -> bool:
     return name in GUARD_NAMES
+
+
+def check_argument_counts(sql: str, statement: exp.Expression) -> None:
+    """A call with more arguments than DuckDB's function takes is refused, naming both counts.
+
+    sqlglot would have dropped the ones past what it knows (dialect.py ``_counted``), answering a call DuckDB
+    refuses: ``instr('abc', 'c', 2)`` is not ``instr('abc', 'c')``.
+    """
+    for node in statement.walk():
+        call = node.meta.get("call") if node._meta else None
+        if call is None:
+            continue
+        name, given = call
+        most = MAX_ARGUMENTS.get(name)
+        if most is not None and given > most:
+            line, col = node_position(sql, node)
+            takes = f"at most {most} argument{'s' if most != 1 else ''}" if most else "no arguments"
+            raise SqlSyntaxError(f"{_short(name)}() takes {takes}, got {given}", line=line, col=col)
 
 
 def check_functions(sql: str, statement: exp.Expression) -> None:

@@ -16,6 +16,7 @@ from stores.catalog.schema import StoreKind, StoreSpec
 from stores.iqv2.query import ResultOrder
 
 from .errors import UnknownColumnError
+from .function_allowlist import AGGREGATE_FUNCTIONS
 from .literals import value_ref
 from .plan import PSEUDO_COLUMNS
 from .positions import node_position
@@ -26,6 +27,18 @@ from .template import ScanTemplate
 __all__ = ["analyze_scope", "local_sources"]
 
 _ROW_CHANGING = (exp.AggFunc, exp.Window, exp.Unnest, exp.Explode, exp.Subquery)
+
+
+def _row_changing(e: exp.Expression) -> bool:
+    """Whether ``e`` holds something that drops, adds or merges rows: an aggregate, window, unnest or subquery.
+
+    DuckDB aggregates sqlglot does not know (``mean``, ``product``, ``mad``, ``histogram``…) are anonymous calls
+    to it, not AggFuncs: before this was checked by name, ``SELECT mean(x) FROM s LIMIT 1`` had its LIMIT pushed
+    into the scan and averaged one row (s17).
+    """
+    if e.find(*_ROW_CHANGING):
+        return True
+    return any(n.name.lower() in AGGREGATE_FUNCTIONS for n in e.find_all(exp.Anonymous))
 
 
 def local_sources(select: exp.Select) -> list[tuple[str, exp.Expression]]:
@@ -229,7 +242,7 @@ def _pass_through(node: exp.Expression, scope: Any, root: exp.Expression,
     mapping: dict[str, str] = {}
     seen: dict[str, int] = {}
     for e in inner.expressions:
-        if e.find(*_ROW_CHANGING):
+        if _row_changing(e):
             return None
         star = e if isinstance(e, exp.Star) else (e.this if isinstance(e, exp.Column) and isinstance(e.this, exp.Star) else None)
         if star is not None:
@@ -263,7 +276,7 @@ def _simple(select: exp.Select) -> bool:
     """Nothing after the scan can drop, add or merge rows."""
     if any(select.args.get(k) for k in ("group", "having", "qualify", "distinct", "windows", "laterals", "sample", "with_", "joins")):
         return False
-    return not any(e.find(*_ROW_CHANGING) for e in select.expressions)
+    return not any(_row_changing(e) for e in select.expressions)
 
 
 def _order_and_limit(select: exp.Select, scan: ScanTemplate, resolve: Any, param_index: dict[int, int]) -> None:

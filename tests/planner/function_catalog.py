@@ -111,6 +111,36 @@ def classify() -> tuple[list[str], list[str], list[str]]:
     return ok, refused, sorted(guard)
 
 
+def max_arguments(allowed: list[str]) -> dict[str, int]:
+    """name -> the most arguments any of its overloads takes, for the allowed names none of whose overloads takes
+    a variable number (the guard refuses a call with more: sqlglot drops arguments past what it knows)."""
+    con = duckdb.connect()
+    rows = con.sql("SELECT function_name, max(len(parameters)), bool_or(varargs IS NOT NULL) FROM duckdb_functions() "
+                   "GROUP BY function_name").fetchall()
+    con.close()
+    names = set(allowed)
+    return {name: most for name, most, varargs in sorted(rows) if name in names and not varargs}
+
+
+def aggregates(allowed: list[str]) -> list[str]:
+    """The allowed names DuckDB has an aggregate of: the planner must not push a LIMIT past one (sqlglot parses the
+    ones it does not know, ``mean``, ``product``, ``mad``…, as anonymous calls, not aggregates)."""
+    funcs = duckdb_functions()
+    return [name for name in allowed if "aggregate" in funcs[name][0]]
+
+
+def _arities(most: dict[str, int]) -> str:
+    lines, line = [], "   "
+    for n, k in most.items():
+        piece = f" {n!r}: {k},"
+        if len(line) + len(piece) > 116:
+            lines.append(line)
+            line = "   "
+        line += piece
+    lines.append(line)
+    return "\n".join(lines)
+
+
 def _names(items: list[str]) -> str:
     lines, line = [], "   "
     for n in items:
@@ -137,7 +167,8 @@ environment, files or the network.
 
 from __future__ import annotations
 
-__all__ = ["ALLOWED_DUCKDB_FUNCTIONS", "REFUSED_DUCKDB_FUNCTIONS", "GUARD_NAMES"]
+__all__ = ["ALLOWED_DUCKDB_FUNCTIONS", "REFUSED_DUCKDB_FUNCTIONS", "GUARD_NAMES", "MAX_ARGUMENTS",
+           "AGGREGATE_FUNCTIONS"]
 
 #: DuckDB function names a statement may call.
 ALLOWED_DUCKDB_FUNCTIONS = frozenset({{
@@ -152,6 +183,16 @@ REFUSED_DUCKDB_FUNCTIONS = frozenset({{
 #: The names the planner's guard sees (sqlglot's, for the allowed functions and SQL syntax).
 GUARD_NAMES = frozenset({{
 {_names(guard)}
+}})
+
+#: The most arguments an allowed DuckDB function takes (those with a variable number are not listed).
+MAX_ARGUMENTS = {{
+{_arities(max_arguments(ok))}
+}}
+
+#: The allowed names DuckDB has an aggregate of (sqlglot parses some as plain calls).
+AGGREGATE_FUNCTIONS = frozenset({{
+{_names(aggregates(ok))}
 }})
 '''
 
