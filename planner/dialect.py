@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from typing import Any
 
 import sqlglot
@@ -92,20 +93,39 @@ def _json_call(name: str) -> Any:
     return build
 
 
-def _lost_any(args: list[Any], node: exp.Expression) -> bool:
-    """Whether an argument given to a builder is not in what it built (dropped, or rewritten into another form),
-    or not in the SQL written back for it (kept under a name DuckDB's generator leaves out)."""
-    kept = {id(n) for n in node.walk()}
-    if any(isinstance(a, exp.Expression) and id(a) not in kept for a in args):
-        return True
-    generator = _DIALECT.generator(unsupported_level=ErrorLevel.IGNORE)  # notes kept, not logged
-    try:
-        text = generator.generate(node)
-        if generator.unsupported_messages:  # sqlglot knows it writes less than it was given
+def _within(arg: exp.Expression, node: exp.Expression) -> bool:
+    """Whether ``arg`` is ``node`` or below it, walking up its parents (cheap: a builder wraps an argument, it does
+    not bury it). Each step must be held by its parent: a builder may have put the argument into a node it then
+    rebuilt without it (``time_bucket``'s zone became a Var, its literal still pointing at the first node)."""
+    while arg is not None:
+        if arg is node:
             return True
-        return any(isinstance(a, exp.Expression) and a.sql(dialect=_DIALECT) not in text for a in args)
-    except Exception:  # noqa: BLE001 - a node sqlglot cannot write yet is the builder's business, as before
-        return False
+        parent = arg.parent
+        held = parent.args.get(arg.arg_key) if parent is not None else None
+        if not (held is arg or (isinstance(held, list) and any(h is arg for h in held))):
+            return False
+        arg = parent
+    return False
+
+
+_WRITES_SHORT: dict[tuple[str, int], bool] = {}
+
+
+def _writes_short(name: str, build: Callable[[list[Any]], Any], n: int) -> bool:
+    """Whether sqlglot writes a call of ``name`` with ``n`` arguments back with fewer of them, or notes that it
+    cannot write it as given. Found once per (name, count) on placeholder columns, so the cost of a statement
+    stays linear in its calls however deeply they nest."""
+    key = (name, n)
+    if key not in _WRITES_SHORT:
+        markers = [exp.column(f"__iq_arg_{i}__") for i in range(n)]
+        generator = _DIALECT.generator(unsupported_level=ErrorLevel.IGNORE)  # notes kept, not logged
+        try:
+            text = generator.generate(build(list(markers))).lower()
+            short = bool(generator.unsupported_messages) or any(f"__iq_arg_{i}__" not in text for i in range(n))
+        except Exception:  # noqa: BLE001 - placeholders a builder cannot take say nothing about real arguments
+            short = False
+        _WRITES_SHORT[key] = short
+    return _WRITES_SHORT[key]
 
 
 def _counted(name: str, builder: Any) -> Any:
@@ -123,12 +143,17 @@ def _counted(name: str, builder: Any) -> Any:
     wants_dialect = "dialect" in builder.__code__.co_varnames  # as sqlglot's parser decides how to call it
     duckdbs = name.lower() in ALLOWED_DUCKDB_FUNCTIONS
 
+    def call(args: list[Any]) -> Any:
+        return builder(args, _DIALECT) if wants_dialect else builder(args)
+
     def build(args: list[Any], dialect: Any) -> Any:
         given = list(args)
         node = builder(args, dialect) if wants_dialect else builder(args)
         if not isinstance(node, exp.Expression):
             return node
-        if duckdbs and not isinstance(node, exp.AggFunc) and _lost_any(given, node):
+        if duckdbs and not isinstance(node, exp.AggFunc) and (
+                any(isinstance(a, exp.Expression) and not _within(a, node) for a in given)
+                or _writes_short(name, call, len(given))):
             node = exp.Anonymous(this=name.lower(), expressions=given)
         node.meta["call"] = (name.lower(), len(given))
         return node
