@@ -10,7 +10,7 @@ environment, files or the network.
 from __future__ import annotations
 
 __all__ = ["ALLOWED_DUCKDB_FUNCTIONS", "REFUSED_DUCKDB_FUNCTIONS", "GUARD_NAMES", "MAX_ARGUMENTS",
-           "AGGREGATE_FUNCTIONS"]
+           "AGGREGATE_FUNCTIONS", "SET_RETURNING_FUNCTIONS"]
 
 #: DuckDB function names a statement may call.
 ALLOWED_DUCKDB_FUNCTIONS = frozenset({
@@ -510,4 +510,9 @@ AGGREGATE_FUNCTIONS = frozenset({
     'regr_slope', 'regr_sxx', 'regr_sxy', 'regr_syy', 'reservoir_quantile', 'sem', 'skewness', 'stddev',
     'stddev_pop', 'stddev_samp', 'string_agg', 'sum', 'sum_no_overflow', 'sumkahan', 'var_pop', 'var_samp',
     'variance', 'variant_group_object',
+})
+
+#: The allowed macros that return rows in a SELECT list (they unnest).
+SET_RETURNING_FUNCTIONS = frozenset({
+    'generate_subscripts', 'regexp_split_to_table',
 })

@@ -16,7 +16,7 @@ from stores.catalog.schema import StoreKind, StoreSpec
 from stores.iqv2.query import ResultOrder
 
 from .errors import UnknownColumnError
-from .function_allowlist import AGGREGATE_FUNCTIONS
+from .function_allowlist import AGGREGATE_FUNCTIONS, SET_RETURNING_FUNCTIONS
 from .literals import value_ref
 from .plan import PSEUDO_COLUMNS
 from .positions import node_position
@@ -29,16 +29,20 @@ __all__ = ["analyze_scope", "local_sources"]
 _ROW_CHANGING = (exp.AggFunc, exp.Window, exp.Unnest, exp.Explode, exp.Subquery)
 
 
+_ROW_CHANGING_NAMES = AGGREGATE_FUNCTIONS | SET_RETURNING_FUNCTIONS
+
+
 def _row_changing(e: exp.Expression) -> bool:
     """Whether ``e`` holds something that drops, adds or merges rows: an aggregate, window, unnest or subquery.
 
-    DuckDB aggregates sqlglot does not know (``mean``, ``product``, ``mad``, ``histogram``…) are anonymous calls
-    to it, not AggFuncs: before this was checked by name, ``SELECT mean(x) FROM s LIMIT 1`` had its LIMIT pushed
-    into the scan and averaged one row (s17).
+    DuckDB aggregates and row-returning macros sqlglot does not know (``mean``, ``product``, ``mad``,
+    ``histogram``, ``generate_subscripts``…) are anonymous calls to it, not AggFuncs or Unnests: before they
+    were checked by name, ``SELECT mean(x) FROM s LIMIT 1`` had its LIMIT pushed into the scan and averaged one
+    row, and ``SELECT generate_subscripts(l, 1) FROM s LIMIT 5`` answered fewer rows than 5 (s17).
     """
     if e.find(*_ROW_CHANGING):
         return True
-    return any(n.name.lower() in AGGREGATE_FUNCTIONS for n in e.find_all(exp.Anonymous))
+    return any(n.name.lower() in _ROW_CHANGING_NAMES for n in e.find_all(exp.Anonymous))
 
 
 def local_sources(select: exp.Select) -> list[tuple[str, exp.Expression]]:

@@ -129,6 +129,17 @@ def aggregates(allowed: list[str]) -> list[str]:
     return [name for name in allowed if "aggregate" in funcs[name][0]]
 
 
+def set_returning(allowed: list[str]) -> list[str]:
+    """The allowed macros that unnest (``generate_subscripts``, ``regexp_split_to_table``): in a SELECT list they
+    return rows, not a value, so the planner must not push a LIMIT past one either."""
+    con = duckdb.connect()
+    rows = con.sql("SELECT DISTINCT function_name FROM duckdb_functions() WHERE function_type = 'macro' "
+                   "AND lower(macro_definition) LIKE '%unnest%'").fetchall()
+    con.close()
+    names = set(allowed)
+    return sorted(name for (name,) in rows if name in names)
+
+
 def _arities(most: dict[str, int]) -> str:
     lines, line = [], "   "
     for n, k in most.items():
@@ -168,7 +179,7 @@ environment, files or the network.
 from __future__ import annotations
 
 __all__ = ["ALLOWED_DUCKDB_FUNCTIONS", "REFUSED_DUCKDB_FUNCTIONS", "GUARD_NAMES", "MAX_ARGUMENTS",
-           "AGGREGATE_FUNCTIONS"]
+           "AGGREGATE_FUNCTIONS", "SET_RETURNING_FUNCTIONS"]
 
 #: DuckDB function names a statement may call.
 ALLOWED_DUCKDB_FUNCTIONS = frozenset({{
@@ -193,6 +204,11 @@ MAX_ARGUMENTS = {{
 #: The allowed names DuckDB has an aggregate of (sqlglot parses some as plain calls).
 AGGREGATE_FUNCTIONS = frozenset({{
 {_names(aggregates(ok))}
+}})
+
+#: The allowed macros that return rows in a SELECT list (they unnest).
+SET_RETURNING_FUNCTIONS = frozenset({{
+{_names(set_returning(ok))}
 }})
 '''
 
