@@ -140,28 +140,24 @@ def set_returning(allowed: list[str]) -> list[str]:
     return sorted(name for (name,) in rows if name in names)
 
 
-def _arities(most: dict[str, int]) -> str:
+def _wrapped(pieces: list[str]) -> str:
+    """Items of a generated literal, indented and wrapped before 116 columns."""
     lines, line = [], "   "
-    for n, k in most.items():
-        piece = f" {n!r}: {k},"
+    for piece in pieces:
         if len(line) + len(piece) > 116:
             lines.append(line)
             line = "   "
         line += piece
     lines.append(line)
     return "\n".join(lines)
+
+
+def _arities(most: dict[str, int]) -> str:
+    return _wrapped([f" {n!r}: {k}," for n, k in most.items()])
 
 
 def _names(items: list[str]) -> str:
-    lines, line = [], "   "
-    for n in items:
-        piece = f" {n!r},"
-        if len(line) + len(piece) > 116:
-            lines.append(line)
-            line = "   "
-        line += piece
-    lines.append(line)
-    return "\n".join(lines)
+    return _wrapped([f" {n!r}," for n in items])
 
 
 def render() -> str:
