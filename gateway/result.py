@@ -294,7 +294,7 @@ def _decimal128(name: str, duck_type: str, values: list[Any]) -> pa.Array:
             raise ExecutionError(f"column {name!r}: the {duck_type} value {v} is out of range for Arrow's "
                                  "decimal128(38, 0) (an answer as Arrow carries 128-bit integers as signed)")
     # from the 16-byte integers themselves, as DuckDB writes them: pyarrow's own conversion refuses 39 digits
-    data = pa.py_buffer(b"".join((0 if v is None else v).to_bytes(16, "little", signed=True) for v in values))
+    data = pa.py_buffer(b"".join((0 if v is None else int(v)).to_bytes(16, "little", signed=True) for v in values))
     valid = pa.array([v is not None for v in values], type=pa.bool_()).buffers()[1] if None in values else None
     return pa.Array.from_buffers(pa.decimal128(38, 0), len(values), [valid, data])
 
