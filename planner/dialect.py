@@ -72,8 +72,10 @@ def _json_call(name: str) -> Any:
     answer where PostgreSQL answers ``j -> 'a' ->> 'b'`` and DuckDB, whose
     function takes two arguments, refuses (s17). PostgreSQL's two functions
     now mean what they mean there (all-literal keys as sqlglot transpiles
-    them from PostgreSQL, other keys one ``->`` at a time); DuckDB's own
-    names stay a call with every argument, which DuckDB refuses by name.
+    them from PostgreSQL, other keys one ``->`` at a time). sqlglot's
+    ``json_extract_scalar``, which DuckDB does not have, stays a call with
+    every argument, which DuckDB refuses by name (DuckDB's own json_extract
+    and json_extract_string are refused by the argument count, ``_counted``).
     """
     duck = DuckDBParser.FUNCTIONS[name]
 
@@ -207,8 +209,7 @@ class Parser(DuckDBParser):
 
     FUNCTIONS = {
         **{name: _counted(name, builder) for name, builder in DuckDBParser.FUNCTIONS.items()},
-        **{name: _counted(name, _json_call(name)) for name in ("JSON_EXTRACT", "JSON_EXTRACT_STRING",
-                                                               "JSON_EXTRACT_SCALAR")},
+        "JSON_EXTRACT_SCALAR": _counted("JSON_EXTRACT_SCALAR", _json_call("JSON_EXTRACT_SCALAR")),
         # PostgreSQL's, with more arguments than DuckDB's two: _json_call gives them their PostgreSQL meaning
         **{name: _json_call(name) for name in ("JSON_EXTRACT_PATH", "JSON_EXTRACT_PATH_TEXT")},
     }

@@ -106,6 +106,18 @@ def test_a_uhugeint_arrow_cannot_carry_is_an_error_not_a_wrapped_value(gw: Gatew
     assert status == 200 and body["rows"] == [[big]]
 
 
+def test_a_statement_run_again_for_its_arrow_goes_through_the_same_casts(gw: Gateway) -> None:
+    """A statement over a system table keeps its SQL on its cursor: to_arrow() after rows() runs it again."""
+    sql = "SELECT {v}::UHUGEINT AS v, '101'::BIT AS b FROM information_schema.tables LIMIT 1"
+    result = gw.sql(sql.format(v=7))
+    assert result.rows() == [(7, "101")]
+    assert result.to_arrow().to_pylist() == [{"v": Decimal(7), "b": "101"}]
+    result = gw.sql(sql.format(v=2**128 - 1))
+    assert result.rows() == [(2**128 - 1, "101")]
+    with pytest.raises(ExecutionError, match="out of range"):
+        result.to_arrow()
+
+
 def test_a_nested_value_rows_in_hand_cannot_carry_is_an_error(gw: Gateway) -> None:
     with pytest.raises(ExecutionError, match=r"column 'v' of type UHUGEINT\[\] cannot be sent as Arrow"):
         gw.sql(f"SELECT [{2**100}::UHUGEINT] AS v").to_arrow()
