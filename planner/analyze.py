@@ -15,14 +15,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from sqlglot import ErrorLevel, exp
-from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.scope import traverse_scope
 
 from stores.catalog.schema import StoreKind, StoreSpec
 
 from .catalog import STORE_SCHEMAS, resolve_store, resolve_system_table, unknown_store
-from .dialect import SQLGLOT_FAILURES, Explain, PositionClause, parse_statement, position_literal_json
+from .dialect import SQLGLOT_FAILURES, Explain, IqgateDialect, PositionClause, parse_statement, position_literal_json
 from .errors import (
     InvalidSettingError,
     ParameterError,
@@ -72,7 +71,7 @@ def analyze(sql: str, statement: exp.Expression, catalog: Mapping[str, StoreSpec
         return analyze(text, Explain(this=inner) if explain else inner, catalog)
     if isinstance(statement, exp.Command) and str(statement.this).upper() == "SET":
         raise InvalidSettingError("expected SET <setting> = <value>", line=1, col=1)
-    if not isinstance(statement, (exp.Select, exp.SetOperation, exp.Subquery)):
+    if not isinstance(statement, (exp.Select, exp.SetOperation, exp.Subquery, exp.Values)):
         line, col = (1, 1)
         raise ReadOnlyError(f"{ALLOWED}; got {statement_name(statement, sql)}", line=line, col=col)
     check_read_only(sql, statement)
@@ -268,7 +267,7 @@ def _duckdb_text(root: exp.Expression) -> str:
     ``approx_count_distinct(x, 0.1)`` lost its accuracy, regexp flags were cut, and the statement answered
     another question than the one asked (sqlglot only logs such notes)."""
     _drop_idle_distinct(root)
-    generator = Dialect.get_or_raise("duckdb").generator(unsupported_level=ErrorLevel.IGNORE)
+    generator = IqgateDialect().generator(unsupported_level=ErrorLevel.IGNORE)  # ours: columns named as written
     try:
         text = generator.generate(root)
     except (SqlglotError, *SQLGLOT_FAILURES) as exc:

@@ -110,24 +110,31 @@ def _within(arg: exp.Expression, node: exp.Expression) -> bool:
     return False
 
 
-_WRITES_SHORT: dict[tuple[str, int], bool] = {}
+_WRITES_OTHER: dict[tuple[str, int], bool] = {}
+
+# Typed nodes kept even when sqlglot writes them back under another name: the planner reads them (aggregates
+# for row-changing and pushdown, generate_series/range for value sizes and harmless table functions, mod/lower/
+# upper for constant folding), and PostgreSQL gives lpad/rpad a default pad.
+_KEEP_TYPED = (exp.AggFunc, exp.GenerateSeries, exp.Repeat, exp.Mod, exp.Lower, exp.Upper, exp.Pad)
 
 
-def _writes_short(name: str, build: Callable[[list[Any]], Any], n: int) -> bool:
-    """Whether sqlglot writes a call of ``name`` with ``n`` arguments back with fewer of them, or notes that it
-    cannot write it as given. Found once per (name, count) on placeholder columns, so the cost of a statement
-    stays linear in its calls however deeply they nest."""
+def _writes_other(name: str, build: Callable[[list[Any]], Any], n: int) -> bool:
+    """Whether sqlglot writes a call of ``name`` with ``n`` arguments back as anything but that call: fewer
+    arguments, another order, another name or shape, or with a note that it cannot write it as given. Found
+    once per (name, count) on placeholder columns, so the cost of a statement stays linear in its calls however
+    deeply they nest."""
     key = (name, n)
-    if key not in _WRITES_SHORT:
+    if key not in _WRITES_OTHER:
         markers = [exp.column(f"__iq_arg_{i}__") for i in range(n)]
         generator = _DIALECT.generator(unsupported_level=ErrorLevel.IGNORE)  # notes kept, not logged
         try:
-            text = generator.generate(build(list(markers))).lower()
-            short = bool(generator.unsupported_messages) or any(f"__iq_arg_{i}__" not in text for i in range(n))
+            text = generator.generate(build(list(markers))).lower().replace('"', "")
+            same = f"{name.lower()}({', '.join(f'__iq_arg_{i}__' for i in range(n))})"
+            other = bool(generator.unsupported_messages) or text != same
         except Exception:  # noqa: BLE001 - placeholders a builder cannot take say nothing about real arguments
-            short = False
-        _WRITES_SHORT[key] = short
-    return _WRITES_SHORT[key]
+            other = False
+        _WRITES_OTHER[key] = other
+    return _WRITES_OTHER[key]
 
 
 def _counted(name: str, builder: Any) -> Any:
@@ -153,9 +160,9 @@ def _counted(name: str, builder: Any) -> Any:
         node = builder(args, dialect) if wants_dialect else builder(args)
         if not isinstance(node, exp.Expression):
             return node
-        if duckdbs and not isinstance(node, exp.AggFunc) and (
+        if duckdbs and not isinstance(node, _KEEP_TYPED) and (
                 any(isinstance(a, exp.Expression) and not _within(a, node) for a in given)
-                or _writes_short(name, call, len(given))):
+                or _writes_other(name, call, len(given))):
             node = exp.Anonymous(this=name.lower(), expressions=given)
         node.meta["call"] = (name.lower(), len(given))
         return node
@@ -314,11 +321,27 @@ class Generator(DuckDBGenerator):
     def positionclause_sql(self, expression: PositionClause) -> str:
         return f"AS OF POSITION {self.sql(expression, 'this')}"
 
+    # DuckDB names an output column after the text of its expression: ``x IS NOT NULL`` and ``IF(c, a, b)``
+    # are written as the user wrote them (sqlglot writes ``NOT x IS NULL`` and a CASE), so the column is named
+    # as DuckDB names it. The meaning is the same either way.
+    def not_sql(self, expression: exp.Not) -> str:
+        inner = expression.this
+        if isinstance(inner, exp.Is) and isinstance(inner.expression, exp.Null):
+            return f"{self.sql(inner, 'this')} IS NOT NULL"
+        return super().not_sql(expression)
+
+    def if_sql(self, expression: exp.If) -> str:
+        if expression.args.get("false") is None:
+            return super().if_sql(expression)
+        return self.func("IF", expression.this, expression.args.get("true"), expression.args.get("false"))
+
 
 class _Tokenizer(DuckDB.Tokenizer):
     # EXPLAIN is a Command keyword upstream (the rest of the text becomes one
     # opaque string); here it is an ordinary word the statement parser reads.
-    KEYWORDS = {**DuckDB.Tokenizer.KEYWORDS, "EXPLAIN": TokenType.VAR}
+    # APPLY is T-SQL's CROSS APPLY upstream, which DuckDB does not have; in DuckDB it is the list function
+    # apply(list, lambda), which was a syntax error (s18).
+    KEYWORDS = {**{k: v for k, v in DuckDB.Tokenizer.KEYWORDS.items() if k != "APPLY"}, "EXPLAIN": TokenType.VAR}
 
 
 class IqgateDialect(DuckDB):

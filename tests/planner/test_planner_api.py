@@ -209,6 +209,11 @@ def test_forbidden_scalar_function_inside_cte() -> None:
         planner.plan("WITH x AS (SELECT read_blob('f') AS b) SELECT * FROM x", CATALOG)
 
 
+def test_forbidden_scalar_function_inside_a_values_statement() -> None:
+    with pytest.raises(planner.ForbiddenFunctionError, match="read_blob"):
+        planner.plan("VALUES ((SELECT read_blob('f')))", CATALOG)
+
+
 def test_write_inside_a_cte_is_refused() -> None:
     with pytest.raises((planner.ReadOnlyError, planner.SqlSyntaxError)):
         planner.plan("WITH x AS (DELETE FROM mystore RETURNING *) SELECT * FROM x", CATALOG)
