@@ -46,6 +46,7 @@ SYNTAX_NAMES = frozenset({
     "localtimestamp", "localtime", "columns", "collate", "lambda", "star", "at_time_zone", "convert_timezone",
     "is_inf", "is_nan", "in", "exists", "any", "all", "some", "trim", "substring", "overlay", "position",
     "timestamp_trunc", "date_trunc", "to_map", "try", "grouping", "grouping_id",  # MAP {k: v}, TRY(expr), GROUPING(…)
+    "array_contains_all", "array_contained_by", "array_overlaps",  # the list operators @>, <@ and &&
 })
 
 
