@@ -265,6 +265,16 @@ class Parser(DuckDBParser):
             return None
         return super()._parse_table_alias(alias_tokens)
 
+    def _parse_map(self) -> exp.ToMap | exp.Map:
+        """``map(keys, values)`` is parsed by its keyword and kept two arguments: a third was dropped where DuckDB
+        refuses the call. Its count is noted as ``_counted`` notes a builder's (the guard compares it)."""
+        start = self._index  # at "(" (or "{" of MAP {k: v}), after the keyword
+        node = super()._parse_map()
+        if isinstance(node, exp.Map) and start >= 1:
+            node.meta["call"] = ("map", _arguments_between(self._tokens, start + 1, self._index - 1))
+            node.meta.setdefault("start", self._tokens[start - 1].start)
+        return node
+
     def _parse_alias(self, this: exp.Expr | None, explicit: bool = False) -> exp.Expr | None:
         if self._at_as_of_position():
             return this
@@ -409,7 +419,7 @@ def parse_statement(sql: str) -> exp.Expression:
                              "parser)") from None
     statements = [s for s in statements if s is not None]
     if not statements:
-        raise SqlSyntaxError("empty statement: expected SELECT, WITH, EXPLAIN, SHOW, DESCRIBE or SET")
+        raise SqlSyntaxError("empty statement: expected SELECT, WITH, VALUES, EXPLAIN, SHOW, DESCRIBE or SET")
     if len(statements) > 1:
         second = statements[1]
         line, col = _first_position(sql, second)

@@ -18,7 +18,7 @@ from .suggest import closest
 __all__ = ["check_read_only", "check_functions", "check_argument_counts", "check_value_sizes", "function_name",
            "is_allowed", "MAX_VALUE_ELEMENTS"]
 
-ALLOWED = "only SELECT, WITH, EXPLAIN, SHOW, DESCRIBE and SET are allowed"
+ALLOWED = "only SELECT, WITH, VALUES, EXPLAIN, SHOW, DESCRIBE and SET are allowed"
 
 _STATEMENT_NAMES: dict[type, str] = {
     exp.Insert: "INSERT", exp.Update: "UPDATE", exp.Delete: "DELETE", exp.Merge: "MERGE",

@@ -131,6 +131,7 @@ def test_calls_sqlglot_would_rewrite_answer_as_duckdb_does(gw: Gateway, sql: str
     ("SELECT instr('abc', 'c', 2)", r"instr\(\) takes at most 2 arguments, got 3 \(line 1, column 8\)"),
     ("SELECT log10(100, 2)", r"log10\(\) takes at most 1 argument, got 2"),
     ("SELECT arg_max(name, id, 2, 5) FROM nums", r"arg_max\(\) takes at most 3 arguments, got 4 \(line 1, column 8\)"),
+    ("SELECT 1, map([1], [2], 3)", r"map\(\) takes at most 2 arguments, got 3 \(line 1, column 11\)"),  # s18: a keyword
 ])
 def test_a_call_with_more_arguments_than_duckdb_takes_is_an_error_not_an_answer(gw: Gateway, sql: str,
                                                                                message: str) -> None:
