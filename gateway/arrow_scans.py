@@ -52,9 +52,16 @@ def _arrow_request(r: StateQueryRequest, batch_rows: int) -> StateQueryRequest:
     return r.with_query(ArrowQuery(r.query, batch_rows))  # type: ignore[arg-type]
 
 
+# Statements DuckDB runs by scanning their input more than once, however often they name it: a recursive CTE
+# reads its recursive part once per step, and PIVOT without an IN list reads its input once to find the
+# columns and again to pivot (s18: both failed as "This RecordBatchReader has already been consumed").
+_SCANS_AGAIN = re.compile(r"\bWITH\s+RECURSIVE\b|\bPIVOT\b", re.IGNORECASE)
+
+
 def reads_once(sql: str, relation: str) -> bool:
-    """Does the residual SQL name ``relation`` once (so DuckDB scans it once and a stream suffices)?"""
-    return len(re.findall(re.escape(relation), sql)) <= 1
+    """Does DuckDB scan ``relation`` once for the residual SQL (so a stream suffices)? It names it once, and no
+    part of the statement is run more than once (a mention of either in a literal only costs a table)."""
+    return len(re.findall(re.escape(relation), sql)) <= 1 and _SCANS_AGAIN.search(sql) is None
 
 
 def close_streams(streams: Sequence[tuple[int, str | None, ArrowRows]]) -> None:

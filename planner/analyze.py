@@ -71,6 +71,10 @@ def analyze(sql: str, statement: exp.Expression, catalog: Mapping[str, StoreSpec
         return analyze(text, Explain(this=inner) if explain else inner, catalog)
     if isinstance(statement, exp.Command) and str(statement.this).upper() == "SET":
         raise InvalidSettingError("expected SET <setting> = <value>", line=1, col=1)
+    if isinstance(statement, exp.Pivot) and isinstance(statement.this, exp.Expression):
+        # DuckDB's PIVOT / UNPIVOT statement only reads: it is planned as the query it stands for, as
+        # SELECT * FROM (PIVOT …) is (it was refused as READ_ONLY until s18)
+        statement = exp.select("*").from_(exp.Subquery(this=statement))
     if not isinstance(statement, (exp.Select, exp.SetOperation, exp.Subquery, exp.Values)):
         line, col = (1, 1)
         raise ReadOnlyError(f"{ALLOWED}; got {statement_name(statement, sql)}", line=line, col=col)
@@ -79,7 +83,21 @@ def analyze(sql: str, statement: exp.Expression, catalog: Mapping[str, StoreSpec
     check_functions(sql, statement)
     check_argument_counts(sql, statement)
     check_value_sizes(sql, statement)
+    _check_fetch(sql, statement)
     return _analyze_query(sql, statement, catalog, explain)
+
+
+def _check_fetch(sql: str, statement: exp.Expression) -> None:
+    """``FETCH FIRST n PERCENT ROWS ONLY`` and ``… WITH TIES`` are refused: sqlglot writes both as ``LIMIT n``
+    (a wrong answer, silently), and DuckDB has neither."""
+    for node in statement.find_all(exp.Fetch):
+        options = node.args.get("limit_options")
+        if options is None or not (options.args.get("percent") or options.args.get("with_ties")):
+            continue
+        line, col = node_position(sql, node)
+        if options.args.get("with_ties"):
+            raise UnsupportedSqlError("FETCH … WITH TIES is not supported (DuckDB has no WITH TIES)", line=line, col=col)
+        raise UnsupportedSqlError("FETCH FIRST n PERCENT is not supported; use LIMIT n PERCENT", line=line, col=col)
 
 
 def _replace_placeholders(placeholders: list[exp.Placeholder]) -> None:

@@ -302,14 +302,31 @@ def _order_and_limit(select: exp.Select, scan: ScanTemplate, resolve: Any, param
         scan.order = ResultOrder.DESCENDING if first.args.get("desc") else ResultOrder.ASCENDING
         if len(order.expressions) != len(keys):
             return
-    limit = select.args.get("limit")
-    if limit is not None and scan.all_consumed and not limit.args.get("percent"):
-        scan.limit = value_ref(limit.expression, param_index)
+    count = _row_count(select.args.get("limit"))
+    if count is not None and scan.all_consumed:
+        scan.limit = value_ref(count, param_index)
         offset = select.args.get("offset")
         if offset is not None:
             scan.offset = value_ref(offset.expression, param_index)
             if scan.offset is None:
                 scan.limit = None
+
+
+def _row_count(limit: exp.Expression | None) -> exp.Expression | None:
+    """The count of ``LIMIT n`` or ``FETCH FIRST n ROWS ONLY``; None for what is not a count of rows.
+
+    Why: ``LIMIT 10 PERCENT`` keeps its ``10`` in the same place as ``LIMIT 10``
+    (the PERCENT is a LimitOptions beside it): pushed as ten rows, DuckDB then
+    took 10% of those ten (s18). FETCH keeps its count elsewhere; a planner
+    that read it as a LIMIT failed on it (INTERNAL)."""
+    if limit is None or limit.args.get("percent"):
+        return None
+    options = limit.args.get("limit_options")
+    if options is not None and (options.args.get("percent") or options.args.get("with_ties")):
+        return None
+    if isinstance(limit, exp.Limit):
+        return limit.expression
+    return limit.args.get("count") if isinstance(limit, exp.Fetch) else None
 
 
 def _fast_path(select: exp.Select, scan: ScanTemplate, alias: str) -> tuple[str, ...] | None:

@@ -167,16 +167,6 @@ def test_a_call_duckdb_refuses_is_refused_though_sqlglot_could_write_it(gw: Gate
         gw.sql("SELECT struct_pack(1)")
 
 
-@pytest.mark.parametrize("sql", ["VALUES (1, 'a'), (2, 'b')", "VALUES (1, 'a'), (2, 'b') ORDER BY 1 DESC LIMIT 1",
-                                 "VALUES ((SELECT count(*) FROM nums WHERE id < 7))"])
-def test_a_values_statement_answers_as_duckdb_does(gw: Gateway, oracle: duckdb.DuckDBPyConnection, sql: str) -> None:
-    """A statement of its own in DuckDB and PostgreSQL (it only reads); it was refused as READ_ONLY (s18)."""
-    want = oracle.execute(sql)
-    result = gw.sql(sql)
-    assert [c[0] for c in result.columns] == [d[0] for d in want.description]
-    assert result.rows() == want.fetchall()
-
-
 # Operators sqlglot represents as function nodes: the guard checks them by those nodes' names (s18: @> and &&
 # were refused as unknown functions once the calls array_has_all/list_has_any went to DuckDB as written; <@
 # always had been).
