@@ -292,8 +292,14 @@ def _order_and_limit(select: exp.Select, scan: ScanTemplate, resolve: Any, param
         names = [c.name.lower() for c in scan.spec.key_columns()]
         # a composite key: ORDER BY a prefix of its columns, one direction, is the store's order
         keys = order.expressions[:len(names)] if scan.spec.composite else [first]
+        outputs = {a.alias.lower(): a.this for a in select.expressions if isinstance(a, exp.Alias)}
         for i, o in enumerate(keys):
-            target = resolve(o.this) if isinstance(o.this, exp.Column) else None
+            term = o.this
+            if isinstance(term, exp.Column) and not term.table and term.name.lower() in outputs:
+                # a name in ORDER BY is an output column's before a store column's (PostgreSQL, DuckDB): with
+                # SELECT -id AS id … ORDER BY id LIMIT 2, the store's key order is not the answer's (s18)
+                term = outputs[term.name.lower()]
+            target = resolve(term) if isinstance(term, exp.Column) else None
             if target is None or target[1] != names[i] or bool(o.args.get("desc")) != bool(first.args.get("desc")):
                 if i == 0:
                     return

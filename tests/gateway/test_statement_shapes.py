@@ -10,6 +10,9 @@ same rows in DuckDB (s18):
   LIMIT); ``FETCH FIRST n PERCENT`` and ``… WITH TIES`` were written by sqlglot
   as ``LIMIT n``, a wrong answer where DuckDB refuses both.
 - A top-level ``VALUES`` or ``PIVOT`` statement was refused as READ_ONLY.
+- ``SELECT -id AS id FROM nums ORDER BY id LIMIT 2`` answered -1 and 0, not
+  -39 and -38: ORDER BY names the output column ``id``, and the planner took
+  it for the store's key and pushed the LIMIT into a key-ordered scan.
 - A store scanned more than once by a statement that names it once (a
   recursive CTE's step, PIVOT finding its columns) was an EXECUTION_ERROR:
   the scan was a stream, which DuckDB can read once (gateway/arrow_scans.py
@@ -75,3 +78,15 @@ def test_values_and_pivot_statements_answer_as_duckdb_does(gw: Gateway, oracle: 
 def test_a_store_duckdb_scans_more_than_once_is_read_in_full(gw: Gateway, oracle: duckdb.DuckDBPyConnection,  # noqa: F811
                                                             sql: str) -> None:
     assert sorted(run_sql(gw, sql)) == sorted(oracle.execute(sql).fetchall())
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT -id AS id FROM nums ORDER BY id LIMIT 2",
+    "SELECT 40 - id AS id FROM nums ORDER BY id LIMIT 2 OFFSET 1",
+    "SELECT amount * 1000 + id AS id FROM nums ORDER BY id DESC LIMIT 3",
+    "SELECT id AS k FROM nums ORDER BY k DESC LIMIT 2 OFFSET 1",  # the key under another name: still pushed
+    "SELECT name AS id FROM nums ORDER BY nums.id LIMIT 2",      # a qualified name is the store's column
+])
+def test_order_by_names_an_output_column_before_a_store_column(gw: Gateway, oracle: duckdb.DuckDBPyConnection,  # noqa: F811
+                                                               sql: str) -> None:
+    assert run_sql(gw, sql) == oracle.execute(sql).fetchall()
