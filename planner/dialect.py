@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -135,6 +136,51 @@ def _writes_other(name: str, build: Callable[[list[Any]], Any], n: int) -> bool:
             other = False
         _WRITES_OTHER[key] = other
     return _WRITES_OTHER[key]
+
+
+_RENAMED: dict[tuple[str, int], str | None] = {}
+_RENAMING = threading.RLock()
+_FINDING: set[tuple[str, int]] = set()
+
+
+def _renamed_to(name: str, n: int) -> str | None:
+    """The other name sqlglot writes DuckDB's ``name`` with ``n`` arguments under, when that is all it changes
+    (the same arguments in the same order), else None.
+
+    Why: the calls kept as typed nodes (aggregates above all, ``_KEEP_TYPED``)
+    are written under sqlglot's name for them: ``list(x)`` as ``ARRAY_AGG(x)``,
+    ``string_agg(x, ',')`` as ``LISTAGG(x, ',')``, ``max_by`` as ``ARG_MAX``. The
+    function is the same in DuckDB, but DuckDB names an unaliased column after
+    the text, so the column was ``array_agg(x)``. The generator writes the
+    user's name back (``Generator.sql``). Found once per (name, count) from
+    placeholder columns, through the parser, so calls with syntax of their own
+    (``string_agg(x, ',' ORDER BY y)``) are found as well.
+    """
+    key = (name, n)
+    if key in _RENAMED:
+        return _RENAMED[key]
+    with _RENAMING:  # one thread finds it; the others wait for the answer
+        if key in _RENAMED:
+            return _RENAMED[key]
+        if key in _FINDING:  # this thread, writing the placeholder call below: written as sqlglot writes it
+            return None
+        _FINDING.add(key)
+        other = None
+        try:
+            if name in ALLOWED_DUCKDB_FUNCTIONS:
+                args = ", ".join(f"__iq_arg_{i}__" for i in range(n))
+                try:
+                    statement = _DIALECT.parse(f"SELECT {name}({args})", error_level=ErrorLevel.IMMEDIATE)[0]
+                    text = _DIALECT.generator(unsupported_level=ErrorLevel.IGNORE).generate(statement)
+                except Exception:  # noqa: BLE001 - placeholders a call cannot take say nothing about real arguments
+                    text = ""
+                m = re.fullmatch(rf"SELECT (\w+)\({re.escape(args)}\)", text)
+                if m is not None and m.group(1).lower() != name:
+                    other = m.group(1)
+        finally:
+            _FINDING.discard(key)
+        _RENAMED[key] = other
+        return other
 
 
 def _counted(name: str, builder: Any) -> Any:
@@ -330,6 +376,15 @@ class Generator(DuckDBGenerator):
 
     def positionclause_sql(self, expression: PositionClause) -> str:
         return f"AS OF POSITION {self.sql(expression, 'this')}"
+
+    def sql(self, expression: Any, key: str | None = None, comment: bool = True) -> str:
+        text = super().sql(expression, key, comment)
+        if key is None and isinstance(expression, exp.Func) and expression._meta:
+            call = expression.meta.get("call")
+            other = _renamed_to(*call) if call is not None else None
+            if other is not None and text[:len(other) + 1].upper() == other.upper() + "(":
+                text = call[0] + text[len(other):]
+        return text
 
     # DuckDB names an output column after the text of its expression: ``x IS NOT NULL`` and ``IF(c, a, b)``
     # are written as the user wrote them (sqlglot writes ``NOT x IS NULL`` and a CASE), so the column is named

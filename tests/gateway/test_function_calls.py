@@ -159,6 +159,20 @@ def test_an_unaliased_column_is_named_as_duckdb_names_it(gw: Gateway, oracle: du
     assert result.rows() == want.fetchall()
 
 
+@pytest.mark.parametrize("aggregate", ["list(id ORDER BY id)", "list(DISTINCT name ORDER BY name)", "max_by(name, id)",
+                                       "argmin(name, id)", "string_agg(name, ',' ORDER BY id)", "countif(id > 3)",
+                                       "var_samp(amount)", "count_if(id > 3) FILTER (WHERE id < 8)", "sum(id)"])
+def test_an_unaliased_aggregate_is_named_as_duckdb_names_it(gw: Gateway, oracle: duckdb.DuckDBPyConnection,
+                                                            aggregate: str) -> None:
+    """Aggregates stay sqlglot's typed nodes (the planner reads them) but are written under the name called:
+    ``list(id)`` was the column ``array_agg(id)``, ``string_agg`` ``listagg`` (planner/dialect.py ``_renamed_to``)."""
+    sql = f"SELECT {aggregate} FROM nums WHERE id < 10"
+    want = oracle.execute(sql)
+    result = gw.sql(sql)
+    assert [c[0] for c in result.columns] == [d[0] for d in want.description]
+    assert result.rows() == want.fetchall()
+
+
 def test_a_call_duckdb_refuses_is_refused_though_sqlglot_could_write_it(gw: Gateway) -> None:
     """``struct_pack(1)`` has no field name: DuckDB refuses it; sqlglot wrote it as ``{'_0': 1}`` and answered."""
     with pytest.raises(duckdb.BinderException):
