@@ -54,6 +54,24 @@ def test_values_of_every_type_in_text_and_binary(pg: Pg, server: Http, shop: Sho
     assert [d.type_code for d in cur.description] == [20, 25, 701, 16, 1184]  # int8 text float8 bool timestamptz
 
 
+LISTS = ("SELECT [1, NULL, 3]::BIGINT[] a, []::INTEGER[] b, ['x', NULL, 'y z'] c, [1.5, NULL]::DOUBLE[] d, "
+         "[true, false] e, [DATE '2024-01-02'] f, [TIMESTAMPTZ '2024-01-02 03:04:05+00'] g, [[1, 2], [3]] h, "
+         "[1.25]::DECIMAL(10, 2)[] i, NULL::INTEGER[] j, [1, 2]::INTEGER[2] k, list(id ORDER BY id) l "
+         "FROM accounts WHERE id IN (SELECT id FROM accounts ORDER BY id LIMIT 3)")
+
+
+def test_lists_in_binary_are_the_lists_in_text(pg: Pg) -> None:
+    """A list column was refused to clients reading results in binary ("binary format is not supported for type
+    _int8"): it is now PostgreSQL's array_send, elements in their own binary format (s18)."""
+    with pg.connect(autocommit=True) as con:
+        text = con.cursor(binary=False).execute(LISTS).fetchall()
+        cur = con.cursor(binary=True)
+        binary = cur.execute(LISTS).fetchall()
+    assert binary == text
+    assert binary[0][:3] == ([1, None, 3], [], ["x", None, "y z"]) and binary[0][9] is None
+    assert [d.type_code for d in cur.description][:7] == [1016, 1007, 1009, 1022, 1000, 1182, 1185]
+
+
 def test_array_parameters_are_refused_clearly(pg: Pg) -> None:
     with pg.connect(autocommit=True) as con, pytest.raises(pe.UndefinedParameter) as info:
         con.execute("SELECT * FROM accounts WHERE id = ANY(%s)", [[1, 2]])
