@@ -275,6 +275,8 @@ def _analyze_query(sql: str, root: exp.Expression, catalog: Mapping[str, StoreSp
     return template
 
 
+# Ours, not sqlglot's DuckDB dialect: calls and IS NOT NULL are written as given, so DuckDB names the columns
+_WRITER = IqgateDialect()
 # What sqlglot notes about a call it still writes for DuckDB as it was given (the message starts so)
 _HARMLESS_NOTES = ("APPROX_TOP_K cannot be transpiled to DuckDB due to incompatible return types",)
 
@@ -285,7 +287,7 @@ def _duckdb_text(root: exp.Expression) -> str:
     ``approx_count_distinct(x, 0.1)`` lost its accuracy, regexp flags were cut, and the statement answered
     another question than the one asked (sqlglot only logs such notes)."""
     _drop_idle_distinct(root)
-    generator = IqgateDialect().generator(unsupported_level=ErrorLevel.IGNORE)  # ours: columns named as written
+    generator = _WRITER.generator(unsupported_level=ErrorLevel.IGNORE)
     try:
         text = generator.generate(root)
     except (SqlglotError, *SQLGLOT_FAILURES) as exc:

@@ -216,8 +216,8 @@ def _array_send(element: int, send: Callable[[Any], bytes]) -> Callable[[Any], b
     """A one-dimensional array in PostgreSQL's binary format (``array_send``), elements by ``send``.
 
     Why: a list column was refused to every client that reads results in
-    binary (psycopg's binary cursors, asyncpg for the types it knows) with
-    "binary format is not supported for type _int8" (s18)."""
+    binary (psycopg's binary cursors) with "binary format is not supported
+    for type _int8" (s18)."""
     def encode(v: Any) -> bytes:
         items = list(v)
         if not items:
