@@ -170,7 +170,7 @@ def test_an_unaliased_aggregate_is_named_as_duckdb_names_it(gw: Gateway, oracle:
     want = oracle.execute(sql)
     result = gw.sql(sql)
     assert [c[0] for c in result.columns] == [d[0] for d in want.description]
-    assert result.rows() == want.fetchall()
+    assert _rounded(result.rows()) == _rounded(want.fetchall())  # var_samp's last digit follows the row order
 
 
 def test_a_call_duckdb_refuses_is_refused_though_sqlglot_could_write_it(gw: Gateway) -> None:
