@@ -316,7 +316,7 @@ class Parser(DuckDBParser):
         refuses the call. Its count is noted as ``_counted`` notes a builder's (the guard compares it)."""
         start = self._index  # at "(" (or "{" of MAP {k: v}), after the keyword
         node = super()._parse_map()
-        if isinstance(node, exp.Map) and start >= 1:
+        if isinstance(node, exp.Map):
             node.meta["call"] = ("map", _arguments_between(self._tokens, start + 1, self._index - 1))
             node.meta.setdefault("start", self._tokens[start - 1].start)
         return node

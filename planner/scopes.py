@@ -325,7 +325,7 @@ def _row_count(limit: exp.Expression | None) -> exp.Expression | None:
     (the PERCENT is a LimitOptions beside it): pushed as ten rows, DuckDB then
     took 10% of those ten (s18). FETCH keeps its count elsewhere; a planner
     that read it as a LIMIT failed on it (INTERNAL)."""
-    if limit is None or limit.args.get("percent"):
+    if limit is None:
         return None
     options = limit.args.get("limit_options")
     if options is not None and (options.args.get("percent") or options.args.get("with_ties")):
