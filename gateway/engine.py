@@ -247,6 +247,11 @@ class Gateway:
             raise mapped from exc
         return shape_columns(shape, catalog, settings, context, self._pool.cursor)
 
+    def parameter_types(self, text: str) -> dict[int, str]:
+        """``{n: type}`` for the ``$n`` parameters whose type the statement decides (``id = $1``: the key's type),
+        as PostgreSQL names types: what a PG client's Describe of a prepared statement is told (planner.param_types)."""
+        return planner.parameter_types(text, self.catalog())
+
     # -- planning ---------------------------------------------------------------------
     def _settings(self, session: Session | Mapping[str, Any] | None) -> dict[str, Any]:
         if session is None:

@@ -25,7 +25,7 @@ from .statements import setting_text
 
 __all__ = ["register_system_tables", "session_settings_text", "store_rows"]
 
-_ARROW = {"BIGINT": pa.int64(), "INTEGER": pa.int32(), "VARCHAR": pa.string(), "BOOLEAN": pa.bool_(),
+_ARROW = {"BIGINT": pa.int64(), "UINTEGER": pa.uint32(), "INTEGER": pa.int32(), "VARCHAR": pa.string(), "BOOLEAN": pa.bool_(),
           "DOUBLE": pa.float64(), "TIMESTAMPTZ": pa.timestamp("us", tz="UTC")}
 
 

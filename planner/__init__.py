@@ -26,12 +26,13 @@ from .errors import (
     UnsupportedSqlError,
 )
 from .explain import explain_text
+from .param_types import parameter_types
 from .plan import FAILURE_COLUMNS, PSEUDO_COLUMNS, Plan, StatementKind, StoreScan
 from .planning import bind_point, cache_info, clear_cache, plan, plan_shape
 from .settings import SESSION_SETTINGS, Setting
 
 __all__ = [
-    "plan", "plan_shape", "bind_point", "explain_text", "Dialect", "SESSION_SETTINGS", "Setting", "clear_cache", "cache_info",
+    "plan", "plan_shape", "parameter_types", "bind_point", "explain_text", "Dialect", "SESSION_SETTINGS", "Setting", "clear_cache", "cache_info",
     "Plan", "StoreScan", "StatementKind", "PSEUDO_COLUMNS", "FAILURE_COLUMNS",
     "PlanningError", "SqlSyntaxError", "UnknownStoreError", "UnknownColumnError", "TypeMismatchError",
     "UnsupportedSqlError", "ReadOnlyError", "ResourceLimitError", "ForbiddenFunctionError", "TableScanDisabledError",

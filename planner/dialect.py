@@ -21,6 +21,7 @@ from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import ErrorLevel, ParseError, TokenError
 from sqlglot.generators.duckdb import DuckDBGenerator
 from sqlglot.parsers.duckdb import DuckDBParser
+from sqlglot.tokenizer_core import TokenizerCore
 from sqlglot.tokens import TokenType
 
 from stores.iqv2.position import Position, PositionError
@@ -407,6 +408,26 @@ class _Tokenizer(DuckDB.Tokenizer):
     # APPLY is T-SQL's CROSS APPLY upstream, which DuckDB does not have; in DuckDB it is the list function
     # apply(list, lambda), which was a syntax error (s18).
     KEYWORDS = {**{k: v for k, v in DuckDB.Tokenizer.KEYWORDS.items() if k != "APPLY"}, "EXPLAIN": TokenType.VAR}
+
+    def _init_core(self) -> TokenizerCore:
+        core = super()._init_core()
+        if type(core) is TokenizerCore:  # the pure-Python tokenizer (sqlglot's compiled one cannot be subclassed)
+            core.__class__ = _TokenizerCore
+        return core
+
+
+class _TokenizerCore(TokenizerCore):
+    """``$1,$2`` was a syntax error ("Error tokenizing"): sqlglot reads ``$`` as the start of a dollar-quoted
+    string whose tag runs to the next ``$`` (``1,``), and only a tag of digits alone counts as a parameter. In
+    PostgreSQL and DuckDB a tag cannot start with a digit, so ``$`` before a digit is always a parameter."""
+
+    __slots__ = ()
+
+    def _scan_string(self, start: str) -> bool:
+        if start == "$" and self._peek.isdigit():
+            self._add(TokenType.PARAMETER)
+            return True
+        return super()._scan_string(start)
 
 
 class IqgateDialect(DuckDB):

@@ -24,6 +24,7 @@ MAX_NAME_CHARS = 1_024  # an identifier or a function name
 # balanced): chains the text check does not see (x::int::int …, a.b.c …, - - 1) cost planning ~0.1 ms a level
 MAX_TREE_DEPTH = 10_000
 MAX_PARAMS = 100_000
+MAX_ARRAY_DIMENSIONS = 6  # PostgreSQL's MAXDIM
 
 _WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_$")
 
@@ -102,15 +103,31 @@ _SCALARS = (type(None), bool, int, float, str, bytes)
 
 
 def check_param_values(params: Any) -> None:
-    """Parameters are scalar values (or dates and times), at most MAX_PARAMS, strings valid UTF-8."""
+    """Parameters are values (dates and times too) or lists of them (PostgreSQL's arrays: ``id = ANY($1)``,
+    at most MAX_ARRAY_DIMENSIONS deep), at most MAX_PARAMS values in all, strings valid UTF-8."""
     values = list(params.values()) if hasattr(params, "values") and callable(params.values) else list(params)
     if len(values) > MAX_PARAMS:
         raise ParameterError(f"{len(values):,} parameters were given; the limit is {MAX_PARAMS:,}")
-    for i, v in enumerate(values):
-        if isinstance(v, (list, tuple, dict, set)):
-            raise ParameterError(f"parameter {i + 1} is a {type(v).__name__}; parameters are single values")
-        if isinstance(v, str):
-            try:
-                v.encode("utf-8")
-            except UnicodeEncodeError:
-                raise ParameterError(f"parameter {i + 1} contains an invalid character (a lone surrogate)") from None
+    count = 0
+    for i, top in enumerate(values):
+        stack = [(top, 0)]
+        while stack:
+            v, depth = stack.pop()
+            count += 1
+            if isinstance(v, list):
+                if depth >= MAX_ARRAY_DIMENSIONS:
+                    raise ParameterError(f"parameter {i + 1} is a list nested more than {MAX_ARRAY_DIMENSIONS} "
+                                         "deep; the limit is PostgreSQL's for arrays")
+                stack.extend((item, depth + 1) for item in v)
+            elif isinstance(v, (tuple, dict, set)):
+                raise ParameterError(f"parameter {i + 1} is a {type(v).__name__}; parameters are values or lists "
+                                     "of values")
+            elif isinstance(v, str):
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ParameterError(f"parameter {i + 1} contains an invalid character (a lone "
+                                         "surrogate)") from None
+        if count > MAX_PARAMS:
+            raise ParameterError(f"the parameters hold more than {MAX_PARAMS:,} values (list elements count); "
+                                 "that is the limit")

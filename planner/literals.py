@@ -448,4 +448,6 @@ def sql_literal(value: Any) -> str:
         return f"DATE '{value.isoformat()}'"
     if isinstance(value, bytes):
         return "'" + "".join(f"\\x{b:02x}" for b in value) + "'::BLOB"
+    if isinstance(value, list):  # a PostgreSQL array parameter (limits.check_param_values bounds its depth)
+        return "[" + ", ".join(sql_literal(v) for v in value) + "]"
     raise ParameterError(f"unsupported parameter type {type(value).__name__}: {value!r}")

@@ -40,6 +40,9 @@ _NULL_TEXT_FUNCTIONS = frozenset({
     "pg_get_viewdef", "pg_get_serial_sequence", "pg_get_triggerdef", "pg_get_functiondef", "pg_get_partkeydef",
     "pg_get_ruledef", "pg_get_function_arguments", "pg_get_function_result", "pg_get_statisticsobjdef_columns",
     "pg_get_function_identity_arguments", "pg_tablespace_location"})
+# Functions of PostgreSQL's that return void and have nothing to do here: no session holds advisory locks
+# (asyncpg's pool runs pg_advisory_unlock_all() when a connection is given back). void's text is ''.
+_VOID_FUNCTIONS = frozenset({"pg_advisory_unlock_all"})
 _ZERO_FUNCTIONS = frozenset({"pg_relation_size", "pg_total_relation_size", "pg_table_size", "pg_indexes_size",
                              "pg_database_size", "txid_current", "pg_current_xact_id"})
 _SESSION_WORDS = {"current_user": "user", "session_user": "user", "current_role": "user",
@@ -103,7 +106,7 @@ _ALIASES = {"current_version": "version"}
 
 def _rewrites(name: str) -> bool:
     return (name in _TRUE_FUNCTIONS or name in _FALSE_FUNCTIONS or name in _NULL_TEXT_FUNCTIONS
-            or name in _ZERO_FUNCTIONS or name in _NAMED_FUNCTIONS)
+            or name in _ZERO_FUNCTIONS or name in _VOID_FUNCTIONS or name in _NAMED_FUNCTIONS)
 
 
 _NAMED_FUNCTIONS = frozenset({
@@ -342,6 +345,8 @@ def _function(node: exp.Func) -> exp.Expression:
         return exp.false()
     if name in _NULL_TEXT_FUNCTIONS:
         return exp.cast(exp.null(), "VARCHAR")
+    if name in _VOID_FUNCTIONS and not args:
+        return exp.Literal.string("")
     if name in _ZERO_FUNCTIONS:
         return exp.Literal.number(0)
     if name == "_pg_expandarray" and len(args) == 1:
@@ -375,7 +380,7 @@ def _function(node: exp.Func) -> exp.Expression:
 
 #: every function name this module replaces (the rewritten statement never calls DuckDB's function of that name)
 REWRITTEN_FUNCTIONS = frozenset(_TRUE_FUNCTIONS | _FALSE_FUNCTIONS | _NULL_TEXT_FUNCTIONS | _ZERO_FUNCTIONS
-                                | _NAMED_FUNCTIONS | {"json_build_object", "to_date", "array_upper", "array_lower",
+                                | _VOID_FUNCTIONS | _NAMED_FUNCTIONS | {"json_build_object", "to_date", "array_upper", "array_lower",
                                                       "array_length", "quote_ident", "current_version"})
 
 

@@ -74,6 +74,7 @@ def _defaults(user: str) -> dict[str, str]:
         "extra_float_digits": "1", "bytea_output": "hex", "client_min_messages": "notice",
         "max_identifier_length": "63", "lc_collate": "C.UTF-8", "lc_ctype": "C.UTF-8", "lc_messages": "C.UTF-8",
         "block_size": "8192", "max_index_keys": "32", "lock_timeout": "0", "idle_in_transaction_session_timeout": "0",
+        "jit": "off",  # nothing is compiled: DuckDB runs the residual SQL
     }
 
 
@@ -177,24 +178,41 @@ def _set(session: Session, name: str, value: str | None) -> None:
         session.out.parameter_status(report, session.settings.get(name))
 
 
-def _set_config(session: Session, cmd: Command, params: list[Any]) -> Answer:
-    """``set_config(name, value, is_local)``: SET, answered with the new value (``is_local`` lasts the session)."""
-    values = []
-    for kind, text in cmd.args:
-        value = params[int(text) - 1] if kind == "param" else text
-        values.append(None if value is None else str(value))
-    name, value = values[0], values[1]
-    if not name:
-        raise SqlError("set_config: the setting name must not be NULL", code="INVALID_SETTING")
-    _set(session, name.lower(), value)
-    shown = _show(session, name.lower()).rows[0][0]
-    return Answer([(cmd.name, "VARCHAR")], [(shown,)], "SELECT 1")
+def _settings(session: Session, cmd: Command, params: list[Any]) -> Answer:
+    """A SELECT of ``set_config(name, value, is_local)`` (SET, answered with the new value; ``is_local`` lasts the
+    session) and ``current_setting(name[, missing_ok])`` calls, run left to right as PostgreSQL does."""
+    row: list[str | None] = []
+    for fn, _column, args in cmd.calls:
+        values = []
+        for kind, text in args:
+            value = params[int(text) - 1] if kind == "param" else text
+            values.append(None if value is None else str(value))
+        name = values[0]
+        if name is None and fn == "current_setting":
+            row.append(None)  # current_setting is strict: NULL in, NULL out
+        elif name is None:
+            raise SqlError("set_config: the setting name must not be NULL", code="INVALID_SETTING")
+        elif fn == "set_config":
+            _set(session, name.lower(), values[1])
+            row.append(_show(session, name.lower()).rows[0][0])
+        elif len(values) > 1 and values[1] in ("true", "t", "on", "1") and not _known(session, name.lower()):
+            row.append(None)  # missing_ok
+        elif name.lower() == "all":  # SHOW ALL's word, not a setting
+            raise SqlError('unrecognized configuration parameter "all"', code="UNKNOWN_PARAMETER")
+        else:
+            row.append(_show(session, name.lower()).rows[0][0])
+    return Answer([(column, "VARCHAR") for _fn, column, _args in cmd.calls], [tuple(row)], "SELECT 1")
+
+
+def _known(session: Session, name: str) -> bool:
+    name = _SHOW_ALIASES.get(" ".join(name.split()), name)
+    return name in ("last_position", "statement_timeout") or name in SESSION_SETTINGS or name in session.settings.visible()
 
 
 def run_command(session: Session, cmd: Command, params: list[Any] | None = None) -> Answer:
     kind = cmd.kind
-    if kind == "set_config":
-        return _set_config(session, cmd, params or [])
+    if kind == "settings":
+        return _settings(session, cmd, params or [])
     notices: list[dict[str, str]] = []
     if kind == "begin":
         if session.tx != "I":

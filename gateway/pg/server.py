@@ -327,7 +327,9 @@ class PgServer:
                     raise
                 session.send_error(exc, _sql_of(session, kind, payload))
                 session.skip_to_sync = True
-            if kind in (b"S", b"Q", b"H") or len(out.buf) > 1 << 16:
+            # an ErrorResponse goes out at once, as PostgreSQL flushes it: the client may wait for it before it
+            # sends the Sync (asyncpg sends Parse, Describe, Flush; a Flush after the error is skipped)
+            if kind in (b"S", b"Q", b"H") or session.skip_to_sync or len(out.buf) > 1 << 16:
                 out.flush(sock)
 
 

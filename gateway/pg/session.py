@@ -27,7 +27,7 @@ from .answer import Answer, answer_of
 from .commands import ClientSettings, run_command
 from .sqlstate import error_fields
 from .sqltext import Command, classify, highest_parameter, quote_label_keywords, split_statements
-from .types import column_type, decode_param, encoder
+from .types import column_type, decode_param, encoder, parameter_oid
 from .wire import Buffer, Out, ProtocolError
 
 log = logging.getLogger("iqgate.pg")
@@ -41,6 +41,7 @@ class Prepared:
     params: int                  # the highest $n
     param_oids: list[int]
     command: Command | None
+    inferred: list[int] | None = None  # the parameter types the SQL decides (0: undecided), found once
 
 
 @dataclass
@@ -226,6 +227,10 @@ class Session:
             size = buf.int32()
             raw = None if size == -1 else buf.take(size)
             oid = prepared.param_oids[i] if i < len(prepared.param_oids) else 0
+            if oid == 0 and raw is not None and raw[:1] == b"{" and _format(param_formats, i) == 0:
+                # an array in text without a declared type (psycopg's list of str): read it in the type its
+                # place gives it (``customer = ANY($1)``: text[]), as PostgreSQL does; elsewhere DuckDB casts text
+                oid = self._inferred_oids(prepared)[i]
             try:
                 params.append(decode_param(raw, oid, _format(param_formats, i) == 1))
             except ProtocolError as exc:  # which parameter, as PostgreSQL's "in bind parameter N"
@@ -239,10 +244,9 @@ class Session:
         what, name = buf.byte(), buf.cstring()
         if what == b"S":
             prepared = self._statement(name)
-            oids = [(prepared.param_oids[i] if i < len(prepared.param_oids) and prepared.param_oids[i] else 25)
-                    for i in range(_param_count(prepared))]
-            self.out.parameter_description(oids)
-            self.send_description(self._shape(prepared), [])
+            shape = self._shape(prepared)  # before anything is sent: a statement that fails is one ErrorResponse
+            self.out.parameter_description(self._parameter_oids(prepared))
+            self.send_description(shape, [])
         elif what == b"P":
             portal = self._portal(name)
             answer = self._execute_portal(portal)
@@ -307,12 +311,31 @@ class Session:
             portal.answer = self.run(portal.prepared, portal.params)
         return portal.answer
 
+    def _parameter_oids(self, prepared: Prepared) -> list[int]:
+        """The statement's parameter types for ParameterDescription: those its Parse declared, and for the
+        rest what the SQL around them decides (``id = $1``: the key's type), else text. Kept on the statement,
+        so Bind reads values in the types the client was told (asyncpg sends an int8 in binary)."""
+        declared = prepared.param_oids + [0] * (_param_count(prepared) - len(prepared.param_oids))
+        if 0 in declared:
+            declared = [oid or inferred for oid, inferred in zip(declared, self._inferred_oids(prepared))]
+            prepared.param_oids = declared
+        return [oid or 25 for oid in declared]
+
+    def _inferred_oids(self, prepared: Prepared) -> list[int]:
+        if prepared.inferred is None:
+            count = _param_count(prepared)
+            types = (self.gateway.parameter_types(prepared.sql) if prepared.command is None and prepared.sql.strip()
+                     else {})
+            prepared.inferred = [parameter_oid(types[n]) if n in types else 0 for n in range(1, count + 1)]
+        return prepared.inferred
+
     def _shape(self, prepared: Prepared) -> Answer:
         """What a prepared statement will answer with, for Describe before Bind: no store is read."""
         command = prepared.command
         if command is not None:
-            shows = command.kind in ("show", "set_config")
-            return Answer(columns=[(command.name, "VARCHAR")] if shows else None, rows=[], tag="")
+            if command.kind == "settings":
+                return Answer(columns=[(column, "VARCHAR") for _fn, column, _args in command.calls], rows=[], tag="")
+            return Answer(columns=[(command.name, "VARCHAR")] if command.kind == "show" else None, rows=[], tag="")
         if not prepared.sql.strip():
             return Answer(columns=None, rows=[], tag="")
         cols = self.gateway.result_columns(prepared.sql, session=self.gateway_session, context=self.context())
@@ -343,5 +366,5 @@ def _format(codes: list[int], i: int) -> int:
 def _prepare(sql: str, oids: list[int]) -> Prepared:
     command = classify(sql) if sql.strip() else None
     if command is not None:
-        return Prepared(sql, max((int(v) for k, v in command.args if k == "param"), default=0), oids, command)
+        return Prepared(sql, command.parameters(), oids, command)
     return Prepared(quote_label_keywords(sql), highest_parameter(sql), oids, None)

@@ -120,14 +120,20 @@ def _code_only(sql: str) -> str:
 
 @dataclass(frozen=True)
 class Command:
-    """A session command: ``kind`` is begin/commit/rollback/noop/set/reset/show/discard/deallocate/unsupported."""
+    """A session command: ``kind`` is begin/commit/rollback/noop/set/reset/show/settings/discard/deallocate/unsupported."""
 
     kind: str
     name: str = ""
     value: str | None = None
     tag: str = ""
-    #: ``set_config``'s arguments: ("lit", text) or ("param", n) for name, value, is_local
-    args: tuple[tuple[str, str], ...] = ()
+    #: a SELECT of settings calls (kind ``settings``): (function, column name, arguments) each, an argument
+    #: ("lit", text) or ("param", n)
+    calls: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = ()
+
+    def parameters(self) -> int:
+        """The highest ``$n`` its arguments name."""
+        args = [a for _fn, _name, call_args in self.calls for a in call_args]
+        return max((int(v) for k, v in args if k == "param"), default=0)
 
 
 _SET = re.compile(r"^SET\s+(?:(?:SESSION|LOCAL)\s+)?(?P<name>[A-Za-z_][\w.]*|\"[^\"]+\")\s*(?:=|\s+TO\s+)\s*(?P<value>.*)$",
@@ -135,39 +141,53 @@ _SET = re.compile(r"^SET\s+(?:(?:SESSION|LOCAL)\s+)?(?P<name>[A-Za-z_][\w.]*|\"[
 _WORDS = re.compile(r"[A-Za-z_]+")
 
 
-_SET_CONFIG = re.compile(r"^SELECT\s+(?:pg_catalog\s*\.\s*)?set_config\s*\((?P<args>.*)\)"
-                         r"(?:\s+(?:AS\s+)?(?P<alias>\w+|\"[^\"]+\"))?$", re.I | re.S)
+_SETTINGS_CALL = re.compile(r"^(?:pg_catalog\s*\.\s*)?(?P<fn>set_config|current_setting)\s*\((?P<args>.*)\)"
+                            r"(?:\s+(?:AS\s+)?(?P<alias>\w+|\"[^\"]+\"))?$", re.I | re.S)
+_SETTINGS_ARGS = {"set_config": (3,), "current_setting": (1, 2)}
 
 
-def _set_config(text: str) -> Command | None:
-    """``SELECT set_config('name', 'value', false)`` (BI tools' way to SET in a query), literals or ``$n``."""
-    m = _SET_CONFIG.match(text)
-    if m is None:
+def _settings_select(text: str) -> Command | None:
+    """``SELECT set_config('name', 'value', false)`` (BI tools' way to SET in a query), with literals or ``$n``,
+    beside other ``set_config``/``current_setting`` calls: asyncpg turns JIT off with ``SELECT
+    current_setting('jit') AS cur, set_config('jit', 'off', false) AS new``. Anything else is not a session
+    command (the engine answers ``current_setting`` alone, and refuses ``set_config`` inside expressions)."""
+    calls = []
+    for item in _split_args(text[len("SELECT"):]):
+        m = _SETTINGS_CALL.match(item.strip())
+        if m is None:
+            return None
+        fn = m.group("fn").lower()
+        args: list[tuple[str, str]] = []
+        for piece in _split_args(m.group("args")):
+            arg = re.sub(r"::\s*[\w ]+$", "", piece.strip()).strip()  # '…'::text, $1::text
+            if re.fullmatch(r"\$\d+", arg):
+                args.append(("param", arg[1:]))
+            elif re.fullmatch(r"'(?:[^']|'')*'", arg, re.S):
+                args.append(("lit", arg[1:-1].replace("''", "'")))
+            elif arg.lower() in ("true", "false"):
+                args.append(("lit", arg.lower()))
+            else:
+                return None  # an expression
+        if len(args) not in _SETTINGS_ARGS[fn]:
+            return None
+        calls.append((fn, (m.group("alias") or fn).strip('"'), tuple(args)))
+    if not any(fn == "set_config" for fn, _name, _args in calls):
         return None
-    args: list[tuple[str, str]] = []
-    for piece in _split_args(m.group("args")):
-        item = re.sub(r"::\s*[\w ]+$", "", piece.strip()).strip()  # '…'::text, $1::text
-        if re.fullmatch(r"\$\d+", item):
-            args.append(("param", item[1:]))
-        elif re.fullmatch(r"'(?:[^']|'')*'", item, re.S):
-            args.append(("lit", item[1:-1].replace("''", "'")))
-        elif item.lower() in ("true", "false"):
-            args.append(("lit", item.lower()))
-        else:
-            return None  # an expression: not a session command; the engine refuses set_config()
-    if len(args) != 3:
-        return None
-    alias = (m.group("alias") or "set_config").strip('"')
-    return Command("set_config", name=alias, tag="SELECT 1", args=tuple(args))
+    return Command("settings", name=calls[0][1], tag="SELECT 1", calls=tuple(calls))
 
 
 def _split_args(text: str) -> list[str]:
-    """Top-level comma-separated pieces of a function's argument list (commas in strings do not split)."""
-    pieces, start = [], 0
+    """Top-level comma-separated pieces (commas in strings or parentheses do not split)."""
+    pieces, start, depth = [], 0, 0
     for kind, s, _e in _scan(text):
         if kind == "code":
             for i in range(s, _e):
-                if text[i] == ",":
+                c = text[i]
+                if c == "(":
+                    depth += 1
+                elif c == ")":
+                    depth -= 1
+                elif c == "," and depth == 0:
                     pieces.append(text[start:i])
                     start = i + 1
     pieces.append(text[start:])
@@ -181,8 +201,8 @@ def classify(sql: str) -> Command | None:
     if not words:
         return None
     first = words[0]
-    if first == "SELECT" and "SET_CONFIG" in words[1:4]:
-        return _set_config(text)
+    if first == "SELECT" and ("SET_CONFIG" in words[1:3] or "CURRENT_SETTING" in words[1:3]):
+        return _settings_select(text)
     if first in ("BEGIN", "START") and (first == "BEGIN" or words[1:2] == ["TRANSACTION"]):
         return Command("begin", tag="BEGIN")
     if first in ("COMMIT", "END"):

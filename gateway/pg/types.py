@@ -20,8 +20,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import duckdb
+
 from planner.pg_compat import array_literal
-from planner.systables.pg_types import BY_OID, PgType, pg_type_for_duck
+from planner.systables.pg_types import BY_NAME, BY_OID, PgType, pg_type_for_duck
 
 from ..json_values import dumps as json_dumps
 from .wire import ProtocolError
@@ -35,6 +37,26 @@ _PG_EPOCH_DATE = dt.date(2000, 1, 1)
 
 def column_type(duck_type: str) -> PgType:
     return pg_type_for_duck(duck_type)
+
+
+_PG_ONLY = {"oid", "name", "char", "jsonb", "json", "bytea", "text", "varchar", "character varying", "uuid"}
+
+
+def parameter_oid(type_name: str) -> int:
+    """The OID a parameter of this type (as PostgreSQL writes it: ``bigint``, ``oid[]``) is described with:
+    PostgreSQL's own types by name, the rest as DuckDB reads the name, like a result column of that type.
+    A name neither knows is text (25), PostgreSQL's choice for a parameter of unknown type."""
+    name = type_name.strip().lower()
+    if name.endswith("[]"):
+        element = BY_OID.get(parameter_oid(name[:-2]))
+        return element.array_oid if element is not None and element.array_oid else 25
+    if name.split("(", 1)[0].strip() in _PG_ONLY:
+        return BY_NAME[name.split("(", 1)[0].strip()].oid
+    try:
+        duck = str(duckdb.sqltype(name))
+    except (duckdb.Error, ValueError, TypeError):
+        return 25
+    return pg_type_for_duck(duck).oid
 
 
 # -- text ----------------------------------------------------------------------------------------
@@ -196,6 +218,7 @@ _BINARY: dict[int, Callable[[Any], bytes]] = {
     20: lambda v: struct.pack("!q", int(v)),
     21: lambda v: struct.pack("!h", int(v)),
     23: lambda v: struct.pack("!i", int(v)),
+    26: lambda v: struct.pack("!I", int(v)),
     25: lambda v: _text(v),
     1043: lambda v: _text(v),
     114: lambda v: _text(v),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -67,5 +68,10 @@ def columns(spec: str) -> tuple[tuple[str, str], ...]:
     out = []
     for part in spec.split(","):
         name, typ = part.split(None, 1)
-        out.append((name.strip(), typ.strip().upper()))
+        out.append((name.strip(), _OID.sub("UINTEGER", typ.strip().upper())))
     return tuple(out)
+
+
+# PostgreSQL's oid is an unsigned 32-bit integer: DuckDB's UINTEGER, which the PG port describes as oid (26), so
+# clients that decode catalog rows by type (asyncpg's type introspection reads oid and oid[]) get PostgreSQL's.
+_OID = re.compile(r"^OID\b")

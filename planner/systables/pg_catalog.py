@@ -117,44 +117,44 @@ def _keywords(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[
 TABLES = (
     SystemTable("pg_catalog", "pg_get_keywords", columns(
         "word varchar, catcode varchar, barelabel boolean, catdesc varchar, baredesc varchar"), _keywords),
-    SystemTable("pg_catalog", "pg_namespace", columns("oid bigint, nspname varchar, nspowner bigint, nspacl varchar[]"),
+    SystemTable("pg_catalog", "pg_namespace", columns("oid oid, nspname varchar, nspowner oid, nspacl varchar[]"),
                 _namespaces),
     SystemTable("pg_catalog", "pg_class", columns(
-        "oid bigint, relname varchar, relnamespace bigint, reltype bigint, reloftype bigint, relowner bigint, "
-        "relam bigint, relfilenode bigint, reltablespace bigint, relpages integer, reltuples double, "
-        "relallvisible integer, reltoastrelid bigint, relhasindex boolean, relisshared boolean, "
+        "oid oid, relname varchar, relnamespace oid, reltype oid, reloftype oid, relowner oid, "
+        "relam oid, relfilenode oid, reltablespace oid, relpages integer, reltuples double, "
+        "relallvisible integer, reltoastrelid oid, relhasindex boolean, relisshared boolean, "
         "relpersistence varchar, relkind varchar, relnatts integer, relchecks integer, relhasrules boolean, "
         "relhastriggers boolean, relhassubclass boolean, relrowsecurity boolean, relforcerowsecurity boolean, "
-        "relispopulated boolean, relreplident varchar, relispartition boolean, relrewrite bigint, "
+        "relispopulated boolean, relreplident varchar, relispartition boolean, relrewrite oid, "
         "relacl varchar[], reloptions varchar[], relpartbound varchar"), _classes),
     SystemTable("pg_catalog", "pg_attribute", columns(
-        "attrelid bigint, attname varchar, atttypid bigint, attstattarget integer, attlen integer, attnum integer, "
+        "attrelid oid, attname varchar, atttypid oid, attstattarget integer, attlen integer, attnum integer, "
         "attndims integer, attcacheoff integer, atttypmod integer, attbyval boolean, attalign varchar, "
         "attstorage varchar, attcompression varchar, attnotnull boolean, atthasdef boolean, atthasmissing boolean, "
         "attidentity varchar, attgenerated varchar, attisdropped boolean, attislocal boolean, attinhcount integer, "
-        "attcollation bigint, attacl varchar[], attoptions varchar[], attfdwoptions varchar[], "
+        "attcollation oid, attacl varchar[], attoptions varchar[], attfdwoptions varchar[], "
         "attmissingval varchar"), _attributes),
     SystemTable("pg_catalog", "pg_type", columns(
-        "oid bigint, typname varchar, typnamespace bigint, typowner bigint, typlen integer, typbyval boolean, "
+        "oid oid, typname varchar, typnamespace oid, typowner oid, typlen integer, typbyval boolean, "
         "typtype varchar, typcategory varchar, typispreferred boolean, typisdefined boolean, typdelim varchar, "
-        "typrelid bigint, typsubscript varchar, typelem bigint, typarray bigint, typinput varchar, "
+        "typrelid oid, typsubscript varchar, typelem oid, typarray oid, typinput varchar, "
         "typoutput varchar, typreceive varchar, typsend varchar, typmodin varchar, typmodout varchar, "
-        "typanalyze varchar, typalign varchar, typstorage varchar, typnotnull boolean, typbasetype bigint, "
-        "typtypmod integer, typndims integer, typcollation bigint, typdefaultbin varchar, typdefault varchar, "
+        "typanalyze varchar, typalign varchar, typstorage varchar, typnotnull boolean, typbasetype oid, "
+        "typtypmod integer, typndims integer, typcollation oid, typdefaultbin varchar, typdefault varchar, "
         "typacl varchar[]"), _types),
     SystemTable("pg_catalog", "pg_description", columns(
-        "objoid bigint, classoid bigint, objsubid integer, description varchar"), _descriptions),
+        "objoid oid, classoid oid, objsubid integer, description varchar"), _descriptions),
     SystemTable("pg_catalog", "pg_database", columns(
-        "oid bigint, datname varchar, datdba bigint, encoding integer, datlocprovider varchar, "
+        "oid oid, datname varchar, datdba oid, encoding integer, datlocprovider varchar, "
         "datistemplate boolean, datallowconn boolean, datconnlimit integer, datfrozenxid bigint, "
-        "datminmxid bigint, dattablespace bigint, datcollate varchar, datctype varchar, daticulocale varchar, "
+        "datminmxid bigint, dattablespace oid, datcollate varchar, datctype varchar, daticulocale varchar, "
         "datcollversion varchar, datacl varchar[]"), _database),
     SystemTable("pg_catalog", "pg_roles", columns(
         "rolname varchar, rolsuper boolean, rolinherit boolean, rolcreaterole boolean, rolcreatedb boolean, "
         "rolcanlogin boolean, rolreplication boolean, rolconnlimit integer, rolpassword varchar, "
-        "rolvaliduntil timestamptz, rolbypassrls boolean, rolconfig varchar[], oid bigint"), _roles),
+        "rolvaliduntil timestamptz, rolbypassrls boolean, rolconfig varchar[], oid oid"), _roles),
     SystemTable("pg_catalog", "pg_user", columns(
-        "usename varchar, usesysid bigint, usecreatedb boolean, usesuper boolean, userepl boolean, "
+        "usename varchar, usesysid oid, usecreatedb boolean, usesuper boolean, userepl boolean, "
         "usebypassrls boolean, passwd varchar, valuntil timestamptz, useconfig varchar[]"), _users),
     SystemTable("pg_catalog", "pg_settings", columns(
         "name varchar, setting varchar, unit varchar, category varchar, short_desc varchar, extra_desc varchar, "
@@ -165,28 +165,28 @@ TABLES = (
         "schemaname varchar, tablename varchar, tableowner varchar, tablespace varchar, hasindexes boolean, "
         "hasrules boolean, hastriggers boolean, rowsecurity boolean"), _tables),
     SystemTable("pg_catalog", "pg_stat_activity", columns(
-        "datid bigint, datname varchar, pid integer, usesysid bigint, usename varchar, application_name varchar, "
+        "datid oid, datname varchar, pid integer, usesysid oid, usename varchar, application_name varchar, "
         "client_addr varchar, state varchar, query varchar"), _activity),
-    SystemTable("pg_catalog", "pg_am", columns("oid bigint, amname varchar, amhandler varchar, amtype varchar"),
+    SystemTable("pg_catalog", "pg_am", columns("oid oid, amname varchar, amhandler varchar, amtype varchar"),
                 lambda c, x: [(2, "heap", "heap_tableam_handler", "t"), (403, "btree", "bthandler", "i")]),
     SystemTable("pg_catalog", "pg_tablespace", columns(
-        "oid bigint, spcname varchar, spcowner bigint, spcacl varchar[], spcoptions varchar[]"),
+        "oid oid, spcname varchar, spcowner oid, spcacl varchar[], spcoptions varchar[]"),
                 lambda c, x: [(1663, "pg_default", _ROLE_OID, None, None)]),
     # Tables clients join against for what stores never have: same columns as PostgreSQL's, no rows.
     SystemTable("pg_catalog", "pg_index", columns(
-        "indexrelid bigint, indrelid bigint, indnatts integer, indnkeyatts integer, indisunique boolean, "
+        "indexrelid oid, indrelid oid, indnatts integer, indnkeyatts integer, indisunique boolean, "
         "indnullsnotdistinct boolean, indisprimary boolean, indisexclusion boolean, indimmediate boolean, "
         "indisclustered boolean, indisvalid boolean, indcheckxmin boolean, indisready boolean, indislive boolean, "
-        "indisreplident boolean, indkey integer[], indcollation bigint[], indclass bigint[], indoption integer[], "
+        "indisreplident boolean, indkey integer[], indcollation oid[], indclass oid[], indoption integer[], "
         "indexprs varchar, indpred varchar")),
     SystemTable("pg_catalog", "pg_constraint", columns(
-        "oid bigint, conname varchar, connamespace bigint, contype varchar, condeferrable boolean, "
-        "condeferred boolean, convalidated boolean, conrelid bigint, contypid bigint, conindid bigint, "
-        "conparentid bigint, confrelid bigint, confupdtype varchar, confdeltype varchar, confmatchtype varchar, "
+        "oid oid, conname varchar, connamespace oid, contype varchar, condeferrable boolean, "
+        "condeferred boolean, convalidated boolean, conrelid oid, contypid oid, conindid oid, "
+        "conparentid oid, confrelid oid, confupdtype varchar, confdeltype varchar, confmatchtype varchar, "
         "conislocal boolean, coninhcount integer, connoinherit boolean, conkey integer[], confkey integer[], "
-        "conpfeqop bigint[], conppeqop bigint[], conffeqop bigint[], confdelsetcols integer[], "
-        "conexclop bigint[], conbin varchar")),
-    SystemTable("pg_catalog", "pg_attrdef", columns("oid bigint, adrelid bigint, adnum integer, adbin varchar")),
+        "conpfeqop oid[], conppeqop oid[], conffeqop oid[], confdelsetcols integer[], "
+        "conexclop oid[], conbin varchar")),
+    SystemTable("pg_catalog", "pg_attrdef", columns("oid oid, adrelid oid, adnum integer, adbin varchar")),
     SystemTable("pg_catalog", "pg_views", columns(
         "schemaname varchar, viewname varchar, viewowner varchar, definition varchar")),
     SystemTable("pg_catalog", "pg_matviews", columns(
@@ -195,55 +195,55 @@ TABLES = (
     SystemTable("pg_catalog", "pg_indexes", columns(
         "schemaname varchar, tablename varchar, indexname varchar, tablespace varchar, indexdef varchar")),
     SystemTable("pg_catalog", "pg_proc", columns(
-        "oid bigint, proname varchar, pronamespace bigint, proowner bigint, prolang bigint, prokind varchar, "
-        "proretset boolean, provolatile varchar, pronargs integer, prorettype bigint, proargtypes varchar, "
+        "oid oid, proname varchar, pronamespace oid, proowner oid, prolang oid, prokind varchar, "
+        "proretset boolean, provolatile varchar, pronargs integer, prorettype oid, proargtypes varchar, "
         "proargnames varchar[], prosrc varchar")),
     SystemTable("pg_catalog", "pg_enum", columns(
-        "oid bigint, enumtypid bigint, enumsortorder double, enumlabel varchar")),
+        "oid oid, enumtypid oid, enumsortorder double, enumlabel varchar")),
     SystemTable("pg_catalog", "pg_collation", columns(
-        "oid bigint, collname varchar, collnamespace bigint, collowner bigint, collprovider varchar, "
+        "oid oid, collname varchar, collnamespace oid, collowner oid, collprovider varchar, "
         "collisdeterministic boolean, collencoding integer, collcollate varchar, collctype varchar")),
     SystemTable("pg_catalog", "pg_inherits", columns(
-        "inhrelid bigint, inhparent bigint, inhseqno integer, inhdetachpending boolean")),
+        "inhrelid oid, inhparent oid, inhseqno integer, inhdetachpending boolean")),
     SystemTable("pg_catalog", "pg_depend", columns(
-        "classid bigint, objid bigint, objsubid integer, refclassid bigint, refobjid bigint, refobjsubid integer, "
+        "classid oid, objid oid, objsubid integer, refclassid oid, refobjid oid, refobjsubid integer, "
         "deptype varchar")),
     SystemTable("pg_catalog", "pg_sequence", columns(
-        "seqrelid bigint, seqtypid bigint, seqstart bigint, seqincrement bigint, seqmax bigint, seqmin bigint, "
+        "seqrelid oid, seqtypid oid, seqstart bigint, seqincrement bigint, seqmax bigint, seqmin bigint, "
         "seqcache bigint, seqcycle boolean")),
     SystemTable("pg_catalog", "pg_trigger", columns(
-        "oid bigint, tgrelid bigint, tgparentid bigint, tgname varchar, tgfoid bigint, tgtype integer, "
-        "tgenabled varchar, tgisinternal boolean, tgconstrrelid bigint, tgconstrindid bigint, "
-        "tgconstraint bigint, tgdeferrable boolean, tginitdeferred boolean, tgnargs integer")),
+        "oid oid, tgrelid oid, tgparentid oid, tgname varchar, tgfoid oid, tgtype integer, "
+        "tgenabled varchar, tgisinternal boolean, tgconstrrelid oid, tgconstrindid oid, "
+        "tgconstraint oid, tgdeferrable boolean, tginitdeferred boolean, tgnargs integer")),
     SystemTable("pg_catalog", "pg_rewrite", columns(
-        "oid bigint, rulename varchar, ev_class bigint, ev_type varchar, ev_enabled varchar, is_instead boolean")),
+        "oid oid, rulename varchar, ev_class oid, ev_type varchar, ev_enabled varchar, is_instead boolean")),
     SystemTable("pg_catalog", "pg_policy", columns(
-        "oid bigint, polname varchar, polrelid bigint, polcmd varchar, polpermissive boolean, polroles bigint[], "
+        "oid oid, polname varchar, polrelid oid, polcmd varchar, polpermissive boolean, polroles oid[], "
         "polqual varchar, polwithcheck varchar")),
     SystemTable("pg_catalog", "pg_statistic_ext", columns(
-        "oid bigint, stxrelid bigint, stxname varchar, stxnamespace bigint, stxowner bigint, "
+        "oid oid, stxrelid oid, stxname varchar, stxnamespace oid, stxowner oid, "
         "stxstattarget integer, stxkeys integer[], stxkind varchar[], stxexprs varchar")),
     SystemTable("pg_catalog", "pg_publication", columns(
-        "oid bigint, pubname varchar, pubowner bigint, puballtables boolean, pubinsert boolean, pubupdate boolean, "
+        "oid oid, pubname varchar, pubowner oid, puballtables boolean, pubinsert boolean, pubupdate boolean, "
         "pubdelete boolean, pubtruncate boolean, pubviaroot boolean")),
     SystemTable("pg_catalog", "pg_publication_rel", columns(
-        "oid bigint, prpubid bigint, prrelid bigint, prqual varchar, prattrs integer[]")),
-    SystemTable("pg_catalog", "pg_publication_namespace", columns("oid bigint, pnpubid bigint, pnnspid bigint")),
+        "oid oid, prpubid oid, prrelid oid, prqual varchar, prattrs integer[]")),
+    SystemTable("pg_catalog", "pg_publication_namespace", columns("oid oid, pnpubid oid, pnnspid oid")),
     SystemTable("pg_catalog", "pg_partitioned_table", columns(
-        "partrelid bigint, partstrat varchar, partnatts integer, partdefid bigint, partattrs integer[]")),
-    SystemTable("pg_catalog", "pg_foreign_table", columns("ftrelid bigint, ftserver bigint, ftoptions varchar[]")),
+        "partrelid oid, partstrat varchar, partnatts integer, partdefid oid, partattrs integer[]")),
+    SystemTable("pg_catalog", "pg_foreign_table", columns("ftrelid oid, ftserver oid, ftoptions varchar[]")),
     SystemTable("pg_catalog", "pg_foreign_server", columns(
-        "oid bigint, srvname varchar, srvowner bigint, srvfdw bigint, srvtype varchar, srvversion varchar")),
+        "oid oid, srvname varchar, srvowner oid, srvfdw oid, srvtype varchar, srvversion varchar")),
     SystemTable("pg_catalog", "pg_extension", columns(
-        "oid bigint, extname varchar, extowner bigint, extnamespace bigint, extrelocatable boolean, "
-        "extversion varchar, extconfig bigint[], extcondition varchar[]")),
+        "oid oid, extname varchar, extowner oid, extnamespace oid, extrelocatable boolean, "
+        "extversion varchar, extconfig oid[], extcondition varchar[]")),
     SystemTable("pg_catalog", "pg_range", columns(
-        "rngtypid bigint, rngsubtype bigint, rngmultitypid bigint, rngcollation bigint, rngsubopclass bigint")),
+        "rngtypid oid, rngsubtype oid, rngmultitypid oid, rngcollation oid, rngsubopclass oid")),
     SystemTable("pg_catalog", "pg_event_trigger", columns(
-        "oid bigint, evtname varchar, evtevent varchar, evtowner bigint, evtfoid bigint, evtenabled varchar")),
+        "oid oid, evtname varchar, evtevent varchar, evtowner oid, evtfoid oid, evtenabled varchar")),
     SystemTable("pg_catalog", "pg_auth_members", columns(
-        "oid bigint, roleid bigint, member bigint, grantor bigint, admin_option boolean")),
+        "oid oid, roleid oid, member oid, grantor oid, admin_option boolean")),
     SystemTable("pg_catalog", "pg_opclass", columns(
-        "oid bigint, opcmethod bigint, opcname varchar, opcnamespace bigint, opcowner bigint, opcfamily bigint, "
-        "opcintype bigint, opcdefault boolean, opckeytype bigint")),
+        "oid oid, opcmethod oid, opcname varchar, opcnamespace oid, opcowner oid, opcfamily oid, "
+        "opcintype oid, opcdefault boolean, opckeytype oid")),
 )

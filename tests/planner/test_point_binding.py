@@ -121,7 +121,7 @@ def test_bind_point_declines_what_plan_must_decide() -> None:
     assert bind_point(sql, CATALOG, [1]) is not None
     assert bind_point(sql + " ;  ", CATALOG, [2]) is not None  # the plan cache's own key
     assert bind_point(sql, CATALOG, [1, 2]) is None  # plan says how many parameters it takes
-    assert bind_point(sql, CATALOG, [[1]]) is None  # plan says parameters are single values
+    assert bind_point(sql, CATALOG, [[1]]) is None  # plan says a list is no key
     assert bind_point(sql, CATALOG, 5) is None
     assert bind_point(sql, {**CATALOG, "mystore": CATALOG["int_store"]}, [1]) is None  # the store changed
     bounded = "SELECT * FROM mystore WHERE k = ? AS OF POSITION '{\"events\": {\"0\": 3}}'"

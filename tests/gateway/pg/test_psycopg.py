@@ -72,10 +72,47 @@ def test_lists_in_binary_are_the_lists_in_text(pg: Pg) -> None:
     assert [d.type_code for d in cur.description][:7] == [1016, 1007, 1009, 1022, 1000, 1182, 1185]
 
 
-def test_array_parameters_are_refused_clearly(pg: Pg) -> None:
-    with pg.connect(autocommit=True) as con, pytest.raises(pe.UndefinedParameter) as info:
-        con.execute("SELECT * FROM accounts WHERE id = ANY(%s)", [[1, 2]])
-    assert "parameters are single values" in str(info.value)
+@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
+def test_array_parameters_are_lists(pg: Pg, shop: Shop, binary: bool) -> None:
+    """``= ANY(%s)`` with a list (psycopg sends an int8[] or text[]) was refused ("parameters are single
+    values") until s19."""
+    ids = sorted(shop.accounts)[:3] + [10**9]
+    with pg.connect(autocommit=True) as con:
+        cur = con.cursor(binary=binary)
+        got = cur.execute("SELECT id FROM accounts WHERE id = ANY(%s) ORDER BY id", [ids]).fetchall()
+        names = cur.execute("SELECT customer FROM revenue WHERE customer = ANY(%s) ORDER BY 1",
+                            [["c01", "nobody"]]).fetchall()
+        with pytest.raises(pe.DatatypeMismatch, match=r"cannot compare key column id \(BIGINT\) with \[1\]"):
+            cur.execute("SELECT * FROM accounts WHERE id = %s", [[1]])
+    assert got == [(i,) for i in ids[:3]]
+    assert names == ([("c01",)] if "c01" in shop.revenue else [])
+
+
+def test_settings_select_runs_left_to_right(pg: Pg) -> None:
+    """asyncpg's JIT switch: one SELECT of current_setting and set_config calls (set_config beside anything
+    else was FORBIDDEN_FUNCTION)."""
+    with pg.connect(autocommit=True) as con:
+        row = con.execute("SELECT current_setting('jit') AS cur, set_config('jit', 'on', false) AS new, "
+                          "pg_catalog.current_setting('jit')").fetchone()
+        cur = con.execute("SELECT set_config('application_name', %s, false) AS a, current_setting('nope', true) b",
+                          ["asy"])
+        assert [d.name for d in cur.description] == ["a", "b"] and cur.fetchone() == ("asy", None)
+        with pytest.raises(pe.UndefinedObject, match="unrecognized configuration parameter"):
+            con.execute("SELECT set_config('jit', 'off', false), current_setting('nope')")
+        assert con.execute("SHOW jit").fetchone() == ("off",)  # the calls before the error took effect
+    assert row == ("off", "on", "on")
+
+
+def test_catalog_oids_are_described_as_oid(pg: Pg) -> None:
+    """pg_catalog's oid columns are PostgreSQL's oid (26) and oid[] (1028), which asyncpg decodes without
+    introspection (it introspected int8[] with a query whose own result was int8[], forever)."""
+    with pg.connect(autocommit=True) as con:
+        for binary in (False, True):
+            cur = con.cursor(binary=binary)
+            row = cur.execute("SELECT oid, typelem, array_agg(oid) OVER () FROM pg_type WHERE typname = '_int8'"
+                              ).fetchone()
+            assert [d.type_code for d in cur.description] == [26, 26, 1028]
+            assert row == (1016, 20, [1016])
 
 
 def test_prepared_statement_reused_with_new_parameters(pg: Pg, shop: Shop) -> None:
