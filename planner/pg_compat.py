@@ -106,7 +106,8 @@ _ALIASES = {"current_version": "version"}
 
 def _rewrites(name: str) -> bool:
     return (name in _TRUE_FUNCTIONS or name in _FALSE_FUNCTIONS or name in _NULL_TEXT_FUNCTIONS
-            or name in _ZERO_FUNCTIONS or name in _VOID_FUNCTIONS or name in _NAMED_FUNCTIONS)
+            or name in _ZERO_FUNCTIONS or name in _VOID_FUNCTIONS or name in _NAMED_FUNCTIONS
+            or name in ("quote_ident", "quote_literal", "quote_nullable"))
 
 
 _NAMED_FUNCTIONS = frozenset({
@@ -365,6 +366,8 @@ def _function(node: exp.Func) -> exp.Expression:
         return _subquery("oid", table, exp.column(column).eq(bare))
     if name == "quote_ident" and args:
         return args[0]
+    if name in ("quote_literal", "quote_nullable") and len(args) == 1:
+        return _quote_literal(args[0], nullable=name == "quote_nullable")
     if name == "json_build_object":
         return exp.Anonymous(this="json_object", expressions=args)
     if name == "to_date" and len(args) == 2 and isinstance(args[1], exp.Literal):
@@ -381,7 +384,25 @@ def _function(node: exp.Func) -> exp.Expression:
 #: every function name this module replaces (the rewritten statement never calls DuckDB's function of that name)
 REWRITTEN_FUNCTIONS = frozenset(_TRUE_FUNCTIONS | _FALSE_FUNCTIONS | _NULL_TEXT_FUNCTIONS | _ZERO_FUNCTIONS
                                 | _VOID_FUNCTIONS | _NAMED_FUNCTIONS | {"json_build_object", "to_date", "array_upper", "array_lower",
-                                                      "array_length", "quote_ident", "current_version"})
+                                                      "array_length", "quote_ident", "quote_literal", "quote_nullable",
+                                                      "current_version"})
+
+
+def _quote_literal(value: exp.Expression, *, nullable: bool) -> exp.Expression:
+    """PostgreSQL's ``quote_literal(x)``: x's text as a string literal (quotes doubled; with a backslash, an E''
+    string with backslashes doubled); NULL stays NULL, or is the word NULL for ``quote_nullable``. asyncpg's
+    ``copy_from_query`` inlines its arguments with it."""
+    text = exp.cast(value.copy(), "VARCHAR")
+    escaped = exp.Anonymous(this="replace", expressions=[
+        exp.Anonymous(this="replace", expressions=[text, exp.Literal.string("\\"), exp.Literal.string("\\\\")]),
+        exp.Literal.string("'"), exp.Literal.string("''")])
+    prefix = exp.If(this=exp.Anonymous(this="contains", expressions=[text.copy(), exp.Literal.string("\\")]),
+                    true=exp.Literal.string("E"), false=exp.Literal.string(""))
+    quoted = exp.DPipe(this=exp.DPipe(this=exp.DPipe(this=prefix, expression=exp.Literal.string("'")),
+                                      expression=escaped), expression=exp.Literal.string("'"))
+    if nullable:
+        return exp.Coalesce(this=exp.Paren(this=quoted), expressions=[exp.Literal.string("NULL")])
+    return exp.Paren(this=quoted)
 
 
 def _expand_array(array: exp.Expression) -> exp.Expression:

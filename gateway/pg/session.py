@@ -22,9 +22,10 @@ from planner.systables import SystemContext
 from stores.iqv2.position import Position
 
 from ..cancel import Cancellation
-from ..errors import GatewayError, GatewayInternalError, translate
+from ..errors import GatewayError, GatewayInternalError, SqlError, translate
 from .answer import Answer, answer_of
 from .commands import ClientSettings, run_command
+from .copy_out import copy_header, copy_rows, copy_trailer, forced_columns, parse_copy
 from .sqlstate import error_fields
 from .sqltext import Command, classify, highest_parameter, quote_label_keywords, split_statements
 from .types import column_type, decode_param, encoder, parameter_oid
@@ -158,6 +159,58 @@ class Session:
             if 0 < limit <= sent:
                 return sent  # more rows wait: PortalSuspended
 
+    def copy_out(self, command: Command) -> None:
+        """``COPY (query) TO STDOUT``: the query's rows as CopyData, streamed a chunk at a time (copy_out.py)."""
+        copy = parse_copy(command.value or "")
+        inner = _prepare(copy.query, [])
+        if inner.command is not None:
+            raise SqlError("COPY: the query must be a SELECT, VALUES or WITH statement", code="SQL_SYNTAX_ERROR")
+        if inner.params:
+            raise ProtocolError(f"there is no parameter ${inner.params}", "42P02")
+        try:
+            answer = self.run(inner, [])
+        except GatewayError as exc:  # a position in the query is one in the COPY statement the client sent
+            text = command.value or ""
+            at = text.find(copy.query)
+            if exc.line is not None and exc.col is not None and at >= 0:
+                before = text[:at].split("\n")
+                exc.col += len(before[-1]) if exc.line == 1 else 0
+                exc.line += len(before) - 1
+            raise
+        count = 0
+        try:
+            if answer.columns is None:
+                raise SqlError("COPY: the statement answers no rows", code="SQL_SYNTAX_ERROR")
+            binary = copy.format == "binary"
+            names = [n for n, _ in answer.columns]
+            encoders = [encoder(column_type(d), binary) for _, d in answer.columns]
+            forced = forced_columns(copy, names)
+            self.send_notices(answer)
+            self.out.copy_out_response(binary, len(names))
+            header = copy_header(copy, names)
+            if header is not None and not binary:
+                self.out.copy_data(header)
+                header = None
+            # binary COPY's signature travels in the first CopyData, with the first row (or the trailer), as
+            # PostgreSQL sends it: psycopg reads it only there
+            while True:
+                for data in copy_rows(copy, answer.rows, encoders, forced):
+                    self.out.copy_data(data if header is None else header + data)
+                    header = None
+                    count += 1
+                answer.rows = []
+                if self.sock is not None and len(self.out.buf) >= _FLUSH_BYTES:
+                    self.out.flush(self.sock)
+                if answer.done or not answer.next_rows():
+                    break
+            trailer = copy_trailer(copy)
+            if trailer is not None:
+                self.out.copy_data(trailer if header is None else header + trailer)
+            self.out.copy_done()
+        finally:
+            answer.close()
+        self.out.command_complete(f"COPY {count}")
+
     def send_notices(self, answer: Answer) -> None:
         for fields in answer.notices:
             self.out.notice(fields)
@@ -187,6 +240,9 @@ class Session:
                 prepared = _prepare(sql, [])
                 if prepared.params:
                     raise ProtocolError(f"there is no parameter ${prepared.params}", "42P02")
+                if prepared.command is not None and prepared.command.kind == "copy":
+                    self.copy_out(prepared.command)
+                    continue
                 answer = self.run(prepared, [])
                 try:
                     self.send_notices(answer)
@@ -258,6 +314,10 @@ class Session:
     def execute(self, buf: Buffer) -> None:
         name, limit = buf.cstring(), buf.int32()
         portal = self._portal(name)
+        command = portal.prepared.command
+        if command is not None and command.kind == "copy":
+            self.copy_out(command)
+            return
         answer = self._execute_portal(portal)
         if portal.sent == 0:
             self.send_notices(answer)

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 from .wire import ProtocolError
 
-__all__ = ["split_statements", "highest_parameter", "Command", "classify", "parse_set_value", "quote_label_keywords"]
+__all__ = ["lex", "split_statements", "highest_parameter", "Command", "classify", "parse_set_value", "quote_label_keywords"]
 
 
-def _scan(text: str) -> list[tuple[str, int, int]]:
+def lex(text: str) -> list[tuple[str, int, int]]:
     """Tokens (kind, start, end): 'code' runs, 'string', 'ident', 'comment', ';', 'param'."""
     out: list[tuple[str, int, int]] = []
     i, n = 0, len(text)
@@ -88,7 +88,7 @@ def _scan(text: str) -> list[tuple[str, int, int]]:
 def split_statements(text: str) -> list[str]:
     """The statements of a simple Query, in order; whitespace/comment-only pieces are dropped."""
     pieces, start = [], 0
-    tokens = _scan(text)
+    tokens = lex(text)
     for kind, s, _e in tokens:
         if kind == ";":
             pieces.append(text[start:s])
@@ -98,13 +98,13 @@ def split_statements(text: str) -> list[str]:
 
 
 def _has_code(piece: str) -> bool:
-    return any(k != "comment" and piece[s:e].strip() for k, s, e in _scan(piece))
+    return any(k != "comment" and piece[s:e].strip() for k, s, e in lex(piece))
 
 
 def highest_parameter(sql: str) -> int:
     """The highest ``$n`` in the statement (0: none): how many parameters a Bind must supply at least."""
     top = 0
-    for kind, s, e in _scan(sql):
+    for kind, s, e in lex(sql):
         if kind == "param":
             n = int(sql[s + 1:e])
             if n < 1 or n > 65535:
@@ -115,12 +115,12 @@ def highest_parameter(sql: str) -> int:
 
 def _code_only(sql: str) -> str:
     """The statement with comments removed (strings kept): what command words are read from."""
-    return " ".join(sql[s:e] for k, s, e in _scan(sql) if k != "comment").strip()
+    return " ".join(sql[s:e] for k, s, e in lex(sql) if k != "comment").strip()
 
 
 @dataclass(frozen=True)
 class Command:
-    """A session command: ``kind`` is begin/commit/rollback/noop/set/reset/show/settings/discard/deallocate/unsupported."""
+    """A session command: ``kind`` is begin/commit/rollback/noop/set/reset/show/settings/copy/discard/deallocate/unsupported."""
 
     kind: str
     name: str = ""
@@ -179,7 +179,7 @@ def _settings_select(text: str) -> Command | None:
 def _split_args(text: str) -> list[str]:
     """Top-level comma-separated pieces (commas in strings or parentheses do not split)."""
     pieces, start, depth = [], 0, 0
-    for kind, s, _e in _scan(text):
+    for kind, s, _e in lex(text):
         if kind == "code":
             for i in range(s, _e):
                 c = text[i]
@@ -220,6 +220,9 @@ def classify(sql: str) -> Command | None:
     if first == "DEALLOCATE":
         rest = [w for w in text.split()[1:] if w.upper() != "PREPARE"]
         return Command("deallocate", name=rest[0].strip('"') if rest else "", tag="DEALLOCATE")
+    if first == "COPY":  # the statement as written (comments out): copy_out parses it
+        return Command("copy", value="".join(" " if k == "comment" else sql[s:e] for k, s, e in lex(sql)).strip(),
+                       tag="COPY")
     if first in ("PREPARE", "EXECUTE", "FETCH", "DECLARE", "MOVE", "LOCK", "VACUUM", "CHECKPOINT", "NOTIFY"):
         return Command("unsupported", name=first, tag=first)
     if first == "SET":
@@ -295,7 +298,7 @@ def quote_label_keywords(sql: str) -> str:
     if not re.match(r"(?i)\s*(select|with|explain|values|\()", code) or not _LABEL_KEYWORDS.search(code):
         return sql
     out, last = [], 0
-    for kind, s, e in _scan(sql):
+    for kind, s, e in lex(sql):
         if kind == "code":
             out.append(sql[last:s])
             out.append(_LABEL_KEYWORDS.sub(lambda m: f'AS{m.group(1)}"{m.group(2).lower()}"', sql[s:e]))

@@ -39,19 +39,18 @@ def column_type(duck_type: str) -> PgType:
     return pg_type_for_duck(duck_type)
 
 
-_PG_ONLY = {"oid", "name", "char", "jsonb", "json", "bytea", "text", "varchar", "character varying", "uuid"}
-
-
 def parameter_oid(type_name: str) -> int:
-    """The OID a parameter of this type (as PostgreSQL writes it: ``bigint``, ``oid[]``) is described with:
-    PostgreSQL's own types by name, the rest as DuckDB reads the name, like a result column of that type.
-    A name neither knows is text (25), PostgreSQL's choice for a parameter of unknown type."""
-    name = type_name.strip().lower()
+    """The OID a parameter of this type (as PostgreSQL writes it: ``bigint``, ``oid[]``, ``pg_catalog._int8``)
+    is described with: PostgreSQL's types by name, the rest as DuckDB reads the name, like a result column of
+    that type. A name neither knows is text (25), PostgreSQL's choice for a parameter of unknown type."""
+    name = type_name.strip().lower().replace('"', "")
+    name = name.removeprefix("pg_catalog.")
     if name.endswith("[]"):
         element = BY_OID.get(parameter_oid(name[:-2]))
         return element.array_oid if element is not None and element.array_oid else 25
-    if name.split("(", 1)[0].strip() in _PG_ONLY:
-        return BY_NAME[name.split("(", 1)[0].strip()].oid
+    known = BY_NAME.get(name.split("(", 1)[0].strip())
+    if known is not None:
+        return known.oid
     try:
         duck = str(duckdb.sqltype(name))
     except (duckdb.Error, ValueError, TypeError):

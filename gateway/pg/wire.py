@@ -253,6 +253,17 @@ class Out:
     def close_complete(self) -> None:
         self.buf += b"3\0\0\0\4"
 
+    def copy_out_response(self, binary: bool, columns: int) -> None:
+        """CopyOutResponse: the overall format and each column's (all text or all binary, as PostgreSQL)."""
+        fmt = 1 if binary else 0
+        self.buf += _msg(b"H", struct.pack("!bh", fmt, columns) + _I16.pack(fmt) * columns)
+
+    def copy_data(self, data: bytes) -> None:
+        self.buf += b"d" + _I32.pack(len(data) + 4) + data
+
+    def copy_done(self) -> None:
+        self.buf += b"c\0\0\0\4"
+
     def portal_suspended(self) -> None:
         self.buf += b"s\0\0\0\4"
 
