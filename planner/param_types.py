@@ -90,7 +90,9 @@ def _decided_type(p: exp.Placeholder) -> exp.DataType | None:
         return exp.DataType.build("bigint")
     if isinstance(parent, _TEXT):
         return exp.DataType.build("text")
-    if isinstance(parent, (exp.Any, exp.All)) and isinstance(parent.parent, _COMPARED):
+    quantified = isinstance(parent, (exp.Any, exp.All)) or (
+        isinstance(parent, exp.Anonymous) and str(parent.this).upper() in ("ANY", "ALL", "SOME"))  # <> ALL($1)
+    if quantified and isinstance(parent.parent, _COMPARED):
         element = _known(_other(parent.parent, parent))
         return None if element is None else exp.DataType(this=exp.DataType.Type.ARRAY, expressions=[element],
                                                          nested=True)

@@ -39,6 +39,10 @@ def column_type(duck_type: str) -> PgType:
     return pg_type_for_duck(duck_type)
 
 
+# sqlglot writes DuckDB's unsigned types by names DuckDB does not read back (UINTEGER, pg_catalog's oid, is UINT)
+_UNSIGNED = {"utinyint": "utinyint", "usmallint": "usmallint", "uint": "uinteger", "ubigint": "ubigint"}
+
+
 def parameter_oid(type_name: str) -> int:
     """The OID a parameter of this type (as PostgreSQL writes it: ``bigint``, ``oid[]``, ``pg_catalog._int8``)
     is described with: PostgreSQL's types by name, the rest as DuckDB reads the name, like a result column of
@@ -48,6 +52,7 @@ def parameter_oid(type_name: str) -> int:
     if name.endswith("[]"):
         element = BY_OID.get(parameter_oid(name[:-2]))
         return element.array_oid if element is not None and element.array_oid else 25
+    name = _UNSIGNED.get(name, name)
     known = BY_NAME.get(name.split("(", 1)[0].strip())
     if known is not None:
         return known.oid
@@ -377,6 +382,8 @@ _BINARY_PARAMS: dict[int, Callable[[bytes], Any]] = {
     1082: lambda b: _PG_EPOCH_DATE + dt.timedelta(days=struct.unpack("!i", b)[0]),
     1114: lambda b: _PG_EPOCH_NAIVE + dt.timedelta(microseconds=struct.unpack("!q", b)[0]),
     1184: lambda b: _PG_EPOCH + dt.timedelta(microseconds=struct.unpack("!q", b)[0]),
+    1083: lambda b: _time_param(struct.unpack("!q", b)[0]),
+    1186: lambda b: "{2} months {1} days {0} microseconds".format(*struct.unpack("!qii", b)),
     2950: lambda b: str(uuid.UUID(bytes=b)),
     17: bytes,
 }
@@ -424,6 +431,14 @@ def decode_param(raw: bytes | None, oid: int, binary: bool) -> Any:
         shown = raw.decode("utf-8")
         shown = shown if len(shown) <= 60 else shown[:60] + "..."
         raise ProtocolError(f'invalid input syntax for type {_type_name(oid)}: "{shown}"', "22P02") from None
+
+
+def _time_param(micros: int) -> str:
+    """A binary TIME as its text (DuckDB casts it where the SQL needs a TIME): PostgreSQL's range is 0-24 h."""
+    if not 0 <= micros <= 86_400_000_000:
+        raise ValueError("time out of range")
+    seconds, fraction = divmod(micros, 1_000_000)
+    return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}.{fraction:06d}"
 
 
 def _type_name(oid: int) -> str:

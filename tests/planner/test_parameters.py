@@ -22,6 +22,8 @@ from tests.planner.planner_catalog import CATALOG
     ("SELECT * FROM str_store WHERE k LIKE $1 OR v || $2 = 'x'", {1: "text", 2: "text"}),
     ("SELECT * FROM mystore WHERE k = ANY($1)", {1: "bigint[]"}),
     ("SELECT * FROM mystore WHERE k = ANY($1::INTEGER[])", {1: "int[]"}),
+    ("SELECT * FROM mystore WHERE k <> ALL($1)", {1: "bigint[]"}),
+    ("SELECT typname FROM pg_type WHERE oid = $1", {1: "uint"}),
     ("SELECT * FROM mystore ORDER BY k LIMIT $1 OFFSET $2", {1: "bigint", 2: "bigint"}),
     ("SELECT $1::oid[]", {1: "oid[]"}),
     ("SELECT n + $1 FROM mystore", {1: "bigint"}),

@@ -52,6 +52,11 @@ def test_parameters_are_sent_in_the_types_the_statement_gives_them(pg: Pg, serve
             "SELECT id FROM accounts WHERE id BETWEEN $1 AND $2 ORDER BY id LIMIT $3", ids[0], ids[-1], 3)])
         out.append(await con.fetchval("SELECT $1::DATE + 1", dt.date(2024, 1, 31)))
         out.append(await con.fetchval("SELECT count(*) FROM accounts WHERE balance > $1", 100))
+        out.append(await con.fetchval("SELECT count(*) FROM accounts WHERE id <> ALL($1)", ids))
+        out.append(await con.fetchval("SELECT typname FROM pg_type WHERE oid = $1", 1016))  # oid: uint32
+        # binary TIME and INTERVAL parameters ("not supported; send them as text" before s19)
+        out.append(await con.fetchval("SELECT $1::TIME", dt.time(1, 2, 3, 4)))
+        out.append(await con.fetchval("SELECT $1::INTERVAL", dt.timedelta(days=-1, seconds=5, microseconds=6)))
         return out
 
     got = _run(pg, body)
@@ -61,6 +66,8 @@ def test_parameters_are_sent_in_the_types_the_statement_gives_them(pg: Pg, serve
     assert got[6] == sorted(shop.accounts)[:3]
     assert got[7] == dt.date(2024, 2, 1)
     assert got[8] == _http_rows(server, "SELECT count(*) FROM accounts WHERE balance > 100")[0][0]
+    assert got[9] == len(shop.accounts) - len(ids)
+    assert got[10:] == ["_int8", dt.time(1, 2, 3, 4), dt.timedelta(days=-1, seconds=5, microseconds=6)]
 
 
 def test_list_columns_and_array_parameters(pg: Pg, shop: Shop) -> None:

@@ -147,13 +147,14 @@ def test_bad_message_after_startup(open_server: PgServer, message: bytes, sqlsta
     _no_connections_left(open_server)
 
 
-def test_copy_is_refused_and_stray_copy_messages_ignored(open_server: PgServer) -> None:
+def test_copy_from_is_refused_and_stray_copy_messages_ignored(open_server: PgServer) -> None:
+    """COPY … FROM writes (COPY … TO STDOUT exports: test_copy_out.py)."""
     with psycopg.connect(host=open_server.host, port=open_server.port, user="u", dbname="iqgate", autocommit=True,
                          connect_timeout=10) as con:
         with pytest.raises(psycopg.Error) as info:
-            with con.cursor().copy("COPY revenue TO STDOUT"):
-                pass
-        assert info.value.sqlstate in ("25006", "42601", "0A000")
+            with con.cursor().copy("COPY revenue FROM STDIN") as cp:
+                cp.write_row(("c1", 1.0, 1))
+        assert info.value.sqlstate == "25006"
         assert con.execute("SELECT 1").fetchone() == (1,)
     with _connect(open_server) as s:
         _startup(s)
