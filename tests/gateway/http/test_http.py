@@ -48,6 +48,17 @@ def test_named_params_and_position_token_round_trip(server: Http, shop: Shop) ->
     assert status == 200 and again["rows"] == first["rows"] == [[shop.revenue[c][1]]]
 
 
+def test_a_list_parameter_is_an_array(server: Http, shop: Shop) -> None:
+    """``= ANY(?)`` with a JSON list (refused as "parameters are single values" before s19)."""
+    customers = sorted(shop.revenue)[:3] + ["nobody"]
+    status, _, body = server.sql("SELECT customer, orders FROM revenue WHERE customer = ANY(?) ORDER BY customer",
+                                 params=[customers])
+    assert status == 200, body
+    assert body["rows"] == [[c, shop.revenue[c][1]] for c in customers[:3]]
+    status, _, body = server.sql("SELECT orders FROM revenue WHERE customer = :c", params={"c": customers})
+    assert status == 400 and body["error"]["code"] == "TYPE_MISMATCH", body
+
+
 def test_ndjson_streams_header_rows_trailer(server: Http, shop: Shop) -> None:
     status, hdrs, raw = server.sql("SELECT customer, orders FROM revenue ORDER BY customer",
                                    accept="application/x-ndjson")
