@@ -140,3 +140,35 @@ def test_transactions_cursors_prepared_statements_and_a_pool(pg: Pg, shop: Shop)
     assert described == (["int8"], ["name"])
     assert name == shop.accounts[ids[1]][0]
     assert pooled == ids[:2]
+
+
+def test_sqlalchemy_on_asyncpg(pg: Pg, server: Http, shop: Shop) -> None:
+    """``postgresql+asyncpg``: SQLAlchemy's async engine (what FastAPI services use), with expanding IN and the
+    inspector, against the same statements over HTTP."""
+    from sqlalchemy import bindparam, inspect, text
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    ids = sorted(shop.accounts)[:4]
+
+    async def main() -> tuple[Any, Any, Any]:
+        engine = create_async_engine(f"postgresql+asyncpg://iqgate:{pg.token}@{pg.host}:{pg.port}/iqgate",
+                                     connect_args={"ssl": False})
+        try:
+            async with engine.connect() as con:
+                one = (await con.execute(text("SELECT name FROM accounts WHERE id = :i"), {"i": ids[1]})).scalar()
+                stmt = text("SELECT id FROM accounts WHERE id IN :ids ORDER BY id").bindparams(
+                    bindparam("ids", expanding=True))
+                many = [r[0] for r in await con.execute(stmt, {"ids": ids})]
+                columns = await con.run_sync(lambda c: [(col["name"], str(col["type"]))
+                                                        for col in inspect(c).get_columns("accounts")])
+            return one, many, columns
+        finally:
+            await engine.dispose()
+
+    one, many, columns = asyncio.run(main())
+    assert one == shop.accounts[ids[1]][0]
+    assert many == ids
+    status, _, body = server.sql("DESCRIBE accounts")
+    assert status == 200
+    assert [name for name, _ in columns] == [row[0] for row in body["rows"]]
+    assert columns[0] == ("id", "BIGINT")
