@@ -25,8 +25,8 @@ from .statements import setting_text
 
 __all__ = ["register_system_tables", "session_settings_text", "store_rows"]
 
-_ARROW = {"BIGINT": pa.int64(), "UINTEGER": pa.uint32(), "INTEGER": pa.int32(), "VARCHAR": pa.string(), "BOOLEAN": pa.bool_(),
-          "DOUBLE": pa.float64(), "TIMESTAMPTZ": pa.timestamp("us", tz="UTC")}
+_ARROW = {"BIGINT": pa.int64(), "UINTEGER": pa.uint32(), "INTEGER": pa.int32(), "VARCHAR": pa.string(),
+          "BOOLEAN": pa.bool_(), "DOUBLE": pa.float64(), "TIMESTAMPTZ": pa.timestamp("us", tz="UTC")}
 
 
 def _arrow_type(duck: str) -> pa.DataType:

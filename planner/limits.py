@@ -99,9 +99,6 @@ def check_tree_depth(tree: Any) -> None:
         stack.extend((child, depth + 1) for child in node.iter_expressions())
 
 
-_SCALARS = (type(None), bool, int, float, str, bytes)
-
-
 def check_param_values(params: Any) -> None:
     """Parameters are values (dates and times too) or lists of them (PostgreSQL's arrays: ``id = ANY($1)``,
     at most MAX_ARRAY_DIMENSIONS deep), at most MAX_PARAMS values in all, strings valid UTF-8."""

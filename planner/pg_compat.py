@@ -382,10 +382,10 @@ def _function(node: exp.Func) -> exp.Expression:
 
 
 #: every function name this module replaces (the rewritten statement never calls DuckDB's function of that name)
-REWRITTEN_FUNCTIONS = frozenset(_TRUE_FUNCTIONS | _FALSE_FUNCTIONS | _NULL_TEXT_FUNCTIONS | _ZERO_FUNCTIONS
-                                | _VOID_FUNCTIONS | _NAMED_FUNCTIONS | {"json_build_object", "to_date", "array_upper", "array_lower",
-                                                      "array_length", "quote_ident", "quote_literal", "quote_nullable",
-                                                      "current_version"})
+REWRITTEN_FUNCTIONS = frozenset(
+    _TRUE_FUNCTIONS | _FALSE_FUNCTIONS | _NULL_TEXT_FUNCTIONS | _ZERO_FUNCTIONS | _VOID_FUNCTIONS | _NAMED_FUNCTIONS
+    | {"json_build_object", "to_date", "array_upper", "array_lower", "array_length", "quote_ident", "quote_literal",
+       "quote_nullable", "current_version"})
 
 
 def _quote_literal(value: exp.Expression, *, nullable: bool) -> exp.Expression:

@@ -305,6 +305,9 @@ class Session:
             self.send_description(shape, [])
         elif what == b"P":
             portal = self._portal(name)
+            if portal.prepared.command is not None and portal.prepared.command.kind == "copy":
+                self.out.no_data()  # COPY's rows travel as CopyData, not DataRows (PostgreSQL: NoData)
+                return
             answer = self._execute_portal(portal)
             portal.described = True
             self.send_description(answer, portal.formats)

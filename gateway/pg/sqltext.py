@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from .wire import ProtocolError
 
-__all__ = ["lex", "split_statements", "highest_parameter", "Command", "classify", "parse_set_value", "quote_label_keywords"]
+__all__ = ["lex", "split_statements", "highest_parameter", "Command", "classify", "parse_set_value",
+           "quote_label_keywords"]
 
 
 def lex(text: str) -> list[tuple[str, int, int]]:
@@ -120,7 +121,8 @@ def _code_only(sql: str) -> str:
 
 @dataclass(frozen=True)
 class Command:
-    """A session command: ``kind`` is begin/commit/rollback/noop/set/reset/show/settings/copy/discard/deallocate/unsupported."""
+    """A session command: ``kind`` is begin/commit/rollback/noop/set/reset/show/settings/copy/discard/deallocate/
+    unsupported."""
 
     kind: str
     name: str = ""

@@ -39,8 +39,8 @@ def column_type(duck_type: str) -> PgType:
     return pg_type_for_duck(duck_type)
 
 
-# sqlglot writes DuckDB's unsigned types by names DuckDB does not read back (UINTEGER, pg_catalog's oid, is UINT)
-_UNSIGNED = {"utinyint": "utinyint", "usmallint": "usmallint", "uint": "uinteger", "ubigint": "ubigint"}
+# sqlglot writes DuckDB's UINTEGER (pg_catalog's oid columns) as UINT, a name DuckDB does not read back
+_SQLGLOT_NAMES = {"uint": "uinteger"}
 
 
 def parameter_oid(type_name: str) -> int:
@@ -52,7 +52,7 @@ def parameter_oid(type_name: str) -> int:
     if name.endswith("[]"):
         element = BY_OID.get(parameter_oid(name[:-2]))
         return element.array_oid if element is not None and element.array_oid else 25
-    name = _UNSIGNED.get(name, name)
+    name = _SQLGLOT_NAMES.get(name, name)
     known = BY_NAME.get(name.split("(", 1)[0].strip())
     if known is not None:
         return known.oid

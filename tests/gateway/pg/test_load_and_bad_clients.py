@@ -167,6 +167,26 @@ def test_copy_from_is_refused_and_stray_copy_messages_ignored(open_server: PgSer
         assert b"\x00\x00\x00\x015" in data and not data.startswith(b"E")
 
 
+def test_copy_in_the_extended_protocol(open_server: PgServer) -> None:
+    """Parse/Bind/Describe portal/Execute of a COPY: NoData, then CopyOutResponse, CopyData, CopyDone, COPY n."""
+    def msg(kind: bytes, body: bytes) -> bytes:
+        return kind + struct.pack("!i", len(body) + 4) + body
+    with _connect(open_server) as s:
+        _startup(s)
+        s.sendall(msg(b"P", b"\0COPY (SELECT a FROM (VALUES (8), (7)) t(a) ORDER BY a) TO STDOUT\0\0\0")
+                  + msg(b"B", b"\0\0\0\0\0\0\0\0") + msg(b"D", b"P\0") + msg(b"E", b"\0\0\0\0\0")
+                  + msg(b"S", b""))
+        data = _ready_count(s, 1)
+    kinds, i = [], 0
+    while i < len(data):
+        n = struct.unpack("!i", data[i + 1:i + 5])[0]
+        kinds.append((data[i:i + 1], data[i + 5:i + 1 + n]))
+        i += 1 + n
+    assert [k for k, _ in kinds] == [b"1", b"2", b"n", b"H", b"d", b"d", b"c", b"C", b"Z"]
+    assert [body for k, body in kinds if k == b"d"] == [b"7\n", b"8\n"]
+    assert kinds[7][1] == b"COPY 2\0"
+
+
 def _ready_count(s: socket.socket, n: int, data: bytes = b"") -> bytes:
     """Read until ``n`` ReadyForQuery (idle) messages have come."""
     while data.count(b"Z\0\0\0\5I") < n:
