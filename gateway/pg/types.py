@@ -138,7 +138,7 @@ def _numeric_binary(v: Any) -> bytes:
     sign, digits, exponent = d.as_tuple()
     assert isinstance(exponent, int)
     dscale = max(0, -exponent)
-    text = "".join(map(str, digits))
+    text = "".join(map(str, digits)).rjust(-exponent, "0")  # 0.0001 is digits (1,), exponent -4: "0001"
     integer = text[:len(text) + exponent] if exponent < 0 else text + "0" * exponent
     fraction = text[len(text) + exponent:] if exponent < 0 else ""
     integer = integer.lstrip("0")

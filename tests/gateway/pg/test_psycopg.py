@@ -3,7 +3,9 @@ statements, IQv2 session settings, and every failure as an ErrorResponse with a 
 
 from __future__ import annotations
 
+import decimal
 import json
+import random
 import threading
 import time
 
@@ -292,3 +294,20 @@ def test_bad_password_is_28P01_for_every_method(gw: Gateway) -> None:
             with psycopg.connect(host=srv.host, port=srv.port, user="u", password="right", dbname="iqgate",
                                  connect_timeout=10, autocommit=True) as con:
                 assert con.execute("SELECT 1").fetchone() == (1,)
+
+
+@pytest.mark.parametrize("scale", [0, 2, 4, 9, 12, 18])
+def test_decimals_in_binary_are_the_decimals_in_text(pg: Pg, scale: int) -> None:
+    """numeric_send wrote 0.0001 as 0.1000 (a fraction with fewer digits than its scale lost its leading zeros;
+    found by asyncpg, which reads every result in binary). psycopg parses the text itself."""
+    rnd = random.Random(scale)
+    values = ["0", "1", "-1", "0.0001", "0.1", "0.00000001", "-0.000123", "12345.6789"]
+    values += [str(decimal.Decimal(rnd.randrange(-10**m, 10**m)).scaleb(-rnd.randrange(0, 19)))
+               for m in (1, 3, 6, 9, 12, 15, 18) for _ in range(6)]
+    sql = (f"SELECT v::DECIMAL(38,{scale}) FROM (VALUES " + ", ".join(f"('{v}')" for v in values)
+           + ") t(v)")
+    with pg.connect(autocommit=True) as con:
+        text = con.cursor(binary=False).execute(sql).fetchall()
+        binary = con.cursor(binary=True).execute(sql).fetchall()
+    assert binary == text
+    assert any(0 < abs(r[0]) < 1 for r in text) or scale == 0
