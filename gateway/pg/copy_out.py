@@ -37,7 +37,18 @@ class CopyOut:
     force_quote: tuple[str, ...] | None = ()   # None: every column (FORCE_QUOTE *)
 
 
-_STRING = re.compile(r"\s*(?:AS\s+)?E?'((?:[^']|'')*)'\s*", re.I)
+_STRING = re.compile(r"\s*(?:AS\s+)?(?:[Ee]'(?P<e>(?:[^'\\]|''|\\.)*)'|'(?P<s>(?:[^']|'')*)')\s*", re.I | re.S)
+_E_ESCAPE = re.compile(r"\\(?:([bfnrtv\\'])|x([0-9A-Fa-f]{1,2})|([0-7]{1,3}))")
+_E_CHARS = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\", "'": "'"}
+
+
+def _string_value(m: re.Match[str]) -> str:
+    """A quoted option value; an E'…' string with its backslash escapes read (``DELIMITER E'\\t'`` is a tab)."""
+    if m.group("e") is None:
+        return m.group("s").replace("''", "'")
+    text = m.group("e").replace("''", "'")
+    return _E_ESCAPE.sub(lambda e: _E_CHARS[e.group(1)] if e.group(1) else chr(int(e.group(2) or e.group(3),
+                                                                                   16 if e.group(2) else 8)), text)
 
 
 def parse_copy(sql: str) -> CopyOut:
@@ -126,7 +137,7 @@ def _options(query: str, text: str) -> CopyOut:
                 s = _STRING.match(rest)
                 if s is None:
                     raise SqlError(f"COPY: {word.upper()} needs a quoted value", code="SQL_SYNTAX_ERROR")
-                _option(opts, word, "'" + s.group(1) + "'")
+                _option(opts, word, s.group(0).strip().removeprefix("AS").removeprefix("as").strip())
                 rest = rest[s.end():]
     fmt = opts.get("format", "text")
     csv = fmt == "csv"
@@ -162,7 +173,7 @@ def _option(opts: dict[str, Any], name: str, value: str | None) -> None:
     literal = None
     if value is not None:
         s = _STRING.fullmatch(value)
-        literal = s.group(1).replace("''", "'") if s is not None else value.strip().strip('"')
+        literal = _string_value(s) if s is not None else value.strip().strip('"')
     if name == "format":
         if (literal or "").lower() not in ("text", "csv", "binary"):
             raise SqlError(f"COPY format {literal!r} not recognized (text, csv or binary)", code="SQL_SYNTAX_ERROR")

@@ -69,7 +69,9 @@ def test_csv_quoting_follows_postgresql(pg: Pg) -> None:
         forced = _copied(con, "COPY (SELECT 1 AS a, 'x' AS b, NULL AS c) TO STDOUT WITH CSV FORCE QUOTE *")
         chosen = _copied(con, "COPY (SELECT 1 AS a, 'x' AS b) TO STDOUT (FORMAT csv, FORCE_QUOTE (b), "
                               "QUOTE '''', DELIMITER ';')")
+        escaped = _copied(con, "COPY (SELECT 1 AS a, 2 AS b) TO STDOUT WITH CSV DELIMITER AS E'\\t' NULL AS 'n'")
     assert forced == '"1","x",\n' and chosen == "1;'x'\n"  # NULL is never quoted
+    assert escaped == "1\t2\n"  # an E'' option value has its escapes read
     rows = list(csv.reader(io.StringIO(raw, newline="")))
     assert rows[0] == ["i", "a", "b", "c"]
     assert [r[1:3] for r in rows[1:]] == [["tab\there", "new\nline"], ["back\\slash", 'q"uote,comma'],
