@@ -151,15 +151,22 @@ def _options(query: str, text: str) -> CopyOut:
 
 def _split(text: str) -> list[str]:
     """The options at top level: commas inside quotes or a column list's parentheses do not split."""
-    pieces, start, quoted, depth = [], 0, False, 0
-    for i, c in enumerate(text):
+    pieces, start, quoted, escapes, depth = [], 0, False, False, 0
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if quoted and escapes and c == "\\":
+            i += 2  # E'\'' : an escaped quote does not end the string
+            continue
         if c == "'":
+            escapes = not quoted and i > 0 and text[i - 1] in "Ee" and (i < 2 or not text[i - 2].isalnum())
             quoted = not quoted
         elif not quoted and c in "()":
             depth += 1 if c == "(" else -1
         elif c == "," and not quoted and depth == 0:
             pieces.append(text[start:i])
             start = i + 1
+        i += 1
     pieces.append(text[start:])
     return pieces
 
@@ -241,7 +248,9 @@ def copy_row(copy: CopyOut, values: Sequence[bytes | None], forced: Sequence[boo
             out.append(b"\xff\xff\xff\xff" if v is None else struct.pack("!i", len(v)) + v)
         return b"".join(out)
     if copy.format == "csv":
-        fields = [copy.null if v is None else _csv_field(copy, v.decode("utf-8"), f) for v, f in zip(values, forced)]
+        single = len(values) == 1
+        fields = [copy.null if v is None else _csv_field(copy, v.decode("utf-8"), f, single)
+                  for v, f in zip(values, forced)]
     else:
         fields = [copy.null if v is None else _text_field(v.decode("utf-8"), copy.delimiter) for v in values]
     return (copy.delimiter.join(fields) + "\n").encode("utf-8")
@@ -257,9 +266,11 @@ def _text_field(value: str, delimiter: str) -> str:
     return out
 
 
-def _csv_field(copy: CopyOut, value: str, forced: bool) -> str:
+def _csv_field(copy: CopyOut, value: str, forced: bool, single: bool) -> str:
+    """PostgreSQL's CopyAttributeOutCSV: quoted when forced, equal to the NULL text, holding the delimiter, the
+    quote or a line break, or ``\\.`` alone on its line (a one-column row: COPY FROM's end-of-data marker)."""
     needs = (forced or value == copy.null or any(c in value for c in (copy.delimiter, copy.quote, "\r", "\n"))
-             or (value[:1] == "\\" and value == "\\."))
+             or (single and value == "\\."))
     if not needs:
         return value
     if copy.escape != copy.quote:
