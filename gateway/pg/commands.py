@@ -180,27 +180,33 @@ def _set(session: Session, name: str, value: str | None) -> None:
 
 def _settings(session: Session, cmd: Command, params: list[Any]) -> Answer:
     """A SELECT of ``set_config(name, value, is_local)`` (SET, answered with the new value; ``is_local`` lasts the
-    session) and ``current_setting(name[, missing_ok])`` calls, run left to right as PostgreSQL does."""
-    row: list[str | None] = []
+    session) and ``current_setting(name[, missing_ok])`` calls, run left to right as PostgreSQL does.
+
+    Every call is checked before any setting changes: a statement that fails (an unknown setting read, a NULL
+    name) changes nothing, as PostgreSQL rolls back what its failed statement set."""
+    calls = []
     for fn, _column, args in cmd.calls:
-        values = []
-        for kind, text in args:
-            value = params[int(text) - 1] if kind == "param" else text
-            values.append(None if value is None else str(value))
-        name = values[0]
-        if name is None and fn == "current_setting":
-            row.append(None)  # current_setting is strict: NULL in, NULL out
-        elif name is None:
+        values = [None if v is None else str(v)
+                  for v in (params[int(text) - 1] if kind == "param" else text for kind, text in args)]
+        name = None if values[0] is None else values[0].lower()
+        missing_ok = fn == "current_setting" and len(values) > 1 and values[1] in ("true", "t", "on", "1")
+        if name is None and fn == "set_config":
             raise SqlError("set_config: the setting name must not be NULL", code="INVALID_SETTING")
+        if fn == "current_setting" and name is not None and not missing_ok and (
+                name == "all" or not _known(session, name)):  # "all" is SHOW ALL's word, not a setting
+            raise SqlError(f'unrecognized configuration parameter "{values[0]}"', code="UNKNOWN_PARAMETER")
+        calls.append((fn, name, values, missing_ok))
+    row: list[str | None] = []
+    for fn, name, values, missing_ok in calls:
+        if name is None:
+            row.append(None)  # current_setting is strict: NULL in, NULL out
         elif fn == "set_config":
-            _set(session, name.lower(), values[1])
-            row.append(_show(session, name.lower()).rows[0][0])
-        elif len(values) > 1 and values[1] in ("true", "t", "on", "1") and not _known(session, name.lower()):
-            row.append(None)  # missing_ok
-        elif name.lower() == "all":  # SHOW ALL's word, not a setting
-            raise SqlError('unrecognized configuration parameter "all"', code="UNKNOWN_PARAMETER")
+            _set(session, name, values[1])
+            row.append(_show(session, name).rows[0][0])
+        elif missing_ok and (name == "all" or not _known(session, name)):
+            row.append(None)
         else:
-            row.append(_show(session, name.lower()).rows[0][0])
+            row.append(_show(session, name).rows[0][0])
     return Answer([(column, "VARCHAR") for _fn, column, _args in cmd.calls], [tuple(row)], "SELECT 1")
 
 
