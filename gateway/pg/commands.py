@@ -192,8 +192,7 @@ def _settings(session: Session, cmd: Command, params: list[Any]) -> Answer:
         missing_ok = fn == "current_setting" and len(values) > 1 and values[1] in ("true", "t", "on", "1")
         if name is None and fn == "set_config":
             raise SqlError("set_config: the setting name must not be NULL", code="INVALID_SETTING")
-        if fn == "current_setting" and name is not None and not missing_ok and (
-                name == "all" or not _known(session, name)):  # "all" is SHOW ALL's word, not a setting
+        if fn == "current_setting" and name is not None and not missing_ok and not _known(session, name):
             raise SqlError(f'unrecognized configuration parameter "{values[0]}"', code="UNKNOWN_PARAMETER")
         calls.append((fn, name, values, missing_ok))
     row: list[str | None] = []
@@ -203,7 +202,7 @@ def _settings(session: Session, cmd: Command, params: list[Any]) -> Answer:
         elif fn == "set_config":
             _set(session, name, values[1])
             row.append(_show(session, name).rows[0][0])
-        elif missing_ok and (name == "all" or not _known(session, name)):
+        elif missing_ok and not _known(session, name):
             row.append(None)
         else:
             row.append(_show(session, name).rows[0][0])
@@ -211,8 +210,14 @@ def _settings(session: Session, cmd: Command, params: list[Any]) -> Answer:
 
 
 def _known(session: Session, name: str) -> bool:
-    name = _SHOW_ALIASES.get(" ".join(name.split()), name)
-    return name in ("last_position", "statement_timeout") or name in SESSION_SETTINGS or name in session.settings.visible()
+    """Whether ``current_setting(name)`` has a value: SHOW's answer, where ``all`` is SHOW ALL's word."""
+    if name == "all":
+        return False
+    try:
+        _show(session, name)
+    except SqlError:
+        return False
+    return True
 
 
 def run_command(session: Session, cmd: Command, params: list[Any] | None = None) -> Answer:

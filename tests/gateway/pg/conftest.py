@@ -7,7 +7,8 @@ Answers through PG clients are compared with the same statement over HTTP
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 
 from gateway.engine import Gateway
 from gateway.pg import PgServer
+from tests.gateway.gwfixtures import Http
 
 TOKEN = "pg-s3cret token"
 
@@ -54,3 +56,27 @@ def pg_server(gw: Gateway) -> Iterator[PgServer]:
 @pytest.fixture(scope="module")
 def pg(pg_server: PgServer) -> Pg:
     return Pg(pg_server.host, pg_server.port, TOKEN)
+
+
+def http_rows(server: Http, sql: str, **fields: object) -> list[tuple[object, ...]]:
+    """The rows the same statement answers over HTTP (the oracle PG clients are compared with)."""
+    status, _, body = server.sql(sql, **fields)
+    assert status == 200, body
+    return [tuple(r) for r in body["rows"]]
+
+
+ASYNCPG_DEADLINE_S = 20.0
+
+
+def asyncpg_run(pg: Pg, body: Callable[[Any], Awaitable[Any]]) -> Any:
+    """``body(connection)`` on a fresh asyncpg connection, with a deadline: a hang fails instead of stalling."""
+    import asyncpg
+
+    async def main() -> Any:
+        con = await asyncpg.connect(host=pg.host, port=pg.port, user="iqgate", database="iqgate", password=pg.token,
+                                    ssl=False, timeout=ASYNCPG_DEADLINE_S)
+        try:
+            return await asyncio.wait_for(body(con), ASYNCPG_DEADLINE_S)
+        finally:
+            await con.close(timeout=ASYNCPG_DEADLINE_S)
+    return asyncio.run(main())

@@ -3,40 +3,20 @@ parameter in the type the server's Describe named: before s19 it could run ``SEL
 (``WHERE id = $1`` with an int: "expected str, got int"; a list column: its type introspection was refused and
 then hung; an error on Describe: the client waited forever, the ErrorResponse unflushed).
 
-Every call has a deadline (``_run``), so a hang fails the test instead of stalling the run.
+Every call has a deadline (``asyncpg_run``), so a hang fails the test instead of stalling the run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
 import pytest
 
 from tests.gateway.gwfixtures import Http, Shop
-from tests.gateway.pg.conftest import Pg
-
-DEADLINE_S = 20.0
-
-
-def _run(pg: Pg, body: Callable[[asyncpg.Connection], Awaitable[Any]]) -> Any:
-    async def main() -> Any:
-        con = await asyncpg.connect(host=pg.host, port=pg.port, user="iqgate", database="iqgate", password=pg.token,
-                                    ssl=False, timeout=DEADLINE_S)
-        try:
-            return await asyncio.wait_for(body(con), DEADLINE_S)
-        finally:
-            await con.close(timeout=DEADLINE_S)
-    return asyncio.run(main())
-
-
-def _http_rows(server: Http, sql: str, **fields: object) -> list[tuple[object, ...]]:
-    status, _, body = server.sql(sql, **fields)
-    assert status == 200, body
-    return [tuple(r) for r in body["rows"]]
+from tests.gateway.pg.conftest import Pg, asyncpg_run, http_rows
 
 
 def test_parameters_are_sent_in_the_types_the_statement_gives_them(pg: Pg, server: Http, shop: Shop) -> None:
@@ -59,13 +39,13 @@ def test_parameters_are_sent_in_the_types_the_statement_gives_them(pg: Pg, serve
         out.append(await con.fetchval("SELECT $1::INTERVAL", dt.timedelta(days=-1, seconds=5, microseconds=6)))
         return out
 
-    got = _run(pg, body)
+    got = asyncpg_run(pg, body)
     for i, row in zip(ids, got[:5]):
         assert row == (i, shop.accounts[i][0], pytest.approx(shop.accounts[i][1]))
     assert got[5] == shop.revenue[sorted(shop.revenue)[3]][1]
     assert got[6] == sorted(shop.accounts)[:3]
     assert got[7] == dt.date(2024, 2, 1)
-    assert got[8] == _http_rows(server, "SELECT count(*) FROM accounts WHERE balance > 100")[0][0]
+    assert got[8] == http_rows(server, "SELECT count(*) FROM accounts WHERE balance > 100")[0][0]
     assert got[9] == len(shop.accounts) - len(ids)
     assert got[10:] == ["_int8", dt.time(1, 2, 3, 4), dt.timedelta(days=-1, seconds=5, microseconds=6)]
 
@@ -84,7 +64,7 @@ def test_list_columns_and_array_parameters(pg: Pg, shop: Shop) -> None:
                                            ["c01", "c02", "nobody"])],
         ]
 
-    lists, names, doubles, customers = _run(pg, body)
+    lists, names, doubles, customers = asyncpg_run(pg, body)
     assert lists == ids
     assert names == [shop.accounts[i][0] for i in ids[:2]]
     assert doubles == [1.5, None]
@@ -107,7 +87,7 @@ def test_errors_arrive_without_a_sync_and_keep_their_sqlstate(pg: Pg) -> None:
         names.append(str(await con.fetchval("SELECT 40 + 2")))  # the connection still works
         return names
 
-    assert _run(pg, body) == ["PostgresSyntaxError 42601", "UndefinedTableError 42P01",
+    assert asyncpg_run(pg, body) == ["PostgresSyntaxError 42601", "UndefinedTableError 42P01",
                               "ReadOnlySQLTransactionError 25006", "DataError", "42"]
 
 
@@ -134,7 +114,7 @@ def test_transactions_cursors_prepared_statements_and_a_pool(pg: Pg, shop: Shop)
             await pool.close()
         return out
 
-    chunks, below, described, name, *pooled = _run(pg, body)
+    chunks, below, described, name, *pooled = asyncpg_run(pg, body)
     assert chunks == ids[:5]
     assert below == ids[:10]
     assert described == (["int8"], ["name"])

@@ -4,7 +4,6 @@ CSV file, asyncpg's ``copy_from_query``; each compared with the same SELECT's ro
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import io
 import os
@@ -18,7 +17,7 @@ import pytest
 from psycopg import errors as pe
 
 from tests.gateway.gwfixtures import Http, Shop
-from tests.gateway.pg.conftest import Pg
+from tests.gateway.pg.conftest import Pg, asyncpg_run
 
 PSQL = shutil.which("psql")
 ACCOUNTS = "SELECT id, name, balance, active, opened FROM accounts ORDER BY id"
@@ -116,21 +115,15 @@ def test_psql_backslash_copy_writes_the_csv_file(pg: Pg, server: Http, tmp_path:
 def test_asyncpg_copy_from_query_and_table(pg: Pg, shop: Shop) -> None:
     ids = sorted(shop.accounts)
 
-    async def main() -> tuple[str, bytes, str]:
-        con = await asyncpg.connect(host=pg.host, port=pg.port, user="iqgate", database="iqgate",
-                                    password=pg.token, ssl=False, timeout=20)
-        try:
-            out = io.BytesIO()  # with an argument: asyncpg inlines it with quote_literal($1::pg_catalog.int8::text)
-            tag = await asyncio.wait_for(con.copy_from_query(
-                "SELECT id FROM accounts WHERE id < $1 ORDER BY id", ids[5], output=out, format="csv",
-                header=True), 20)
-            table = io.BytesIO()
-            tag2 = await asyncio.wait_for(con.copy_from_table("accounts", columns=["id"], output=table), 20)
-            return tag, out.getvalue(), tag2 + " " + str(sorted(int(x) for x in table.getvalue().split()))
-        finally:
-            await con.close()
+    async def body(con: asyncpg.Connection) -> tuple[str, bytes, str]:
+        out = io.BytesIO()  # with an argument: asyncpg inlines it with quote_literal($1::pg_catalog.int8::text)
+        tag = await con.copy_from_query("SELECT id FROM accounts WHERE id < $1 ORDER BY id", ids[5], output=out,
+                                        format="csv", header=True)
+        table = io.BytesIO()
+        tag2 = await con.copy_from_table("accounts", columns=["id"], output=table)
+        return tag, out.getvalue(), tag2 + " " + str(sorted(int(x) for x in table.getvalue().split()))
 
-    tag, data, table = asyncio.run(main())
+    tag, data, table = asyncpg_run(pg, body)
     assert tag == "COPY 5" and data.decode().split() == ["id"] + [str(i) for i in ids[:5]]
     assert table == f"COPY {len(ids)} {ids}"
 

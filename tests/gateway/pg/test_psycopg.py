@@ -17,16 +17,10 @@ from gateway.config import GatewayConfig
 from gateway.engine import Gateway
 from gateway.pg import PgServer
 from tests.gateway.gwfixtures import Http, Shop
-from tests.gateway.pg.conftest import Pg
+from tests.gateway.pg.conftest import Pg, http_rows
 
 HEAVY = ("SELECT count(*) FROM revenue a, revenue b, revenue c, revenue d, revenue e, revenue f, revenue g "
          "WHERE a.revenue + b.revenue + c.revenue + d.revenue + e.revenue + f.revenue + g.revenue > -1")
-
-
-def _http_rows(server: Http, sql: str, **fields: object) -> list[tuple[object, ...]]:
-    status, _, body = server.sql(sql, **fields)
-    assert status == 200, body
-    return [tuple(r) for r in body["rows"]]
 
 
 def test_point_lookups_with_bound_parameters_match_http(pg: Pg, server: Http, shop: Shop) -> None:
@@ -34,7 +28,7 @@ def test_point_lookups_with_bound_parameters_match_http(pg: Pg, server: Http, sh
     with pg.connect(autocommit=True) as con:
         for c in customers:
             got = con.execute("SELECT customer, revenue, orders FROM revenue WHERE customer = %s", [c]).fetchall()
-            want = _http_rows(server, "SELECT customer, revenue, orders FROM revenue WHERE customer = ?", params=[c])
+            want = http_rows(server, "SELECT customer, revenue, orders FROM revenue WHERE customer = ?", params=[c])
             assert got == want
             assert got == [(c, pytest.approx(shop.revenue[c][0]), shop.revenue[c][1])]
 
@@ -128,7 +122,7 @@ def test_aggregates_and_windows_match_http(pg: Pg, server: Http) -> None:
     sql = ("SELECT customer, count(*) AS windows, sum(orders) AS orders FROM per_min GROUP BY customer "
            "ORDER BY orders DESC, customer LIMIT 5")
     with pg.connect(autocommit=True) as con:
-        assert con.execute(sql).fetchall() == _http_rows(server, sql)
+        assert con.execute(sql).fetchall() == http_rows(server, sql)
 
 
 @pytest.mark.parametrize("sql, sqlstate, error", [
