@@ -179,11 +179,10 @@ class Session:
             raise
         count = 0
         try:
-            if answer.columns is None:
-                raise SqlError("COPY: the statement answers no rows", code="SQL_SYNTAX_ERROR")
             binary = copy.format == "binary"
-            names = [n for n, _ in answer.columns]
-            encoders = [encoder(column_type(d), binary) for _, d in answer.columns]
+            columns = answer.columns or []  # only session commands answer without columns, and those are refused
+            names = [n for n, _ in columns]
+            encoders = [encoder(column_type(d), binary) for _, d in columns]
             forced = forced_columns(copy, names)
             self.send_notices(answer)
             self.out.copy_out_response(binary, len(names))

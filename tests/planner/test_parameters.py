@@ -8,6 +8,7 @@ import pytest
 from planner import ParameterError, TypeMismatchError, parameter_types, plan
 from planner.dialect import IqgateDialect, parse_statement
 from planner.limits import MAX_ARRAY_DIMENSIONS, MAX_PARAMS
+from planner.param_types import MAX_INFERRED_SQL_CHARS
 from tests.planner.planner_catalog import CATALOG
 
 
@@ -80,3 +81,12 @@ def test_list_parameters_have_limits() -> None:
         plan("SELECT $1", CATALOG, params=[(1, 2)])
     with pytest.raises(ParameterError, match="more than 100,000 values"):
         plan("SELECT $1", CATALOG, params=[list(range(MAX_PARAMS + 1))])
+
+
+def test_long_statements_are_not_inferred() -> None:
+    """Past MAX_INFERRED_SQL_CHARS the parameters stay unknown (text): annotation grows faster than linearly."""
+    padding = " OR ".join(f"(k = {i} AND v = 'x')" for i in range(2_000))
+    sql = f"SELECT * FROM mystore WHERE k = $1 AND ({padding})"
+    assert len(sql) > MAX_INFERRED_SQL_CHARS
+    assert parameter_types(sql, CATALOG) == {}
+    assert parameter_types(sql[:200].split(" AND (")[0], CATALOG) == {1: "bigint"}

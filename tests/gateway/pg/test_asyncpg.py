@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import struct
 from typing import Any
 
 import asyncpg
 import pytest
 
+from gateway.pg.types import decode_param, parameter_oid
+from gateway.pg.wire import ProtocolError
 from tests.gateway.gwfixtures import Http, Shop
 from tests.gateway.pg.conftest import Pg, asyncpg_run, http_rows
 
@@ -152,3 +155,19 @@ def test_sqlalchemy_on_asyncpg(pg: Pg, server: Http, shop: Shop) -> None:
     assert status == 200
     assert [name for name, _ in columns] == [row[0] for row in body["rows"]]
     assert columns[0] == ("id", "BIGINT")
+
+
+@pytest.mark.parametrize(("name", "oid"), [
+    ("bigint", 20), ("int", 23), ("text", 25), ("varchar(3)", 1043), ("decimal(10, 2)", 1700), ("oid[]", 1028),
+    ("pg_catalog._int8", 1016), ('"pg_catalog"."text"', 25), ("uint", 26), ("timestamptz", 1184),
+    ("hugeint", 1700), ("struct(a int)", 25), ("regclass", 25), ("no such type", 25), ("no_such[]", 1009),  # an unknown element is text
+])
+def test_parameter_types_are_described_with_postgresql_oids(name: str, oid: int) -> None:
+    """What Describe tells a client about a parameter whose type the SQL decided (unknown names: text)."""
+    assert parameter_oid(name) == oid
+
+
+def test_binary_time_parameters_out_of_range_are_refused() -> None:
+    with pytest.raises(ProtocolError, match="incorrect binary data format for type time"):
+        decode_param(struct.pack("!q", 86_400_000_001), 1083, True)
+    assert decode_param(struct.pack("!q", 86_400_000_000), 1083, True) == "24:00:00.000000"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,6 +17,8 @@ import psycopg
 import pytest
 from psycopg import errors as pe
 
+from gateway.errors import GatewayError
+from gateway.pg.copy_out import parse_copy
 from tests.gateway.gwfixtures import Http, Shop
 from tests.gateway.pg.conftest import Pg, asyncpg_run
 
@@ -151,3 +154,27 @@ def test_copy_refusals(pg: Pg, sql: str, error: type[Exception], words: str) -> 
         if "nowhere" in sql:  # the position is in the COPY text the client sent
             assert info.value.diag.statement_position == str(sql.index("nowhere") + 1)
         assert con.execute("SELECT 1").fetchone() == (1,)
+
+
+@pytest.mark.parametrize(("sql", "words"), [
+    ("COPY () TO STDOUT", "the parentheses hold no query"),
+    ("COPY 'x' TO STDOUT", "expected a store name or a query"),
+    ("COPY accounts (id TO STDOUT", "the column list is not closed"),
+    ("COPY (SELECT 1) STDOUT", "expected TO STDOUT after the query"),
+    ("COPY (SELECT 1) TO STDOUT (FORMAT csv", "the option list is not closed"),
+    ("COPY (SELECT 1) TO STDOUT WITH CSV SOMETHING", "unexpected 'SOMETHING' in the options"),
+    ("COPY (SELECT 1) TO STDOUT WITH CSV FORCE QUOTE", "FORCE QUOTE needs"),
+    ("COPY (SELECT 1) TO STDOUT WITH DELIMITER ;", "DELIMITER needs a quoted value"),
+    ("COPY (SELECT 1) TO STDOUT (FORMAT csv, FORMAT text)", "conflicting or redundant option format"),
+    ("COPY (SELECT 1) TO STDOUT (HEADER maybe)", "header takes a Boolean"),
+    ("COPY (SELECT 1) TO STDOUT (NULL)", "null needs a value"),
+    ("COPY (SELECT 1) TO STDOUT (ENCODING 'LATIN1')", "UTF8 only"),
+    ("COPY (SELECT 1) TO STDOUT (FORMAT csv, QUOTE 'ab')", "quote and escape must be single"),
+    ("COPY (SELECT 1) TO STDOUT (DELIMITER 'a')", "delimiter cannot be 'a'"),
+    ("COPY (SELECT 1) TO STDOUT (FORMAT csv, DELIMITER '\"')", "delimiter and quote must be different"),
+    ("COPY (SELECT 1) TO STDOUT (NULL E'a\\tb')", "null representation cannot use the delimiter"),
+])
+def test_copy_statement_errors_say_what_is_wrong(sql: str, words: str) -> None:
+    """Each refusal of parse_copy (run over the wire by test_copy_refusals for a sample)."""
+    with pytest.raises(GatewayError, match=re.escape(words)):
+        parse_copy(sql)

@@ -93,6 +93,11 @@ def test_settings_select_runs_left_to_right(pg: Pg) -> None:
         cur = con.execute("SELECT set_config('application_name', %s, false) AS a, current_setting('nope', true) b",
                           ["asy"])
         assert [d.name for d in cur.description] == ["a", "b"] and cur.fetchone() == ("asy", None)
+        assert con.execute("SELECT current_setting(%s) AS a, set_config('jit', 'off', false) b",
+                           [None]).fetchone() == (None, "off")  # current_setting(NULL) is NULL
+        with pytest.raises(pe.InvalidParameterValue, match="must not be NULL"):
+            con.execute("SELECT set_config(%s, 'x', false), current_setting('jit')", [None])
+        con.execute("SELECT set_config('jit', 'on', false), current_setting('jit')")
         with pytest.raises(pe.UndefinedObject, match="unrecognized configuration parameter"):
             con.execute("SELECT set_config('jit', 'off', false), current_setting('nope')")
         assert con.execute("SHOW jit").fetchone() == ("on",)  # the failed statement changed nothing
