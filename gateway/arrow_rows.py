@@ -13,7 +13,6 @@ UTC (Arrow ``timestamp('ms', tz='UTC')``), Python ``datetime`` with
 from __future__ import annotations
 
 import functools
-import json
 import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from stores.iqv2.result import FailureReason, StateQueryResult
 from stores.iqv2.values import KeyValue, ValueAndTimestamp, VersionedRecord, Windowed
 
 __all__ = ["ScanRows", "Failure", "collect", "StoreShapeMoved", "ARROW_TYPES", "DUCK_TYPES", "PSEUDO_FIELDS",
-           "python_value", "position_json", "arrow_type", "duck_type"]
+           "python_value", "position_json", "arrow_type", "duck_type", "point_row_maker", "PointRowMaker"]
 
 
 class StoreShapeMoved(ValueError):
@@ -200,9 +199,6 @@ def _pairs(v: Any, t: pa.DataType) -> Any:
     return v
 
 
-_POSITION_JSON: dict[Position, str] = {}
-
-
 @functools.lru_cache(maxsize=1024)
 def _projection(spec: StoreSpec, names: tuple[str, ...]) -> tuple[tuple[tuple[str, str], ...],
                                                                    tuple[tuple[int, SqlType | None], ...]]:
@@ -220,16 +216,42 @@ def _projection(spec: StoreSpec, names: tuple[str, ...]) -> tuple[tuple[tuple[st
     return tuple(columns), tuple(picks)
 
 
+# (key, value tuple, record timestamp, partition, position) → the row a point lookup answers
+PointRowMaker = Callable[[Any, tuple[Any, ...], Any, int, Position], tuple[Any, ...]]
+
+
+@functools.lru_cache(maxsize=1024)
+def point_row_maker(spec: StoreSpec, names: tuple[str, ...]) -> tuple[tuple[tuple[str, str], ...], PointRowMaker]:
+    """(columns, maker) of a key-value store's point lookup answering ``names``: the row ``ScanRows.project``
+    gives for a KeyQuery's (or a TimestampedKeyQuery's) answer, built from the parts the point lane reads
+    (``Gateway.point``), without a ScanRows around one row."""
+    columns, picks = _projection(spec, names)
+    timestamped = spec.kind is StoreKind.TIMESTAMPED_KEY_VALUE
+    at = len(spec.columns()) + 1  # the _position pseudo-column's index, after _partition (as ScanRows has it)
+    as_json = any(i == at for i, _ in picks)
+
+    def store_row(key: Any, value: tuple[Any, ...], ts: Any, partition: int, position: Any) -> tuple[Any, ...]:
+        position = position.to_json() if as_json else None
+        return (key, *value, ts, partition, position) if timestamped else (key, *value, partition, position)
+
+    if any(t is not None for _, t in picks):
+        def converted(key: Any, value: tuple[Any, ...], ts: Any, partition: int, position: Any) -> tuple[Any, ...]:
+            row = store_row(key, value, ts, partition, position)
+            return tuple(python_value(t, row[i]) if t else row[i] for i, t in picks)
+        return columns, converted
+    if not picks:
+        return columns, lambda key, value, ts, partition, position: ()
+    if len(picks) == 1:
+        (only, _), = picks
+        return columns, lambda key, value, ts, partition, position: (
+            store_row(key, value, ts, partition, position)[only],)
+    pick = operator.itemgetter(*(i for i, _ in picks))
+    return columns, lambda key, value, ts, partition, position: pick(store_row(key, value, ts, partition, position))
+
+
 def position_json(position: Position | None) -> str | None:
-    """Compact JSON of a position, cached: a store's position repeats on every read until its next batch."""
-    if position is None:
-        return None
-    text = _POSITION_JSON.get(position)
-    if text is None:
-        if len(_POSITION_JSON) > 4096:
-            _POSITION_JSON.clear()
-        text = _POSITION_JSON[position] = json.dumps(position.to_json_map(), separators=(",", ":"))
-    return text
+    """Compact JSON of a position (cached on it: a store's position repeats on every read until its next batch)."""
+    return None if position is None else position.to_json()
 
 
 class _Shaper:

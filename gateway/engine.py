@@ -28,13 +28,13 @@ from planner.plan import Plan, StatementKind, StoreScan
 from planner.systables import SystemContext
 from stores.app.protocol import Queryable
 from stores.catalog.schema import StoreSpec
-from stores.iqv2.position import Position, PositionError
+from stores.iqv2.position import Position, PositionBound, PositionError
 from stores.iqv2.request import StateQueryRequest
 from stores.iqv2.state import State
 
 from . import statements
 from .arrow_faithful import faithful_relation
-from .arrow_rows import ScanRows, StoreShapeMoved, collect
+from .arrow_rows import ScanRows, StoreShapeMoved, collect, point_row_maker
 from .arrow_scans import as_arrow_requests, close_streams, reads_once, relation_reader, streamable
 from .bounds import check_bound_topics
 from .cancel import Cancellation
@@ -46,9 +46,9 @@ from .guards import Guards, StatementWatch
 from .outcomes import partition_error, record_outcomes
 from .residual_eval import MAX_ROWS as RESIDUAL_EVAL_ROWS
 from .residual_programs import Programs
-from .result import PartitionOutcome, Result
+from .result import PartitionOutcome, PointAnswer, Result
 from .routing.membership import partition_rows
-from .scans import Waiting, probe_query, run_scan
+from .scans import Waiting, probe_query, read_point, run_scan
 from .system_tables import register_system_tables, store_rows
 from .upgrading import not_yet_available
 
@@ -72,6 +72,8 @@ class Gateway:
         self._programs = Programs()  # simple residuals answered without DuckDB (residual_eval.py)
         self._guards = Guards(self.config.max_memory_bytes)
         self._waiters = threading.BoundedSemaphore(self.config.max_waiters)
+        self._outcomes: dict[tuple[str, int], PartitionOutcome] = {}  # point's, per store partition
+        self._row_makers: dict[Any, Any] = {}  # point's, per lane (lanes hash by identity: a spec hashes slowly)
         self._owns_source = False
 
     @classmethod
@@ -206,7 +208,7 @@ class Gateway:
                    context: SystemContext | None) -> Result:
         """One statement on one catalog (``sql`` plans it again when a store changed shape under it)."""
         if not settings and not wait_ms:  # defaults only: else the general way
-            point = self._point_lookup(text, params, position, catalog, max_rows)
+            point = self._point_lookup(text, params, position, max_rows)
             if point is not None:
                 watch.check("reading the stores")
                 return point
@@ -284,44 +286,75 @@ class Gateway:
             raise mapped from exc
 
     # -- SELECT -----------------------------------------------------------------------
-    def _point_lookup(self, text: str, params: Any, position: Any, catalog: Mapping[str, StoreSpec],
-                      max_rows: int | None) -> Result | None:
-        """A plain point lookup answered as ``_select`` answers it, or None: then ``_select`` answers (or fails).
+    def point(self, text: str, params: Sequence[Any] | Mapping[str, Any] | None = None,
+              position: Position | Mapping[str, Any] | str | None = None, *, max_rows: int | None = None
+              ) -> PointAnswer | None:
+        """A plain point lookup's whole answer, as ``sql`` gives it, or None: then ``sql`` answers (or fails).
 
-        Why: for the statement BI tools and services send most, building the
-        whole Plan and walking ``_select``'s general steps cost about as much
-        as the lookup itself (issue 14). The same IQv2 request, bound, rows,
-        partitions and position. Anything out of the ordinary (a failed
-        partition, a partition behind the bound, too many rows) goes the
-        general way, which says why.
+        Why: for the statement services and BI tools send most, planning a
+        whole Plan and walking the general steps cost several times the one
+        SQLite read that answers it (issue 14). The point lane
+        (planner/point_lanes.py) binds the key; the source reads it
+        (``StreamsApp.point_read``); the row is what ``sql`` would answer,
+        with the same position and partition outcome. Anything out of the
+        ordinary (not planned yet, a wrong parameter, a partition that is not
+        local, behind the bound or failing, no idle connection, too many rows)
+        is None, and ``sql``'s general way says why. The default session
+        only (``sql``'s own settings take the general way). Its budget: the
+        lane never waits (a busy partition is None), so a lookup ends in
+        microseconds and the statement watch is not needed.
         """
-        point = planner.bind_point(text, catalog, params)
-        if point is None:
+        catalog = self.catalog()
+        lane = planner.point_lane(text, catalog)
+        if lane is None:
             return None
-        scan, columns_of, planned = point
-        bound = planned.position.merge(_bound_from(position))
-        if not bound.is_empty():
-            check_bound_topics(bound, [catalog[scan.store]], catalog.values())
-        answers = run_scan(self.source, scan, bound, None)
-        try:
-            rows = collect(catalog[scan.store], answers, None, None)
-        except StoreShapeMoved:
-            raise
-        except ValueError:
+        key = lane.key(params)
+        if key is None:
             return None
-        if rows.failures or rows.streams:
+        bound = lane.bound
+        if position is not None:
+            extra = _bound_from(position)
+            if extra is not None and not extra.is_empty():
+                bound = PositionBound.at(bound.position.merge(extra))
+        if not bound.is_unbounded():
+            check_bound_topics(bound.position, [catalog[lane.store]], catalog.values())
+        partition = lane.partition(key)
+        got = read_point(self.source, lane.store, partition, key, bound)
+        if got is None:
             return None
-        columns, out = rows.project(columns_of)
+        reached, value, ts = got
+        shaped = self._row_makers.get(lane)
+        if shaped is None:
+            if len(self._row_makers) > 4096:
+                self._row_makers.clear()
+            shaped = self._row_makers[lane] = point_row_maker(lane.spec, lane.columns)
+        columns, row_of = shaped
+        if value is None:
+            rows = []
+        elif not isinstance(value, tuple) or len(value) != len(lane.spec.values):
+            return None  # not the shape it was planned on: the general way says so (StoreShapeMoved)
+        else:
+            rows = [row_of(key, value, ts, partition, reached)]
         cfg = self.config
-        if len(out) > min(cfg.max_rows, max_rows if max_rows is not None else cfg.max_rows):
-            return None
-        reached = _NO_BOUND
-        outcomes: dict[tuple[str, int], PartitionOutcome] = {}
-        for _, answer in answers:
-            reached = reached.merge(answer.position)
-            record_outcomes(outcomes, scan.store, answer)
-        return Result(columns=columns, position=reached, partitions=[outcomes[k] for k in sorted(outcomes)],
-                      statement=StatementKind.SELECT, rows=out, cursor_factory=self._pool.cursor)
+        if len(rows) > min(cfg.max_rows, max_rows if max_rows is not None else cfg.max_rows):
+            return None  # the general way raises the row limit
+        return PointAnswer(columns, rows, reached, [self._outcome(lane.store, partition, reached)])
+
+    def _outcome(self, store: str, partition: int, reached: Position) -> PartitionOutcome:
+        """A partition's outcome for ``point``, the same object until its position moves (faces cache what they
+        render of it by identity)."""
+        key = (store, partition)
+        outcome = self._outcomes.get(key)
+        if outcome is None or outcome.position is not reached:
+            if len(self._outcomes) > 65536:
+                self._outcomes.clear()
+            outcome = self._outcomes[key] = PartitionOutcome(store, partition, None, None, reached)
+        return outcome
+
+    def _point_lookup(self, text: str, params: Any, position: Any, max_rows: int | None) -> Result | None:
+        """``point``'s answer as a Result (``sql``'s own point lane), or None."""
+        answer = self.point(text, params, position, max_rows=max_rows)
+        return None if answer is None else answer.result(self._pool.cursor)
 
     def _select(self, plan: Plan, catalog: Mapping[str, StoreSpec], settings: Mapping[str, Any], position: Any,
                 partial: bool | None, wait_ms: int | None, max_rows: int | None, stream: bool, arrow: bool,
@@ -478,7 +511,6 @@ class Gateway:
 
 
 # Result types whose Arrow form the rows of a result built without DuckDB reproduce (result.py)
-_NO_BOUND = Position.empty()  # immutable: merge makes a new one
 _ARROW_READY = frozenset({"BIGINT", "INTEGER", "DOUBLE", "VARCHAR", "BOOLEAN"})
 
 

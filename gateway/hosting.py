@@ -219,6 +219,13 @@ class HostedSource:
             return self._app.query(request)
         return reader.query(request)
 
+    def point_read(self, store: str, partition: int, key: Any, bound: Any) -> Any:
+        """The app's (or, while Spark starts, the files') point read: see ``StreamsApp.point_read``."""
+        app, reader = self._app, self._reader
+        target = app if app is not None or reader is None else reader
+        read = getattr(target, "point_read", None)
+        return None if read is None else read(store, partition, key, bound)
+
     def upcoming_columns(self, store: str) -> Any:
         """Columns arriving with a store's upgrade (the app's, or what it published while Spark starts)."""
         app, reader = self._app, self._reader

@@ -23,7 +23,7 @@ from stores.iqv2.position import Position
 from .arrow_faithful import faithful_relation, timetz_text
 from .errors import ExecutionError
 
-__all__ = ["PartitionOutcome", "Result"]
+__all__ = ["PartitionOutcome", "PointAnswer", "Result"]
 
 _STREAMED: list[tuple[Any, ...]] = []  # marks rows handed out chunk by chunk and not kept
 CHUNK_ROWS = 1000  # rows iter_batches hands out at a time
@@ -58,6 +58,30 @@ class PartitionOutcome:
             out["host"] = self.host
             out["active"] = self.active
         return out
+
+
+class PointAnswer:
+    """A point lookup's whole answer from the engine's point lane (``Gateway.point``): at most one row.
+
+    The parts of a Result a face renders (``columns``, ``rows``,
+    ``statement``, ``position``, ``partitions``) without the Result: what a
+    lookup answered from one SQLite read can afford to build (issue 14).
+    ``result()`` is the same answer as a Result.
+    """
+
+    __slots__ = ("columns", "rows", "position", "partitions")
+    statement = StatementKind.SELECT
+
+    def __init__(self, columns: tuple[tuple[str, str], ...], rows: list[tuple[Any, ...]], position: Position,
+                 partitions: list[PartitionOutcome]) -> None:
+        self.columns = columns  # (name, type) pairs: one tuple per statement, shared by its answers
+        self.rows = rows
+        self.position = position
+        self.partitions = partitions
+
+    def result(self, cursor_factory: Any) -> Result:
+        return Result(columns=list(self.columns), position=self.position, partitions=self.partitions,
+                      statement=StatementKind.SELECT, rows=self.rows, cursor_factory=cursor_factory)
 
 
 class Result:

@@ -32,7 +32,7 @@ from .errors import GatewayInternalError, translate
 from .guards import StatementWatch
 from .outcomes import is_behind
 
-__all__ = ["run_scan", "query_store", "probe_query", "Answers", "Waiting"]
+__all__ = ["run_scan", "query_store", "read_point", "probe_query", "Answers", "Waiting"]
 
 _MIN_POLL_S = 0.002
 _MAX_POLL_S = 0.05
@@ -119,6 +119,22 @@ def query_store(source: Queryable, request: StateQueryRequest) -> tuple[StateQue
         mapped = translate(exc)
         if mapped is None:
             raise GatewayInternalError(f"store {request.store_name!r} failed: {type(exc).__name__}: {exc}") from exc
+        raise mapped from exc
+
+
+def read_point(source: Queryable, store: str, partition: int, key: Any, bound: PositionBound) -> Any:
+    """``source.point_read`` (a KeyQuery answered without the IQv2 objects: StreamsApp.point_read), or None
+    where the source has none or leaves this one to ``query``; its KIP-216 exceptions become gateway errors,
+    as ``query_store``'s do."""
+    read = getattr(source, "point_read", None)
+    if read is None:
+        return None
+    try:
+        return read(store, partition, key, bound)
+    except Exception as exc:  # noqa: BLE001 - KIP-216 exceptions become gateway errors
+        mapped = translate(exc)
+        if mapped is None:
+            raise GatewayInternalError(f"store {store!r} failed: {type(exc).__name__}: {exc}") from exc
         raise mapped from exc
 
 

@@ -28,11 +28,12 @@ from .errors import (
 from .explain import explain_text
 from .param_types import parameter_types
 from .plan import FAILURE_COLUMNS, PSEUDO_COLUMNS, Plan, StatementKind, StoreScan
-from .planning import bind_point, cache_info, clear_cache, plan, plan_shape
+from .planning import cache_info, clear_cache, plan, plan_shape, point_lane
+from .point_lanes import PointLane
 from .settings import SESSION_SETTINGS, Setting
 
 __all__ = [
-    "plan", "plan_shape", "parameter_types", "bind_point", "explain_text", "Dialect", "SESSION_SETTINGS", "Setting", "clear_cache", "cache_info",
+    "plan", "plan_shape", "parameter_types", "point_lane", "PointLane", "explain_text", "Dialect", "SESSION_SETTINGS", "Setting", "clear_cache", "cache_info",
     "Plan", "StoreScan", "StatementKind", "PSEUDO_COLUMNS", "FAILURE_COLUMNS",
     "PlanningError", "SqlSyntaxError", "UnknownStoreError", "UnknownColumnError", "TypeMismatchError",
     "UnsupportedSqlError", "ReadOnlyError", "ResourceLimitError", "ForbiddenFunctionError", "TableScanDisabledError",

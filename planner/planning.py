@@ -25,15 +25,17 @@ from .explain import explain_text
 from .limits import check_param_values, check_text, check_tree_depth
 from .literals import sql_literal
 from .plan import Plan, StatementKind, StoreScan
+from .point_lanes import PointLane, lane_of
 from .positions import line_col
-from .requests import bind_point_scan, bind_scan, check_params
+from .requests import bind_scan, check_params
 from .rewrites import balance_chains, rewrite_or_chains
 from .settings import resolve_session
+from .template import NO_LANE_YET as _NO_LANE_YET
 
 # given a function that stops the planning thread while it runs, and None after (a statement watch's attach)
 AttachInterrupt = Callable[[Callable[[], None] | None], None]
 
-__all__ = ["plan", "plan_shape", "bind_point", "clear_cache", "cache_info"]
+__all__ = ["plan", "plan_shape", "point_lane", "clear_cache", "cache_info"]
 
 _CACHE_SIZE = 1024
 _cache: OrderedDict[str, Template] = OrderedDict()
@@ -163,37 +165,30 @@ def plan(
     return _explained(result) if template.explain else result
 
 
-def bind_point(sql: str, catalog: Mapping[str, StoreSpec], params: Sequence[Any] | Mapping[str, Any] | None = None
-               ) -> tuple[StoreScan, tuple[str, ...], PositionBound] | None:
-    """A planned plain point lookup bound to ``params``: its scan, the columns it answers and its bound, or None.
+def point_lane(sql: str, catalog: Mapping[str, StoreSpec]) -> PointLane | None:
+    """The point lane of ``sql`` (point_lanes.py), or None: then ``plan`` answers.
 
-    None unless ``sql`` is in the plan cache (for this catalog) as a point
-    lookup whose rows are exactly the store's answer (no DuckDB) and
-    ``params`` fit it; ``plan`` then has the answer, or the error. The bound
-    is the text's ``AS OF POSITION`` (unbounded without one), as ``plan``
-    gives it. Why: ``plan`` builds a whole Plan (the residual SQL, the EXPLAIN
-    text) that such a statement never uses; this is the part of it a point
-    lookup needs (issue 14: the request path cost as much as the lookup).
-    The default session only: any setting goes through ``plan``.
+    None unless ``sql`` is in the plan cache (for this catalog) as a plain
+    point lookup whose rows are exactly the store's answer (no DuckDB). The
+    lane is made once per cached template, so a template evicted or planned
+    anew takes its lane with it. The default session only: any setting goes
+    through ``plan``.
     """
     if not isinstance(sql, str):
         return None
-    text = _normalize(sql)
-    with _lock:
-        t = _cache.get(text)
-    if t is None or t.kind is not StatementKind.SELECT or t.explain or t.system_tables or len(t.scans) != 1 \
-            or t.scans[0].fast_path is None:
+    t = _cache.get(sql)  # the text as sent: the cache's key when the client sends no trailing ';' or space
+    if t is None:
+        text = _normalize(sql)
+        with _lock:
+            t = _cache.get(text)
+        if t is None:
+            return None
+    lane = t.lane
+    if lane is _NO_LANE_YET:
+        lane = t.lane = lane_of(t, _bound(t, _DEFAULTS))  # two threads may both make it: the same lane
+    if lane is None or not lane.planned_on(catalog):
         return None
-    if not all(catalog.get(name) is spec or catalog.get(name) == spec for name, spec in t.deps.items()):
-        return None
-    try:
-        if params:
-            check_param_values(params)
-        bound = _bound(t, _DEFAULTS)
-        point = bind_point_scan(text, t.scans[0], check_params(params, t), bound, _DEFAULTS)
-    except Exception:  # noqa: BLE001 - a wrong parameter: ``plan`` says what is wrong, and where
-        return None
-    return None if point is None else (point[0], point[1], bound)
+    return lane
 
 
 def plan_shape(sql: str, catalog: Mapping[str, StoreSpec]) -> Plan:

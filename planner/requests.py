@@ -38,7 +38,7 @@ from .plan import StoreScan
 from .positions import line_col
 from .template import ScanTemplate
 
-__all__ = ["bind_scan", "bind_general", "bind_point_scan"]
+__all__ = ["bind_scan", "bind_general"]
 
 
 @dataclass(slots=True)
@@ -121,18 +121,6 @@ def bind_scan(
         if point is not None:
             return point
     return bind_general(sql, t, params, bound, session)
-
-
-def bind_point_scan(sql: str, t: ScanTemplate, params: Any, bound: PositionBound,
-                    session: Mapping[str, Any]) -> tuple[StoreScan, tuple[str, ...]] | None:
-    """``bind_scan``'s answer for a plain point lookup whose rows are the statement's rows; None for any other."""
-    ref = _point_ref(t)
-    if ref is None:
-        return None
-    point = _bind_point(sql, t, ref, params, bound, session)
-    if point is None or point[1] is None:
-        return None
-    return point  # type: ignore[return-value]
 
 
 def _point_ref(t: ScanTemplate) -> ValueRef | None:

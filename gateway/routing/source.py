@@ -59,6 +59,10 @@ class RoutedSource:
         self._view_lock = threading.Lock()
         self.forwarded = 0
 
+    # Every lookup goes through ``query``: its results name the host that served them, and a partition too far
+    # behind goes to a peer. (Without this, ``__getattr__`` would hand the local source's point_read out.)
+    point_read = None
+
     # -- Queryable ------------------------------------------------------------------------------------
     @property
     def state(self) -> State:

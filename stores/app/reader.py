@@ -29,8 +29,9 @@ from typing import Any
 from ..catalog.schema import StoreSpec
 from ..engine import PartitionStore, open_partition
 from ..engine.base import EXISTS_CHECK_S
+from ..engine.kv import PointRead
 from ..iqv2.errors import UnknownStateStoreException
-from ..iqv2.position import Position
+from ..iqv2.position import Position, PositionBound
 from ..iqv2.request import StateQueryRequest
 from ..iqv2.result import StateQueryResult
 from ..iqv2.state import State
@@ -232,6 +233,14 @@ class StateDirReader:
                     return None
                 self._stores[key] = store
         return store
+
+    def point_read(self, store: str, partition: int, key: Any, bound: PositionBound) -> PointRead | None:
+        """``StreamsApp.point_read`` over the files: a KeyQuery on one partition file, or None where ``query()``
+        must answer (no such file, anything the partition store leaves to it)."""
+        spec = self._spec(store)
+        part = self._partition(spec, partition) if 0 <= partition < spec.partitions else None
+        read = getattr(part, "point_read", None)
+        return None if read is None else read(key, bound)
 
     def query(self, request: StateQueryRequest) -> StateQueryResult:
         """The same per-partition dispatch as ``StreamsApp.query`` over the files (see module doc)."""

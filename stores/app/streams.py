@@ -20,6 +20,7 @@ from typing import Any
 
 from ..catalog.schema import StoreSpec
 from ..engine import PartitionStore, open_partition
+from ..engine.kv import PointRead
 from ..engine.writer import PartitionedWriter
 from ..iqv2.errors import (
     IllegalStateException,
@@ -28,7 +29,7 @@ from ..iqv2.errors import (
     StreamsStoppedException,
     UnknownStateStoreException,
 )
-from ..iqv2.position import Position
+from ..iqv2.position import Position, PositionBound
 from ..iqv2.request import StateQueryRequest
 from ..iqv2.result import StateQueryResult
 from ..iqv2.state import State, StreamThreadExceptionResponse
@@ -611,6 +612,32 @@ class StreamsApp:
     def query(self, request: StateQueryRequest) -> StateQueryResult:
         """IQv2 ``KafkaStreams.query``: unknown store, then not started, then stopped; else per-partition results."""
         spec = self.spec(request.store_name)
+        state = self._queryable_state()
+        local, act = self._local_view(spec.name)
+        result = run_request(request, spec, local, act, state is State.RUNNING, state.value)
+        files = self._files.get(spec.name)
+        if files is not None and files.lost:
+            result = restoring(result, spec.name, files.lost, request.partitions)
+        return annotate_bound_failures(result, self.health.get(spec.name).note())
+
+    def point_read(self, store: str, partition: int, key: Any, bound: PositionBound) -> PointRead | None:
+        """One KeyQuery on one partition as ``KeyValueStore.point_read`` answers it, or None where ``query()``
+        must answer (not a local partition, a lost file being restored, anything the store leaves to it).
+
+        Raises what ``query()`` raises for the store name and the client state. Why beside ``query()``: the
+        gateway's point lookups (issue 14); the same partition stores answer, in the same states.
+        """
+        self.spec(store)
+        self._queryable_state()
+        part = self._local_view(store)[0].get(partition)
+        files = self._files.get(store)
+        if part is None or (files is not None and files.lost):
+            return None
+        read = getattr(part, "point_read", None)
+        return None if read is None else read(key, bound)
+
+    def _queryable_state(self) -> State:
+        """The state, if queries may run in it: KIP-216's exceptions for a client not started or stopped."""
         state = self.state
         if state is State.CREATED:
             raise StreamsNotStartedException(
@@ -620,12 +647,7 @@ class StreamsApp:
             raise StreamsStoppedException(
                 f"KafkaStreams has been stopped ({state}). This instance can no longer serve queries.{self._why()}"
             )
-        local, act = self._local_view(spec.name)
-        result = run_request(request, spec, local, act, state is State.RUNNING, state.value)
-        files = self._files.get(spec.name)
-        if files is not None and files.lost:
-            result = restoring(result, spec.name, files.lost, request.partitions)
-        return annotate_bound_failures(result, self.health.get(spec.name).note())
+        return state
 
     def _local_view(self, name: str) -> tuple[dict[int, PartitionStore], frozenset[int]]:
         """(hosted and standby open partition stores, active partitions), cached until stores or hosting change."""

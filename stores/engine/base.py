@@ -417,12 +417,12 @@ class PartitionStore:
         """``point``'s row on an idle read connection, else on the idle writer (the order ``_reader`` takes
         them in), without ``_reader``'s context managers, which cost more than the lookup (issue 14); None
         when neither is free."""
-        got = self._pool.take_idle()
+        got = self._pool.borrow()
         if got is not None:
             try:
                 return got[0].execute(sql, params).fetchone()
             finally:
-                self._pool.give(*got)
+                self._pool.give_back(*got)
         c = self._writer_if_idle()
         if c is None:
             return None

@@ -144,6 +144,12 @@ class ValueCodec:
                     vals[i] = dec(vals[i])
         return self._make(vals)
 
+    def plain_value(self, row: Sequence[Any], start: int = 0) -> tuple[Any, ...]:
+        """``value`` as a plain tuple (equal to it): for readers that only index it (the point lane)."""
+        if not self._decoders:
+            return tuple(row[start : start + self.n])
+        return tuple(self.value(row, start))
+
     def pair_converter(self, start: int) -> Callable[[Any], Any]:
         """raw row ``(key, ..., v0, v1, ...)`` -> ``KeyValue(key, value)``, the value columns from ``start``.
 

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import pyarrow.compute as pc
 
-from ..iqv2.position import Position
+from ..iqv2.position import Position, PositionBound
 from ..iqv2.query import (
     KeyQuery,
     MultiKeyQuery,
@@ -26,10 +26,14 @@ from ..iqv2.query import (
     TimestampedRangeQuery,
 )
 from ..iqv2.values import KeyValue, ValueAndTimestamp
-from .base import Handler, PartitionStore, upsert_set
+from .base import EXISTS_CHECK_S, Handler, PartitionStore, is_permitted, upsert_set
 from .rows import RowIterator
 
-__all__ = ["KeyValueStore", "TimestampedKeyValueStore"]
+__all__ = ["KeyValueStore", "TimestampedKeyValueStore", "PointRead"]
+
+# What ``KeyValueStore.point_read`` answers: (position, the value as a plain tuple, or None when the key is
+# absent, the record timestamp). Plain tuples: a namedtuple's constructor alone costs a tenth of the read.
+PointRead = tuple[Position, "tuple[Any, ...] | None", "int | None"]
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +86,14 @@ def _warn_inverted(store: KeyValueStore, q: Any) -> None:
 
 
 def _fetch_point(store: KeyValueStore, key: Any) -> tuple[Position, Any]:
-    sql = store.cached_sql(
+    return store.point(_point_sql(store), (key,))
+
+
+def _point_sql(store: KeyValueStore) -> str:
+    return store.cached_sql(
         "point",
         lambda: f"SELECT m.position, t.k, t.ts{store.vcols_tail} FROM meta m LEFT JOIN kv t ON t.k = ?",
     )
-    return store.point(sql, (key,))
 
 
 def _fetch_range(store: KeyValueStore, r: _Range, with_ts: bool = False) -> tuple[Position, list[Any]]:
@@ -165,6 +172,41 @@ class KeyValueStore(PartitionStore):
 
     def ddl(self) -> Sequence[str]:
         return [f"CREATE TABLE IF NOT EXISTS kv ({self.key_decl()} PRIMARY KEY, ts INTEGER{self.value_decls()}) WITHOUT ROWID"]
+
+    def point_read(self, key: Any, bound: PositionBound) -> PointRead | None:
+        """A KeyQuery's answer without the IQv2 objects around it, or None where ``query()`` must answer.
+
+        Why: a point lookup is what services and BI tools send most, and the
+        request, result and handler objects around its one SQLite read cost
+        more than the read (issue 14). The same snapshot (the position is read
+        in the lookup's own statement) and the same bound check as ``query()``.
+        None for everything out of the common case, where ``query()`` says
+        what happened: a key the store refuses, a closed or missing file, no
+        idle connection (``query()`` waits for one), a store error,
+        a bound the partition has not reached.
+        """
+        if self._closed:
+            return None
+        now = time.monotonic()
+        if now - self._checked_at > EXISTS_CHECK_S:  # as query() looks at the file
+            try:
+                self._check_file(now)
+            except Exception:  # noqa: BLE001 - gone: query() looks again and answers STORE_EXCEPTION
+                self._checked_at = -1e9
+                return None
+        codec = self.codec
+        try:
+            row = self._point_at_once(self._sql_cache.get("point") or _point_sql(self), (codec.coerce_query_key(key),))
+            if row is None:
+                return None
+            position = self.position_of(row[0])
+            if not (bound.is_unbounded() or is_permitted(position, bound, self._topics)):
+                return None
+            if row[1] is None:
+                return position, None, None
+            return position, codec.plain_value(row, 3), row[2]
+        except Exception:  # noqa: BLE001 - query() answers it, as STORE_EXCEPTION or the error it is
+            return None
 
     def range_sql(self, has_lo: bool, has_hi: bool, descending: bool, with_ts: bool) -> str:
         where = []

@@ -78,11 +78,12 @@ class Position:
     Position{position={orders={0=41, 1=3}}}
     """
 
-    __slots__ = ("_map", "_hash")
+    __slots__ = ("_map", "_hash", "_json")
 
     def __init__(self, _frozen: Mapping[str, Mapping[int, int]]) -> None:
         self._map = _frozen
         self._hash: int | None = None
+        self._json: str | None = None
 
     # -- constructors -------------------------------------------------
     @classmethod
@@ -171,7 +172,11 @@ class Position:
         return {t: {str(p): o for p, o in parts.items()} for t, parts in self._map.items()}
 
     def to_json(self) -> str:
-        return json.dumps(self.to_json_map(), separators=(",", ":"))
+        """Compact JSON, made once per Position (a store partition's answers share one until its next batch)."""
+        text = self._json
+        if text is None:
+            text = self._json = json.dumps(self.to_json_map(), separators=(",", ":"))
+        return text
 
     # -- value semantics ------------------------------------------------
     def __eq__(self, other: object) -> bool:

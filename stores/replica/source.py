@@ -36,6 +36,11 @@ class ReplicaSource:
         self.reader.catalog()
         return self.reader.query(request)
 
+    def point_read(self, store: str, partition: int, key: Any, bound: Any) -> Any:
+        """``StateDirReader.point_read`` on the replica's files (a swap is noticed first, as ``query`` does)."""
+        self.reader.catalog()
+        return self.reader.point_read(store, partition, key, bound)
+
     def app_info(self) -> Any:
         return self.reader.app_info()
 

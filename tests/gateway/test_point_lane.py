@@ -1,7 +1,7 @@
-"""The engine's point lane (``Gateway._point_lookup``) against ``_select``'s general way, on real stores.
+"""The engine's point lane (``Gateway.point``) against ``_select``'s general way, on real stores.
 
 A plain point lookup the planner has seen is answered without building a
-Plan (``planner.bind_point``); everything it returns (columns, rows, the
+Plan (``planner.point_lane``, ``StreamsApp.point_read``); everything it returns (columns, rows, the
 position, each partition's outcome) must be what the general way returns,
 and whatever it cannot answer as the general way would (a failed partition,
 too many rows, a wrong parameter) it must leave to the general way. A
@@ -10,6 +10,8 @@ session with any setting takes the general way: that is the oracle here.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,10 +19,15 @@ import pytest
 import planner
 from gateway import errors as ge
 from gateway.engine import Gateway
+from gateway.hosting import HostedSource
 from stores.catalog.partitioner import partition_for_key
 from stores.catalog.schema import SqlType
-from stores.iqv2.position import Position
+from stores.engine.change import Change
+from stores.iqv2.position import Position, PositionBound
+from stores.iqv2.query import KeyQuery
+from stores.iqv2.request import StateQueryRequest
 from tests.gateway.gwfixtures import Shop
+from tests.stores.engine.test_point_read import _app
 
 GENERAL = {"statement_timeout_ms": 60_000}  # a setting that changes nothing here but the way taken
 
@@ -45,35 +52,50 @@ def _statements(shop: Shop) -> list[tuple[str, Any]]:
         (f"SELECT * FROM revenue WHERE customer = '{c}'", None),
         ("SELECT * FROM accounts WHERE id = ?", [a]),  # BIGINT key; TIMESTAMP and BOOLEAN values
         ("SELECT opened, name FROM accounts WHERE id = ?", [str(a)]),  # a string the key type takes
-        ("SELECT * FROM accounts WHERE id = ?", [2**70]),  # no BIGINT is that: no request at all
         ("SELECT * FROM latest WHERE customer = ?", [latest]),  # a timestamped store
+        ("SELECT * FROM accounts WHERE id = ?", [a, 0]),  # no lane: the general way names the problem
+        ("SELECT * FROM accounts WHERE id = ?", [2**70]),  # no lane: no BIGINT is that, plan sends no request
+        ("SELECT * FROM revenue WHERE customer = 7", None),  # no lane: DuckDB refuses the comparison
     ]
 
 
 def test_point_lookups_answer_as_the_general_way(gw: Gateway, shop: Shop) -> None:
-    catalog = gw.catalog()
+    lanes = 0
     for sql, params in _statements(shop):
         planner.clear_cache()
-        assert gw._point_lookup(sql, params, None, catalog, None) is None  # not planned yet: the general way plans it
-        general = gw.sql(sql, params, session=GENERAL)
-        assert gw._point_lookup(sql, params, None, catalog, None) is not None, sql  # now the lane answers it
+        assert gw.point(sql, params) is None  # not planned yet: the general way plans it
+        try:
+            general: Any = gw.sql(sql, params, session=GENERAL)
+        except ge.GatewayError as exc:
+            general = exc
+        point = gw.point(sql, params)
+        if isinstance(general, ge.GatewayError):
+            assert point is None, sql
+            with pytest.raises(type(general), match=re.escape(str(general))):
+                gw.sql(sql, params)
+            continue
+        if point is None:  # only what plan answers without asking a store (a key no row can have)
+            assert general.rows() == [] and general.partitions == [], sql
+        else:
+            lanes += 1
+            assert point.result(None).rows() == general.rows() and point.position == general.position
         _same(gw.sql(sql, params), general)
         _same(gw.sql(sql, params, stream=True), general)
+    assert lanes == 8
 
 
 def test_what_the_lane_leaves_to_the_general_way_fails_or_answers_the_same(gw: Gateway, shop: Shop) -> None:
-    catalog = gw.catalog()
     c = sorted(shop.revenue)[0]
     sql = "SELECT revenue FROM revenue WHERE customer = ?"
     gw.sql(sql, [c])
     for params in ([c, c], [[c]], None):  # wrong parameters: the general way names the problem
-        assert gw._point_lookup(sql, params, None, catalog, None) is None
+        assert gw.point(sql, params) is None
         with pytest.raises(ge.GatewayError) as lane_err:
             gw.sql(sql, params)
         with pytest.raises(ge.GatewayError) as general_err:
             gw.sql(sql, params, session=GENERAL)
         assert (type(lane_err.value), str(lane_err.value)) == (type(general_err.value), str(general_err.value))
-    assert gw._point_lookup(sql, [c], None, catalog, 0) is None  # one row over max_rows=0: the general way refuses it
+    assert gw.point(sql, [c], max_rows=0) is None  # one row over max_rows=0: the general way refuses it
     with pytest.raises(ge.GatewayError, match="max_rows|rows"):
         gw.sql(sql, [c], max_rows=0)
     _same(gw.sql(sql, ["nobody"], max_rows=0), gw.sql(sql, ["nobody"], max_rows=0, session=GENERAL))
@@ -82,11 +104,10 @@ def test_what_the_lane_leaves_to_the_general_way_fails_or_answers_the_same(gw: G
                   "SELECT * FROM revenue WHERE customer IN (?, ?)"):
         params = [c] * other.count("?")
         gw.sql(other, params)
-        assert gw._point_lookup(other, params, None, catalog, None) is None, other
+        assert gw.point(other, params) is None, other
 
 
 def test_position_bounds_in_the_text_and_the_request(gw: Gateway, shop: Shop) -> None:
-    catalog = gw.catalog()
     c = sorted(shop.revenue)[2]
     reached = shop.position.to_json()
     ahead = Position.from_map({t: {p: o + 10 for p, o in parts.items()}
@@ -95,10 +116,10 @@ def test_position_bounds_in_the_text_and_the_request(gw: Gateway, shop: Shop) ->
     plain = "SELECT revenue FROM revenue WHERE customer = ?"
     for sql, position in ((bounded, None), (plain, reached), (plain, shop.position), (bounded, reached)):
         gw.sql(sql, [c], position=position, session=GENERAL)
-        assert gw._point_lookup(sql, [c], position, catalog, None) is not None, (sql, position)
+        assert gw.point(sql, [c], position) is not None, (sql, position)
         _same(gw.sql(sql, [c], position=position), gw.sql(sql, [c], position=position, session=GENERAL))
     # behind the bound: the general way answers (NOT_UP_TO_BOUND, an error unless partial), as it always did
-    assert gw._point_lookup(plain, [c], ahead, catalog, None) is None
+    assert gw.point(plain, [c], ahead) is None
     for position, error in ((ahead, ge.PartitionFailureError), ('{"no_such_topic": {"0": 1}}', ge.GatewayError),
                             ("{not json", ge.BadRequest)):
         with pytest.raises(error) as lane_err:
@@ -112,15 +133,37 @@ def test_position_bounds_in_the_text_and_the_request(gw: Gateway, shop: Shop) ->
 
 def test_a_failed_partition_goes_the_general_way(half_gw: Gateway, shop: Shop) -> None:
     g = half_gw
-    catalog = g.catalog()
     sql = "SELECT revenue, orders FROM revenue WHERE customer = ?"
     here = next(c for c in sorted(shop.revenue) if partition_for_key(c, 4, SqlType.VARCHAR) == 0)
     away = next(c for c in sorted(shop.revenue) if partition_for_key(c, 4, SqlType.VARCHAR) == 2)
     g.sql(sql, [here])
-    assert g._point_lookup(sql, [here], None, catalog, None) is not None
-    assert g._point_lookup(sql, [away], None, catalog, None) is None
+    assert g.point(sql, [here]) is not None
+    assert g.point(sql, [away]) is None
     with pytest.raises(ge.PartitionFailureError) as info:
         g.sql(sql, [away])
     assert [(p["partition"], p["failure_reason"]) for p in info.value.partitions] == [(2, "NOT_PRESENT")]
     out = g.sql(sql, [away], partial=True)
     assert out.rows() == [] and [(p.partition, p.failure_reason) for p in out.partitions] == [(2, "NOT_PRESENT")]
+
+
+def test_a_hosted_source_reads_the_files_while_spark_starts_then_the_app(tmp_path: Path) -> None:
+    """``iqgate serve <pipeline>``'s source: the state dir's files until the app is attached, then the app."""
+    first = _app(tmp_path)
+    first.start()
+    first.writer("s").write_batch(0, [Change(k, (f"n{k}", True)) for k in range(20)], Position.from_map({"t": {0: 19}}))
+    first.close()
+    hosted = HostedSource(tmp_path / "state")
+    request = StateQueryRequest.in_store("s").with_query(KeyQuery.with_key(7))
+    p = partition_for_key(7, 4, SqlType.BIGINT)
+    hosted.query(request.with_partitions({p}))  # opens the file (and checks it)
+    assert hosted.point_read("s", p, 7, PositionBound.unbounded())[1] == ("n7", True)  # from the files: no app yet
+    app = _app(tmp_path)
+    app.start()
+    try:
+        app.writer("s").write_batch(1, [Change(7, ("seven", False))], Position.from_map({"t": {0: 20}}))
+        hosted.attach(app)
+        got = hosted.point_read("s", p, 7, PositionBound.unbounded())
+        assert got is not None and got[1] == ("seven", False) and got[0] == Position.from_map({"t": {0: 20}})
+    finally:
+        app.close()
+        hosted.close()

@@ -3,9 +3,10 @@
 ``bind_scan`` takes the short path for ``WHERE k = ?`` on a key-value store;
 every statement and value here must bind to the same scan (requests,
 partitions, bound, flags, fast-path columns) or fail with the same error,
-whichever path runs. ``planning.bind_point`` (the gateway's point lane) must
-give ``plan``'s scan, fast-path columns and bound, or None where ``plan``
-would do anything else (an error, DuckDB).
+whichever path runs. ``planning.point_lane`` (the gateway's point lane) must
+give ``plan``'s request (store, key, query type, partition, bound) and
+fast-path columns, or None where ``plan`` would do anything else (an error,
+DuckDB, no request at all).
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from typing import Any
 import pytest
 
 from planner.errors import PlanningError
-from planner.planning import _template, bind_point, clear_cache, plan
+from planner.planning import _template, clear_cache, plan, point_lane
 from planner.requests import _point_ref, bind_general, bind_scan
 from planner.settings import resolve_session
 from stores.iqv2.position import Position, PositionBound
+from stores.iqv2.query import KeyQuery, TimestampedKeyQuery
 from tests.planner.planner_catalog import CATALOG
 
 STORES = ["mystore", "int_store", "str_store", "dbl_store", "bool_store", "ts_store", "date_store", "revenue", "single"]
@@ -96,39 +98,94 @@ def test_only_plain_point_lookups_take_the_short_path() -> None:
     assert not shape("SELECT * FROM mystore WHERE k = ? AND _partition = 1")
 
 
-def test_bind_point_is_plan_s_scan_or_none() -> None:
+def _lane_answer(sql: str, params: Any, catalog: Any = CATALOG) -> tuple[Any, ...] | None:
+    """What the lane binds ``params`` to (store, query type, key, partitions, bound, columns), or None."""
+    lane = point_lane(sql, catalog)
+    if lane is None:
+        return None
+    key = lane.key(params)
+    if key is None:
+        return None
+    query = TimestampedKeyQuery if lane.timestamped else KeyQuery
+    return lane.store, query, key, frozenset({lane.partition(key)}), lane.bound, lane.columns
+
+
+def _plan_answer(planned: Any) -> tuple[Any, ...] | None:
+    """The same of a Plan, when it is one KeyQuery answered without DuckDB (else None)."""
+    if planned is None or planned.fast_path is None or len(planned.scans) != 1 or len(planned.scans[0].requests) != 1:
+        return None
+    r = planned.scans[0].requests[0]
+    return (r.store_name, type(r.query), r.query.key, r.partitions, r.position_bound, planned.fast_path)
+
+
+def test_point_lane_is_plan_s_request_or_none() -> None:
     lane = 0
     for sql, params in CASES:
         clear_cache()
-        assert bind_point(sql, CATALOG, params) is None  # not planned yet: never known to be a point lookup
+        assert point_lane(sql, CATALOG) is None  # not planned yet: never known to be a point lookup
         try:
             planned = plan(sql, CATALOG, params=params)
         except PlanningError:
             planned = None
-        got = bind_point(sql, CATALOG, params)
+        got = _lane_answer(sql, params)
         if got is None:
-            if planned is not None and planned.fast_path is not None and len(planned.scans) == 1:
+            if _plan_answer(planned) is not None:
                 assert _point_ref(_template(sql, CATALOG).scans[0]) is None, (sql, params)  # e.g. IN (?, ?)
             continue
         lane += 1
-        assert planned is not None and got == (planned.scans[0], planned.fast_path, planned.position_bound), (sql, params)
-    assert lane >= 200  # the lane really ran (210 of these cases plan as plain point lookups)
+        assert got == _plan_answer(planned), (sql, params)
+        assert type(got[2]) is type(planned.scans[0].requests[0].query.key), (sql, params)  # 1, never True or 1.0
+    # the lane really ran: 177 of these cases are plain point lookups of a key a row can have (a key none can
+    # have, such as 2**63 in a BIGINT column, plan answers with no request at all: the lane leaves those to it)
+    assert lane >= 170
 
 
-def test_bind_point_declines_what_plan_must_decide() -> None:
+def test_point_lane_declines_what_plan_must_decide() -> None:
     sql = "SELECT * FROM mystore WHERE k = ?"
     plan(sql, CATALOG, params=[1])
-    assert bind_point(sql, CATALOG, [1]) is not None
-    assert bind_point(sql + " ;  ", CATALOG, [2]) is not None  # the plan cache's own key
-    assert bind_point(sql, CATALOG, [1, 2]) is None  # plan says how many parameters it takes
-    assert bind_point(sql, CATALOG, [[1]]) is None  # plan says a list is no key
-    assert bind_point(sql, CATALOG, 5) is None
-    assert bind_point(sql, {**CATALOG, "mystore": CATALOG["int_store"]}, [1]) is None  # the store changed
+    assert _lane_answer(sql, [1]) is not None
+    assert _lane_answer(sql + " ;  ", [2]) is not None  # the plan cache's own key
+    assert _lane_answer(sql, (3,)) is not None  # a DB-API cursor's tuple
+    assert _lane_answer(sql, [1, 2]) is None  # plan says how many parameters it takes
+    assert _lane_answer(sql, [[1]]) is None  # plan says a list is no key
+    assert _lane_answer(sql, [None]) is None  # plan says NULL matches no key
+    assert _lane_answer(sql, ["\ud800"]) is None  # plan says a lone surrogate is no text
+    assert _lane_answer(sql, 5) is None
+    assert _lane_answer(sql, {"a": 1}) is None
+    assert _lane_answer(sql, [1], {**CATALOG, "mystore": CATALOG["int_store"]}) is None  # the store changed
     bounded = "SELECT * FROM mystore WHERE k = ? AS OF POSITION '{\"events\": {\"0\": 3}}'"
     planned = plan(bounded, CATALOG, params=[1])
-    got = bind_point(bounded, CATALOG, [1])
-    assert got == (planned.scans[0], planned.fast_path, planned.position_bound)  # the bound in the text, as plan's
-    assert not got[2].is_unbounded() and got[0].requests[0].position_bound == got[2]
+    got = _lane_answer(bounded, [1])
+    assert got == _plan_answer(planned)  # the bound in the text, as plan's
+    assert not got[4].is_unbounded()
     for other in ("SELECT count(*) FROM mystore WHERE k = ?", "EXPLAIN SELECT * FROM mystore WHERE k = ?"):
         plan(other, CATALOG, params=[1])
-        assert bind_point(other, CATALOG, [1]) is None
+        assert point_lane(other, CATALOG) is None
+
+
+def test_a_literal_key_is_bound_once() -> None:
+    sql = "SELECT * FROM int_store WHERE k = 7"
+    planned = plan(sql, CATALOG)
+    lane = point_lane(sql, CATALOG)
+    assert lane is not None and lane.constant == 7
+    assert _lane_answer(sql, None) == _plan_answer(planned)
+    assert _lane_answer(sql, [1]) is None  # plan says the statement takes no parameters
+    plan("SELECT * FROM mystore WHERE k = 9223372036854775808", CATALOG)
+    assert point_lane("SELECT * FROM mystore WHERE k = 9223372036854775808", CATALOG) is None  # no such key
+
+
+@pytest.mark.parametrize("store", ["mystore", "int_store", "str_store"])
+def test_the_lane_s_shortcut_for_a_lone_parameter_is_plan_s_binding(store: str) -> None:
+    """A lone ``?`` of the key's own Python type skips coerce_bound: the same key, the same partition, or None."""
+    sql = f"SELECT * FROM {store} WHERE {_key(store)} = ?"
+    plan(sql, CATALOG, params=[1] if CATALOG[store].key.type.value != "VARCHAR" else ["a"])
+    lane = point_lane(sql, CATALOG)
+    assert lane is not None
+    values: list[Any] = [0, 1, -1, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**63 - 1, 2**63, -(2**63), True,
+                         "a", "", "é", "\ud800", " 5 ", 3.0]
+    for v in values:
+        try:
+            planned = plan(sql, CATALOG, params=[v])
+        except PlanningError:
+            planned = None
+        assert _lane_answer(sql, [v]) == _plan_answer(planned), (store, v)

@@ -107,6 +107,29 @@ def test_ping_and_point_lookups_match_flask(servers: tuple[int, int], shop: Shop
         assert {k.lower() for k, _ in headers} >= {"content-type", "content-length", "x-iq-position"}
 
 
+def test_the_point_lane_answers_byte_for_byte_what_the_general_way_answers(
+        servers: tuple[int, int], gw: Gateway, shop: Shop) -> None:
+    """The lane (``Gateway.point``, ``renderers.point_json``) against a request a session setting sends the
+    general way (a Plan, ``_select``, ``json_body``), on the same server: status, headers and body."""
+    c, a, latest = sorted(shop.revenue)[1], sorted(shop.accounts)[0], sorted(shop.latest)[0]
+    general = {"session": {"statement_timeout_ms": 60_000}}
+    cases = [
+        ("SELECT customer, revenue, orders FROM revenue WHERE customer = ?", [c]),
+        ("SELECT * FROM revenue WHERE customer = ?", ["nobody"]),
+        ("SELECT * FROM accounts WHERE id = ?", [a]),  # TIMESTAMP and BOOLEAN values
+        ("SELECT opened, id FROM accounts WHERE id = ?", [a]),
+        ("SELECT * FROM latest WHERE customer = ?", [latest]),  # a timestamped store: its rowtime
+        (f"SELECT * FROM revenue WHERE customer = '{c}'", None),
+    ]
+    for sql, params in cases:
+        fields = {"params": params} if params is not None else {}
+        _exchange(servers[0], _request("POST", "/v1/sql", _sql(sql, **fields)))  # planned: the lane knows it now
+        assert gw.point(sql, params) is not None, sql
+        lane = _exchange(servers[0], _request("POST", "/v1/sql", _sql(sql, **fields)))
+        assert lane == _exchange(servers[0], _request("POST", "/v1/sql", _sql(sql, **fields, **general))), sql
+        assert lane == _exchange(servers[1], _request("POST", "/v1/sql", _sql(sql, **fields))), sql  # and Flask's
+
+
 @pytest.mark.parametrize("body", [
     _sql("SELECT customer, orders FROM revenue ORDER BY customer"),  # several rows, one chunk
     _sql("SELECT range AS n FROM range(2500)"),  # several chunks: streamed (chunked encoding)
@@ -160,7 +183,9 @@ def test_auth_and_limits_match_flask(token_servers: tuple[int, int], raw: bytes)
 
 
 def test_metrics_count_the_fast_path_as_flask_counts_its_requests(gw: Gateway) -> None:
+    lookup = _sql("SELECT revenue FROM revenue WHERE customer = ?", params=["c01"])
     requests = [_request("GET", "/v1/ping"), _request("POST", "/v1/sql", _sql("SELECT 1")),
+                _request("POST", "/v1/sql", lookup), _request("POST", "/v1/sql", lookup),  # the second: the lane
                 _request("POST", "/v1/sql", _sql("SELECT 1")), _request("POST", "/v1/sql", _sql("SELEC 1")),
                 _request("POST", "/v1/sql", _sql("SELECT * FROM revenue", position={"orders": {"0": 10**12}}))]
     counts = []
@@ -172,7 +197,7 @@ def test_metrics_count_the_fast_path_as_flask_counts_its_requests(gw: Gateway) -
         counts.append(sorted(re.findall(r'^(iqgate_requests_total\{.*\}|iqgate_request_seconds_count\{.*\}|'
                                         r'iqgate_partition_failures_total\{.*\}) (\d+)$', text.decode(), re.M)))
     assert counts[0] == counts[1]
-    assert ('iqgate_requests_total{endpoint="/v1/sql",status="200"}', "2") in counts[0]
+    assert ('iqgate_requests_total{endpoint="/v1/sql",status="200"}', "4") in counts[0]
     assert ('iqgate_requests_total{endpoint="/v1/sql",status="503"}', "1") in counts[0]
     assert ('iqgate_partition_failures_total{reason="NOT_UP_TO_BOUND"}', "4") in counts[0]
     assert ('iqgate_requests_total{endpoint="/v1/ping",status="200"}', "1") in counts[0]

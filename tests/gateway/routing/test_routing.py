@@ -102,6 +102,21 @@ def test_any_server_answers_every_partition_and_names_who_did(cluster) -> None:
         0: (standby.server.url, False), 1: (standby.server.url, False), 2: (active.server.url, True)}
 
 
+def test_a_point_lookup_names_who_answered_it_too(cluster) -> None:
+    """Routing answers every lookup through ``query`` (its results name the host): the engine's point lane, which
+    reads the local source directly, is not taken over a RoutedSource, whose ``__getattr__`` would hand it out."""
+    active, standby, _ = cluster
+    assert getattr(active.routed, "point_read") is None and active.local.point_read is not None
+    sql = "SELECT total FROM revenue WHERE customer = ?"
+    for key in ("c3", "c4", "c5", "c6"):
+        for node in (active, standby):
+            for _ in range(2):  # the second: planned, so a lane would be taken if there were one
+                status, _, body = node.http.sql(sql, params=[key])
+                assert status == 200 and body["rows"], (key, body)
+                assert all(p["host"] is not None for p in body["partitions"]), body
+            assert node.gw.point(sql, [key]) is None
+
+
 def test_typed_columns_of_a_peers_rows_survive_streamed_and_row_scans(cluster) -> None:
     """Window stores (timestamps) read from a peer: a streamed full scan and a key lookup equal the active's."""
     active, standby, _ = cluster

@@ -8,9 +8,11 @@ import time
 import pytest
 
 from stores.app.reader import StateDirReader
+from stores.catalog.partitioner import partition_for_key
+from stores.catalog.schema import SqlType
 from stores.changelog import EventLogChangelog
-from stores.iqv2.position import Position
-from stores.iqv2.query import RangeQuery
+from stores.iqv2.position import Position, PositionBound
+from stores.iqv2.query import KeyQuery, RangeQuery
 from stores.iqv2.request import StateQueryRequest
 from stores.iqv2.result import FailureReason
 from stores.log.eventlog import EventLog
@@ -73,6 +75,14 @@ def _check_source(src: ReplicaSource) -> None:
     active_only = src.query(StateQueryRequest.in_store("revenue").with_query(RangeQuery.with_no_bounds())
                             .require_active())
     assert {qr.failure_reason for qr in active_only.partition_results.values()} == {FailureReason.NOT_ACTIVE}
+    # the gateway's point lane reads the same files at the same positions (the second read: the file is checked)
+    for key in ("c1", "c2", "c3", "c0"):
+        p = partition_for_key(key, 3, SqlType.VARCHAR)
+        answer = src.query(StateQueryRequest.in_store("revenue").with_query(KeyQuery.with_key(key))
+                           .with_partitions({p})).partition_results[p]
+        got = src.point_read("revenue", p, key, PositionBound.unbounded())
+        assert got is not None and got[0] == answer.position == Position.from_map(position(5)), key
+        assert got[1] == (None if answer.result is None else tuple(answer.result)), key
 
 
 def test_a_restarted_replica_resumes_without_applying_twice(active, tmp_path) -> None:
