@@ -33,7 +33,7 @@ from stores.iqv2.result import FailureReason, StateQueryResult
 from stores.iqv2.values import KeyValue, ValueAndTimestamp, VersionedRecord, Windowed
 
 __all__ = ["ScanRows", "Failure", "collect", "StoreShapeMoved", "ARROW_TYPES", "DUCK_TYPES", "PSEUDO_FIELDS",
-           "python_value", "position_json", "arrow_type", "duck_type", "point_row_maker", "PointRowMaker"]
+           "python_value", "position_json", "arrow_type", "duck_type", "point_row_maker", "point_store_row", "PointRowMaker"]
 
 
 class StoreShapeMoved(ValueError):
@@ -218,6 +218,15 @@ def _projection(spec: StoreSpec, names: tuple[str, ...]) -> tuple[tuple[tuple[st
 
 # (key, value tuple, record timestamp, partition, position) → the row a point lookup answers
 PointRowMaker = Callable[[Any, tuple[Any, ...], Any, int, Position], tuple[Any, ...]]
+
+
+@functools.lru_cache(maxsize=1024)
+def point_store_row(spec: StoreSpec) -> PointRowMaker:
+    """A key-value store's point lookup answer as the row ``ScanRows`` holds for it: the store's columns, then
+    ``_partition`` and ``_position`` (what a residual program's columns index)."""
+    if spec.kind is StoreKind.TIMESTAMPED_KEY_VALUE:
+        return lambda key, value, ts, partition, position: (key, *value, ts, partition, position.to_json())
+    return lambda key, value, ts, partition, position: (key, *value, partition, position.to_json())
 
 
 @functools.lru_cache(maxsize=1024)

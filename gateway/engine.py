@@ -34,7 +34,7 @@ from stores.iqv2.state import State
 
 from . import statements
 from .arrow_faithful import faithful_relation
-from .arrow_rows import ScanRows, StoreShapeMoved, collect, point_row_maker
+from .arrow_rows import ScanRows, StoreShapeMoved, collect, point_row_maker, point_store_row
 from .arrow_scans import as_arrow_requests, close_streams, reads_once, relation_reader, streamable
 from .bounds import check_bound_topics
 from .cancel import Cancellation
@@ -323,22 +323,38 @@ class Gateway:
         if got is None:
             return None
         reached, value, ts = got
+        if value is not None and (not isinstance(value, tuple) or len(value) != len(lane.spec.values)):
+            return None  # not the shape it was planned on: the general way says so (StoreShapeMoved)
+        if lane.program is not None:
+            return self._point_program(lane, params, key, value, ts, partition, reached, max_rows)
         shaped = self._row_makers.get(lane)
         if shaped is None:
             if len(self._row_makers) > 4096:
                 self._row_makers.clear()
             shaped = self._row_makers[lane] = point_row_maker(lane.spec, lane.columns)
         columns, row_of = shaped
-        if value is None:
-            rows = []
-        elif not isinstance(value, tuple) or len(value) != len(lane.spec.values):
-            return None  # not the shape it was planned on: the general way says so (StoreShapeMoved)
-        else:
-            rows = [row_of(key, value, ts, partition, reached)]
-        cfg = self.config
-        if len(rows) > min(cfg.max_rows, max_rows if max_rows is not None else cfg.max_rows):
+        rows = [] if value is None else [row_of(key, value, ts, partition, reached)]
+        if len(rows) > self._row_limit(max_rows):
             return None  # the general way raises the row limit
         return PointAnswer(columns, rows, reached, [self._outcome(lane.store, partition, reached)])
+
+    def _point_program(self, lane: planner.PointLane, params: Any, key: Any, value: tuple[Any, ...] | None, ts: Any,
+                       partition: int, reached: Position, max_rows: int | None) -> PointAnswer | None:
+        """``point`` for a residual the gateway evaluates (``_select``'s residual program) over the looked-up row:
+        once DuckDB's first answer taught the columns (residual_programs.py), else None (DuckDB answers)."""
+        program = lane.program
+        columns = self._programs.columns(program)
+        if columns is None:
+            return None
+        scan_rows = [] if value is None else [point_store_row(lane.spec)(key, value, ts, partition, reached)]
+        out = self._programs.evaluate(program, lane.residual_values(params), scan_rows)
+        if out is None or len(out) > self._row_limit(max_rows):
+            return None
+        return PointAnswer(tuple(columns), out, reached, [self._outcome(lane.store, partition, reached)])
+
+    def _row_limit(self, max_rows: int | None) -> int:
+        cfg = self.config
+        return min(cfg.max_rows, max_rows if max_rows is not None else cfg.max_rows)
 
     def _outcome(self, store: str, partition: int, reached: Position) -> PartitionOutcome:
         """A partition's outcome for ``point``, the same object until its position moves (faces cache what they

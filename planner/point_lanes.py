@@ -25,6 +25,7 @@ from .limits import check_param_values
 from .literals import NO_MATCH, NOT_PUSHABLE, Const, Param, ValueRef, coerce_bound, resolve
 from .plan import StatementKind
 from .requests import _point_ref, check_params
+from .residual_program import Program
 from .template import Template
 
 __all__ = ["PointLane", "lane_of"]
@@ -34,12 +35,17 @@ _INT_KEYS = {SqlType.BIGINT: (-(2**63), 2**63 - 1), SqlType.INTEGER: (-(2**31), 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class PointLane:
-    """One statement's point lookup: ``key(params)`` → ``partition(key)`` → one KeyQuery, rows ``columns``."""
+    """One statement's point lookup: ``key(params)`` → ``partition(key)`` → one KeyQuery, rows ``columns``.
+
+    Or, with ``program``, a residual the gateway evaluates over the looked-up row (a filter, an aggregate:
+    planner/residual_program.py), as ``plan``'s ``residual_program`` with ``residual_values(params)``.
+    """
 
     store: str
     spec: StoreSpec = field(repr=False)
     timestamped: bool  # a timestamped store: plan sends a TimestampedKeyQuery (the rows carry its timestamp)
-    columns: tuple[str, ...]  # the store columns the statement answers with, in its order
+    columns: tuple[str, ...] | None  # the store columns the statement answers with, in its order (no program)
+    program: Program | None = field(repr=False)
     bound: PositionBound  # the text's AS OF POSITION (unbounded without one)
     deps: tuple[tuple[str, StoreSpec], ...] = field(repr=False)  # the catalog entries the lane was planned on
     template: Template = field(repr=False)
@@ -76,6 +82,10 @@ class PointLane:
             return None
         return key
 
+    def residual_values(self, params: Any) -> tuple[Any, ...]:
+        """The program's parameter values, as ``plan`` gives them (call after ``key`` accepted ``params``)."""
+        return tuple(params[k] for k in self.template.slot_keys) if params else ()
+
     def partition(self, key: Any) -> int:
         """The one partition that can hold ``key`` (the partitioner every writer uses)."""
         if self.ints is not None:
@@ -97,7 +107,11 @@ def lane_of(template: Template, bound: PositionBound) -> PointLane | None:
     if template.kind is not StatementKind.SELECT or template.explain or template.system_tables or len(template.scans) != 1:
         return None
     t = template.scans[0]
-    if t.fast_path is None or not t.all_consumed:
+    if t.fast_path is not None and t.all_consumed:
+        columns, program = t.fast_path, None
+    elif template.program is not None:
+        columns, program = None, template.program
+    else:
         return None
     ref = _point_ref(t)
     if ref is None:
@@ -108,7 +122,7 @@ def lane_of(template: Template, bound: PositionBound) -> PointLane | None:
         and ref.key == 0
     same_type = (int if ints is not None else str if spec.key.type is SqlType.VARCHAR else None) if lone else None
     lane = PointLane(store=t.store, spec=spec, timestamped=spec.kind is StoreKind.TIMESTAMPED_KEY_VALUE,
-                     columns=t.fast_path, bound=bound, deps=tuple(template.deps.items()), template=template,
+                     columns=columns, program=program, bound=bound, deps=tuple(template.deps.items()), template=template,
                      ref=ref, constant=None, same_type=same_type, ints=ints)
     if isinstance(ref, Const):
         key = lane.key(None) if template.param_mode is None else None

@@ -120,6 +120,8 @@ def test_the_point_lane_answers_byte_for_byte_what_the_general_way_answers(
         ("SELECT opened, id FROM accounts WHERE id = ?", [a]),
         ("SELECT * FROM latest WHERE customer = ?", [latest]),  # a timestamped store: its rowtime
         (f"SELECT * FROM revenue WHERE customer = '{c}'", None),
+        ("SELECT count(*), sum(orders) FROM revenue WHERE customer = ? AND orders > 1", [c]),  # a residual program
+        ("SELECT count(*) FROM revenue WHERE customer = ?", ["nobody"]),
     ]
     for sql, params in cases:
         fields = {"params": params} if params is not None else {}
