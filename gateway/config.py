@@ -111,6 +111,10 @@ class Session:
     def settings(self) -> dict[str, Any]:
         return dict(self._settings)
 
+    def is_default(self) -> bool:
+        """No setting changed (what ``Gateway.sql`` checks before its point lane), without copying them."""
+        return not self._settings
+
     def as_dict(self) -> dict[str, Any]:
         return self.settings
 

@@ -169,6 +169,10 @@ class Gateway:
         if cancel is not None:
             cancel.check()
         settings = self._settings(session)
+        if not settings and not wait_ms:  # defaults only: the point lane (it never waits, so no watch is needed)
+            point = self._point_lookup(text, params, position, max_rows)
+            if point is not None:
+                return point
         cfg = self.config
         timeout_ms = min(cfg.statement_timeout_ms,
                          _int_setting(settings, "statement_timeout_ms", cfg.statement_timeout_ms))
@@ -207,11 +211,6 @@ class Gateway:
                    wait_ms: int | None, max_rows: int | None, stream: bool, arrow: bool, watch: StatementWatch,
                    context: SystemContext | None) -> Result:
         """One statement on one catalog (``sql`` plans it again when a store changed shape under it)."""
-        if not settings and not wait_ms:  # defaults only: else the general way
-            point = self._point_lookup(text, params, position, max_rows)
-            if point is not None:
-                watch.check("reading the stores")
-                return point
         plan = self._plan(text, params, settings, catalog, watch)
         watch.check("planning the statement")
         kind = plan.kind
