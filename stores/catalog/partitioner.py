@@ -145,6 +145,8 @@ def _murmur2_short(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) ->
     m = np.uint32(_M)
     blocks = lengths // 4
     uniform = bool((lengths == lengths[0]).all())
+    if uniform and _back_to_back(starts, int(lengths[0])):
+        return _murmur2_fixed(data, int(starts[0]), len(starts), int(lengths[0]))
     order = None
     if not uniform:  # longest first: the keys that have block j are then a prefix
         order = np.argsort(-blocks, kind="stable")
@@ -181,6 +183,40 @@ def _murmur2_short(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) ->
     back = np.empty_like(h)
     back[order] = h
     return back
+
+
+def _back_to_back(starts: np.ndarray, width: int) -> bool:
+    """Do the keys lie one after another, each ``width`` bytes (a fixed-width key type, or strings of one length)?"""
+    return width > 0 and bool((np.diff(starts) == width).all())
+
+
+def _murmur2_fixed(data: np.ndarray, start: int, n: int, width: int) -> np.ndarray:
+    """``_murmur2_short`` of ``n`` keys of ``width`` bytes back to back from ``start``: the blocks read as one
+    little-endian uint32 matrix instead of four byte gathers each (longs, and ids such as ``c0000077``: the usual
+    batch). Why: it was a third of a million-key batch's partitioning."""
+    m = np.uint32(_M)
+    rows = data[start:start + n * width].reshape(n, width)
+    nb = width // 4
+    words = np.ascontiguousarray(rows[:, :nb * 4]).view("<u4") if nb else None
+    h = np.full(n, (0x9747B28C ^ width) & _MASK, dtype=np.uint32)
+    for j in range(nb):
+        k = words[:, j] * m
+        k ^= k >> np.uint32(24)
+        k *= m
+        h *= m
+        h ^= k
+    rest = width & 3
+    if rest == 3:
+        h ^= rows[:, nb * 4 + 2].astype(np.uint32) << np.uint32(16)
+    if rest >= 2:
+        h ^= rows[:, nb * 4 + 1].astype(np.uint32) << np.uint32(8)
+    if rest >= 1:
+        h ^= rows[:, nb * 4].astype(np.uint32)
+        h *= m
+    h ^= h >> np.uint32(13)
+    h *= m
+    h ^= h >> np.uint32(15)
+    return h
 
 
 def partitions_for_serialized(data: np.ndarray, offsets: np.ndarray, num_partitions: int) -> np.ndarray:

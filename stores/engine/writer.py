@@ -94,10 +94,14 @@ class PartitionedWriter:
         return position
 
     def _write(self, batch_id: int, table: pa.Table, position: Position, where: str) -> None:
-        identity = next(iter(self._stores.values())).IDENTITY
-        shares = split_by_partition(self.spec, encode(self.spec, table, where), identity)
-        apply_shares([(self._stores[p], share.rows, share.observed, position, True) for p, share in enumerate(shares)],
-                     batch_id, self.threads if len(table) >= self.parallel_min_rows else 1, self.spec.name)
+        threads = self.threads if len(table) >= self.parallel_min_rows else 1
+        rows = encode(self.spec, table, where)
+        if threads > 1:  # each partition's share sorted by key in its own thread, beside the others' writes
+            shares, presorted = split_by_partition(self.spec, rows), False
+        else:
+            shares, presorted = split_by_partition(self.spec, rows, next(iter(self._stores.values())).IDENTITY), True
+        apply_shares([(self._stores[p], share.rows, share.observed, position, presorted)
+                      for p, share in enumerate(shares)], batch_id, threads, self.spec.name)
 
     def last_batch_id(self) -> int | None:
         """The smallest last-applied batch id over the partitions (None if some partition never applied one)."""
