@@ -83,7 +83,12 @@ class ChangelogWriter:
         if check is not None:
             check()
         where = f"store {self.spec.name!r} batch {batch_id}"
-        identity = next(iter(self.stores.values())).IDENTITY
+        threads = getattr(self.inner, "threads", 1) if len(table) >= getattr(self.inner, "parallel_min_rows", 0) else 1
+        # one thread: one stable sort of the whole batch by (partition, key); several: each partition's share is
+        # sorted in its own writer thread (apply_rows), and its record keeps the arrival order (any record is
+        # applied that way: one read back from the changelog, and a replica's, are sorted as they are applied)
+        sort_now = threads < 2
+        identity = next(iter(self.stores.values())).IDENTITY if sort_now else None
         shares = split_by_partition(self.spec, encode(self.spec, table, where), identity)
         with self._lock:
             logged = self._logged_batches()
@@ -111,10 +116,8 @@ class ChangelogWriter:
                 for p in fresh:
                     logged[p] = batch_id
                 todo.update(fresh)
-        # fresh records' rows are in the split's stable key order, the order apply_rows sorts into (a record read
-        # back from the changelog may predate that: it is sorted again); big batches merge partitions in parallel
-        threads = getattr(self.inner, "threads", 1) if len(table) >= getattr(self.inner, "parallel_min_rows", 0) else 1
-        apply_shares([(self.stores[p], rec.rows, rec.observed, rec.position, p in fresh)
+        # fresh records sorted by the split are applied as they are; big batches merge partitions in parallel
+        apply_shares([(self.stores[p], rec.rows, rec.observed, rec.position, sort_now and p in fresh)
                       for p, rec in sorted(todo.items())], batch_id, threads, self.spec.name)
 
     def last_batch_id(self) -> int | None:
