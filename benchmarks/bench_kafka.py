@@ -15,13 +15,12 @@ for its own write — beside the append → visible time of the store itself.
 from __future__ import annotations
 
 import random
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_pipeline import TOPIC, TRIGGER, TreeMemory, _aggregation, _freshness, _ingest, _wait_running
-from benchmarks.common import Figure, percentile
+from benchmarks.common import Figure, percentile, scratch_dir
 
 
 def _read_your_writes(spark: Any, root: Path, source: Any, samples: int) -> list[float]:
@@ -63,7 +62,7 @@ def run(quick: bool) -> list[Figure]:
     # across runs of one commit), and the p50 of 8 moved between 1.0x and 1.26x of bare from run to run
     samples = 16 if quick else 40
     sizes = ((30_000, 3_000),) if quick else ((500_000, 50_000), (1_000_000, 500_000))
-    root = Path(tempfile.mkdtemp(prefix="iqgate-bench-kafka-"))
+    root = scratch_dir("iqgate-bench-kafka-")
     brokers: list[LocalBroker] = []
     sources: list[KafkaSource] = []
 

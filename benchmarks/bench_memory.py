@@ -14,12 +14,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
-from benchmarks.common import Figure
+from benchmarks.common import Figure, scratch_dir
 from benchmarks.procs import free_port, status_kb, tree_rss_kb, wait_http
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,7 +53,7 @@ def _fill_state_dir(state_dir: Path, keys: int) -> object:
 
 def worker_figures(quick: bool) -> list[Figure]:
     keys = 20_000 if quick else 1_000_000
-    root = Path(tempfile.mkdtemp(prefix="iqgate-bench-mem-"))
+    root = scratch_dir("iqgate-bench-mem-")
     app = _fill_state_dir(root / "state", keys)
     port = free_port()
     proc = subprocess.Popen(IQGATE + ["serve", "--state-dir", str(root / "state"), "--port", str(port), "--workers", "1"],
@@ -89,7 +88,7 @@ def worker_figures(quick: bool) -> list[Figure]:
 
 
 def demo_figure(quick: bool) -> Figure:
-    root = Path(tempfile.mkdtemp(prefix="iqgate-bench-demo-"))
+    root = scratch_dir("iqgate-bench-demo-")
     orders = 2_000 if quick else 100_000
     proc = subprocess.Popen(IQGATE + ["demo", "--once", "--dir", str(root), "--orders", str(orders),
                                       "--port", str(free_port())],

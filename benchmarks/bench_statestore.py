@@ -10,11 +10,9 @@ as a separate gateway worker would). Goal: iqgate ≥ 200× faster.
 from __future__ import annotations
 
 import random
-import tempfile
 import time
-from pathlib import Path
 
-from benchmarks.common import Figure, median, time_calls
+from benchmarks.common import Figure, median, scratch_dir, time_calls
 
 TOPIC = "orders"
 
@@ -41,7 +39,7 @@ def run(quick: bool) -> list[Figure]:
     from stores.pipeline.topology import Topology
 
     events, keys = (20_000, 5_000) if quick else (1_000_000, 100_000)
-    root = Path(tempfile.mkdtemp(prefix="iqgate-bench-statestore-"))
+    root = scratch_dir("iqgate-bench-statestore-")
     log = EventLog(root / "log")
     log.create_topic(TOPIC, partitions=4)
     _fill(log, events, keys)

@@ -6,13 +6,25 @@ absolute times on shared 2-core machines drift; the ratio is what we track.
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
-__all__ = ["Figure", "time_calls", "percentile"]
+__all__ = ["Figure", "time_calls", "percentile", "scratch_dir"]
+
+
+def scratch_dir(prefix: str) -> Path:
+    """A temporary directory removed when the benchmark process exits (gigabytes of logs and stores at full
+    sizes: a machine that runs the benchmarks again and again must not fill its disk)."""
+    d = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, d, ignore_errors=True)
+    return d
 
 
 @dataclass(frozen=True)
