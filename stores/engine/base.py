@@ -233,6 +233,7 @@ class PartitionStore:
         self._write_lock = threading.Lock()
         self._closed = False
         self._pos_cache: tuple[str | None, Position] = (None, Position.empty())
+        self._last_permit: tuple[Any, Any, bool] = (None, None, False)  # (position, bound, permitted): _permitted
         self._wconn: sqlite3.Connection | None = None
         self._sql_cache: dict[Any, str] = {}
         # ", v0, v1" — empty for a store with no value columns, so SQL built from it stays valid
@@ -479,7 +480,7 @@ class PartitionStore:
                 else:
                     if arrow and not isinstance(raw, ArrowRows):
                         raw = ArrowRows.empty(self.spec)  # an empty range: nothing was read
-                    if bound.is_unbounded() or is_permitted(position, bound, self._topics):
+                    if bound.is_unbounded() or self._permitted(position, bound):
                         try:
                             res = QueryResult.for_result(raw if arrow else handler.build(self, prepared, raw),
                                                          position)
@@ -495,6 +496,17 @@ class PartitionStore:
                 f" in {time.perf_counter_ns() - t0}ns"
             )
         return res
+
+    def _permitted(self, position: Position, bound: PositionBound) -> bool:
+        """``is_permitted`` for this store's topics, remembered for the last (position, bound) pair by identity:
+        a store's position object lasts until its next batch, and a statement's bound is one object for all its
+        lookups (issue 14 item 6: the check was a tenth of a KeyQuery)."""
+        last = self._last_permit
+        if last[0] is position and last[1] is bound:
+            return last[2]
+        ok = is_permitted(position, bound, self._topics)
+        self._last_permit = (position, bound, ok)
+        return ok
 
     def arrow_snapshot(self, sql: str, params: Sequence[Any], columns: tuple[str, ...],
                        batch_rows: int) -> tuple[Position, ArrowRows]:

@@ -122,6 +122,7 @@ class ValueCodec:
         self.n = len(spec.values)
         self.tuple_type = namedtuple(f"{spec.name}_value", _field_names(spec.values))  # type: ignore[misc]
         self._make = self.tuple_type._make
+        self._new = tuple.__new__  # the namedtuple from a tuple without _make's Python frame
         # value columns whose stored form is not what readers get: booleans (0/1) and nested values (JSON text)
         self._decoders: list[tuple[int, Callable[[Any], Any]]] = [
             (i, dec) for i, c in enumerate(spec.values) if (dec := _decoder(c.type)) is not None]
@@ -142,7 +143,7 @@ class ValueCodec:
             for i, dec in self._decoders:
                 if vals[i] is not None:
                     vals[i] = dec(vals[i])
-        return self._make(vals)
+        return self._new(self.tuple_type, vals)
 
     def plain_value(self, row: Sequence[Any], start: int = 0) -> tuple[Any, ...]:
         """``value`` as a plain tuple (equal to it): for readers that only index it (the point lane)."""

@@ -26,7 +26,7 @@ from ..iqv2.query import (
     TimestampedRangeQuery,
 )
 from ..iqv2.values import KeyValue, ValueAndTimestamp
-from .base import EXISTS_CHECK_S, Handler, PartitionStore, is_permitted, upsert_set
+from .base import EXISTS_CHECK_S, Handler, PartitionStore, upsert_set
 from .rows import RowIterator
 
 __all__ = ["KeyValueStore", "TimestampedKeyValueStore", "PointRead"]
@@ -90,10 +90,11 @@ def _fetch_point(store: KeyValueStore, key: Any) -> tuple[Position, Any]:
 
 
 def _point_sql(store: KeyValueStore) -> str:
-    return store.cached_sql(
-        "point",
-        lambda: f"SELECT m.position, t.k, t.ts{store.vcols_tail} FROM meta m LEFT JOIN kv t ON t.k = ?",
-    )
+    sql = store._sql_cache.get("point")  # noqa: SLF001 - cached_sql without building its maker every call
+    if sql is None:
+        sql = store.cached_sql("point", lambda: f"SELECT m.position, t.k, t.ts{store.vcols_tail} FROM meta m"
+                                                " LEFT JOIN kv t ON t.k = ?")
+    return sql
 
 
 def _fetch_range(store: KeyValueStore, r: _Range, with_ts: bool = False) -> tuple[Position, list[Any]]:
@@ -196,11 +197,11 @@ class KeyValueStore(PartitionStore):
                 return None
         codec = self.codec
         try:
-            row = self._point_at_once(self._sql_cache.get("point") or _point_sql(self), (codec.coerce_query_key(key),))
+            row = self._point_at_once(_point_sql(self), (codec.coerce_query_key(key),))
             if row is None:
                 return None
             position = self.position_of(row[0])
-            if not (bound.is_unbounded() or is_permitted(position, bound, self._topics)):
+            if not (bound.is_unbounded() or self._permitted(position, bound)):
                 return None
             if row[1] is None:
                 return position, None, None
