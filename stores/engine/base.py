@@ -15,6 +15,7 @@ same snapshot as the data, then the result, with the position always attached.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import sqlite3
@@ -550,10 +551,27 @@ class PartitionStore:
     # (engine/staging.py) and merged by the kind's set-based SQL, with the Position, in ONE transaction.
     IDENTITY: ClassVar[tuple[str, ...]] = ("k",)  # the change-table columns that name a row of this kind
 
+    def _refuse_if_unwritable(self) -> None:
+        """A PermissionError (a fault: ingest pauses and retries) when the file or its WAL companions cannot be
+        written, before SQLite tries to.
+
+        Why: SQLite writes its WAL index through a shared mapping of the
+        ``-shm`` file (a new WAL's header, at a commit's start), and a write
+        to that mapping once the file is immutable or on a read-only file
+        system is a SIGBUS that kills the whole process, pipeline and
+        gateway with it (issue 13 item 6: seen again in a CI rehearsal,
+        2026-12-01, in COMMIT). A few ``access`` calls per batch.
+        """
+        if not _writable(self.path):
+            raise PermissionError(errno.EPERM, f"Operation not permitted: store {self.name!r} partition "
+                                  f"{self.partition}: {self.path} (or its -wal/-shm) cannot be written (read-only "
+                                  "or immutable); not writing to it")
+
     @contextlib.contextmanager
     def _write_txn(self) -> Iterator[sqlite3.Connection]:
         """One write transaction under the writer lock: committed on success, rolled back on any error."""
         with self._write_lock:
+            self._refuse_if_unwritable()
             c = self._writer_conn()
             c.execute("BEGIN IMMEDIATE")
             try:
@@ -595,6 +613,7 @@ class PartitionStore:
             last = c.execute("SELECT last_batch_id FROM meta").fetchone()[0]
             if last is not None and batch_id <= last:
                 return False  # only this thread writes the file, so no one can apply it between here and BEGIN
+            self._refuse_if_unwritable()
             rows = self.rows_to_stage(rows)
             if len(rows) > 1 and not presorted:  # key order for B-tree locality; stable: arrival order stays within a row
                 rows = rows.take(pa.array(sort_order(rows, self.IDENTITY)))
