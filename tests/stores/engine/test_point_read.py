@@ -115,12 +115,16 @@ def _wal_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_a_borrow_keeps_the_pool_s_counts(tmp_path: Path) -> None:
-    path = _wal_file(tmp_path)
+def _pool_with_an_idle_connection(path: Path) -> connections.ReadPool:
     pool = connections.ReadPool(path, max_readers=2)
+    with pool.connection():  # opened, then idle
+        pass
+    return pool
+
+
+def test_a_borrow_keeps_the_pool_s_counts(tmp_path: Path) -> None:
+    pool = _pool_with_an_idle_connection(_wal_file(tmp_path))
     try:
-        with pool.connection():
-            pass
         before = connections.stats()
         got = pool.borrow()
         assert got is not None and pool.borrow() is None  # the one idle connection is out
@@ -139,9 +143,7 @@ def test_a_borrow_keeps_the_pool_s_counts(tmp_path: Path) -> None:
 def test_a_connection_borrowed_across_a_replaced_file_or_a_closed_pool_is_closed(tmp_path: Path) -> None:
     path = _wal_file(tmp_path)
     for what in ("replaced", "closed"):
-        pool = connections.ReadPool(path, max_readers=2)
-        with pool.connection():
-            pass
+        pool = _pool_with_an_idle_connection(path)
         base = connections.stats()
         got = pool.borrow()
         assert got is not None
@@ -162,11 +164,8 @@ def test_a_connection_borrowed_across_a_replaced_file_or_a_closed_pool_is_closed
 
 
 def test_a_connection_given_back_after_its_pool_was_evicted_is_listed_again(tmp_path: Path) -> None:
-    path = _wal_file(tmp_path)
-    pool = connections.ReadPool(path, max_readers=2)
+    pool = _pool_with_an_idle_connection(_wal_file(tmp_path))
     try:
-        with pool.connection():
-            pass
         got = pool.borrow()
         assert got is not None
         with connections._lock:
