@@ -234,14 +234,11 @@ def point_row_maker(spec: StoreSpec, names: tuple[str, ...]) -> tuple[tuple[tupl
     """(columns, maker) of a key-value store's point lookup answering ``names``: the row ``ScanRows.project``
     gives for a KeyQuery's (or a TimestampedKeyQuery's) answer, built from the parts the point lane reads
     (``Gateway.point``), without a ScanRows around one row."""
-    columns, picks = _projection(spec, names)
+    columns, picks = _projection(spec, names)  # store columns and _partition only: never _position
     timestamped = spec.kind is StoreKind.TIMESTAMPED_KEY_VALUE
-    at = len(spec.columns()) + 1  # the _position pseudo-column's index, after _partition (as ScanRows has it)
-    as_json = any(i == at for i, _ in picks)
 
-    def store_row(key: Any, value: tuple[Any, ...], ts: Any, partition: int, position: Any) -> tuple[Any, ...]:
-        position = position.to_json() if as_json else None
-        return (key, *value, ts, partition, position) if timestamped else (key, *value, partition, position)
+    def store_row(key: Any, value: tuple[Any, ...], ts: Any, partition: int, _position: Any) -> tuple[Any, ...]:
+        return (key, *value, ts, partition) if timestamped else (key, *value, partition)
 
     if any(t is not None for _, t in picks):
         def converted(key: Any, value: tuple[Any, ...], ts: Any, partition: int, position: Any) -> tuple[Any, ...]:

@@ -67,7 +67,7 @@ def dumps_bytes(obj: Any) -> bytes:
     Why orjson: its C encoder costs a tenth of the stdlib's Python-level
     ``JSONEncoder.encode`` for a point lookup's row, which is a share of the
     request worth having (issue 14). It writes text as UTF-8 (the stdlib
-    wrote ``\u00e9`` escapes: the same JSON) and NaN/Infinity as null, as
+    wrote ``\\u00e9`` escapes: the same JSON) and NaN/Infinity as null, as
     ``_clean`` does. What it refuses (integers past 64 bits, a lone
     surrogate, MAP keys that are not text, times with a UTC offset) goes the
     stdlib way, which answers as it always did.
