@@ -308,9 +308,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from stores.app.reader import StateDirReader
 
         from .replica_cmd import routed
-        from .server import keep_pandas_out
+        from .server import keep_pandas_out, lean_allocators
 
         keep_pandas_out()  # read-only: nothing here needs pandas (~50 MB a process)
+        lean_allocators()
         kwargs = config_kwargs(args)
         reader = StateDirReader(args.state_dir)
         gw = Gateway(routed(reader, args, kwargs.get("auth_token")), config=config_from_args(args))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timezone
 
 import pytest
@@ -158,6 +159,17 @@ def test_request_builder() -> None:
         StateQueryRequest.in_store("")
     with pytest.raises(TypeError):
         r.with_position_bound({"t": {0: 1}})  # type: ignore[arg-type]
+
+
+def test_built_requests_are_the_frozen_dataclass_the_constructor_makes() -> None:
+    """The builders set the slots directly (request._built): the result must be what __init__ makes."""
+    bound = PositionBound.at(Position.from_map({"t": {0: 3}}))
+    built = StateQueryRequest.in_store("s").with_query(KeyQuery.with_key(1)).with_partitions({2}).with_position_bound(bound)
+    made = StateQueryRequest("s", KeyQuery.with_key(1), frozenset({2}), bound)
+    assert built == made and hash(built) == hash(made) and repr(built) == repr(made)
+    assert StateQueryRequest.in_store("s").with_query(KeyQuery.with_key(1)) == StateQueryRequest("s", KeyQuery(1))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.store_name = "t"  # type: ignore[misc]
 
 
 def test_values() -> None:
