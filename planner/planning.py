@@ -159,8 +159,7 @@ def plan(
         fast_path=fast_path,
         system_tables=template.system_tables,
         residual_program=template.program if len(scans) == 1 else None,
-        residual_values=tuple(params[k] for k in template.slot_keys) if template.program is not None and params
-        else (),
+        residual_values=template.slot_values(params) if template.program is not None else (),
     )
     return _explained(result) if template.explain else result
 

@@ -84,7 +84,7 @@ class PointLane:
 
     def residual_values(self, params: Any) -> tuple[Any, ...]:
         """The program's parameter values, as ``plan`` gives them (call after ``key`` accepted ``params``)."""
-        return tuple(params[k] for k in self.template.slot_keys) if params else ()
+        return self.template.slot_values(params)
 
     def partition(self, key: Any) -> int:
         """The one partition that can hold ``key`` (the partitioner every writer uses)."""

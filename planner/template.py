@@ -74,3 +74,7 @@ class Template:
     program: Program | None = None  # the residual as an expression tree, when it is simple (residual_program.py)
     long_chains: bool = False  # an AND/OR chain was rebuilt balanced (rewrites.balance_chains): see Plan.long_chains
     lane: Any = NO_LANE_YET  # its point lane (point_lanes.py), made on first use: a PointLane, or None
+
+    def slot_values(self, params: Any) -> tuple[Any, ...]:
+        """The parameter values in placeholder order: what a residual program reads (``Plan.residual_values``)."""
+        return tuple(params[k] for k in self.slot_keys) if params else ()

@@ -83,7 +83,8 @@ class ChangelogWriter:
         if check is not None:
             check()
         where = f"store {self.spec.name!r} batch {batch_id}"
-        threads = getattr(self.inner, "threads", 1) if len(table) >= getattr(self.inner, "parallel_min_rows", 0) else 1
+        threads_for = getattr(self.inner, "threads_for", None)
+        threads = threads_for(len(table)) if threads_for is not None else 1
         # one thread: one stable sort of the whole batch by (partition, key); several: each partition's share is
         # sorted in its own writer thread (apply_rows), and its record keeps the arrival order (any record is
         # applied that way: one read back from the changelog, and a replica's, are sorted as they are applied)

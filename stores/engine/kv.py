@@ -7,6 +7,7 @@ KeyQuery/RangeQuery return the plain value, as Kafka does since 3.7.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sqlite3
 import threading
@@ -86,15 +87,7 @@ def _warn_inverted(store: KeyValueStore, q: Any) -> None:
 
 
 def _fetch_point(store: KeyValueStore, key: Any) -> tuple[Position, Any]:
-    return store.point(_point_sql(store), (key,))
-
-
-def _point_sql(store: KeyValueStore) -> str:
-    sql = store._sql_cache.get("point")  # noqa: SLF001 - cached_sql without building its maker every call
-    if sql is None:
-        sql = store.cached_sql("point", lambda: f"SELECT m.position, t.k, t.ts{store.vcols_tail} FROM meta m"
-                                                " LEFT JOIN kv t ON t.k = ?")
-    return sql
+    return store.point(store.point_sql, (key,))
 
 
 def _fetch_range(store: KeyValueStore, r: _Range, with_ts: bool = False) -> tuple[Position, list[Any]]:
@@ -171,6 +164,12 @@ class KeyValueStore(PartitionStore):
         RangeQuery: Handler(_prep_range, _fetch_range, _build_range),
     }
 
+    @functools.cached_property
+    def point_sql(self) -> str:
+        """The KeyQuery statement: the position and the key's row in one read. An attribute once made, as the
+        lookup path reads it every call (``cached_sql`` would build its maker each time: issue 14 item 6)."""
+        return f"SELECT m.position, t.k, t.ts{self.vcols_tail} FROM meta m LEFT JOIN kv t ON t.k = ?"
+
     def ddl(self) -> Sequence[str]:
         return [f"CREATE TABLE IF NOT EXISTS kv ({self.key_decl()} PRIMARY KEY, ts INTEGER{self.value_decls()}) WITHOUT ROWID"]
 
@@ -197,7 +196,7 @@ class KeyValueStore(PartitionStore):
                 return None
         codec = self.codec
         try:
-            row = self._point_at_once(_point_sql(self), (codec.coerce_query_key(key),))
+            row = self._point_at_once(self.point_sql, (codec.coerce_query_key(key),))
             if row is None:
                 return None
             position = self.position_of(row[0])

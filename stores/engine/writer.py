@@ -93,8 +93,12 @@ class PartitionedWriter:
             self._check()
         return position
 
+    def threads_for(self, rows: int) -> int:
+        """How many threads write a batch of ``rows`` (small ones: one, as threads would cost more than they save)."""
+        return self.threads if rows >= self.parallel_min_rows else 1
+
     def _write(self, batch_id: int, table: pa.Table, position: Position, where: str) -> None:
-        threads = self.threads if len(table) >= self.parallel_min_rows else 1
+        threads = self.threads_for(len(table))
         rows = encode(self.spec, table, where)
         if threads > 1:  # each partition's share sorted by key in its own thread, beside the others' writes
             shares, presorted = split_by_partition(self.spec, rows), False

@@ -228,7 +228,6 @@ def test_the_sources_point_read_raises_what_query_raises(tmp_path: Path) -> None
         app.point_read("s", 0, 1, UNBOUNDED)
 
 
-
 def _chattr(flag: str, path: Path) -> str | None:
     import subprocess
 
