@@ -170,6 +170,8 @@ class KeyValueStore(PartitionStore):
         lookup path reads it every call (``cached_sql`` would build its maker each time: issue 14 item 6)."""
         return f"SELECT m.position, t.k, t.ts{self.vcols_tail} FROM meta m LEFT JOIN kv t ON t.k = ?"
 
+    STAGED = ("k", "ts", "del")
+
     def ddl(self) -> Sequence[str]:
         return [f"CREATE TABLE IF NOT EXISTS kv ({self.key_decl()} PRIMARY KEY, ts INTEGER{self.value_decls()}) WITHOUT ROWID"]
 

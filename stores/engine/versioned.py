@@ -145,6 +145,7 @@ class VersionedStore(PartitionStore):
         ]
 
     IDENTITY = ("k", "ts")
+    STAGED = ("k", "ts", "del")
 
     def rows_to_stage(self, rows: Any) -> Any:
         return rows  # a tombstone is a version too: nothing to resolve

@@ -17,7 +17,10 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-__all__ = ["get_or_create", "DEFAULT_CONF", "register_sources", "check_workers_import_project", "WorkerImportError"]
+__all__ = [
+    "get_or_create", "DEFAULT_CONF", "LOCAL_CONF", "session_conf", "register_sources", "check_workers_import_project",
+    "WorkerImportError",
+]
 
 DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -40,12 +43,22 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.python.worker.reuse": "true",
 }
 
+# Local masters only: a task's result up to this size comes back with its status update instead of through
+# the block manager. toArrow() (the sink's read of each batch) returns every row as task results; above
+# Spark's default 1 MB each result was put into the block manager and fetched back over its transfer
+# service, in one JVM, which cost about half of toArrow's premium over a noop write at 1M rows (issue 22).
+# Spark caps it at spark.rpc.message.maxSize (128 MB); a cluster keeps the default (results cross the network).
+LOCAL_CONF: dict[str, str] = {
+    "spark.task.maxDirectResultSize": "128m",
+}
+
 _lock = threading.Lock()
 
 
 def get_or_create(master: str = "local[2]", conf: Mapping[str, str] | None = None,
                   app_name: str = "iqgate") -> SparkSession:
-    """The process's SparkSession, created on first call with DEFAULT_CONF overlaid by ``conf``.
+    """The process's SparkSession, created on first call with DEFAULT_CONF (and LOCAL_CONF on a local master)
+    overlaid by ``conf``.
 
     Later calls return the same session (Spark allows one active context per
     JVM); ``conf`` then only applies runtime-settable SQL options.
@@ -66,12 +79,18 @@ def get_or_create(master: str = "local[2]", conf: Mapping[str, str] | None = Non
                 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
             builder = SparkSession.builder.master(master).appName(app_name)
-            for k, v in {**DEFAULT_CONF, **(conf or {})}.items():
+            for k, v in session_conf(master, conf).items():
                 builder = builder.config(k, v)
             spark = builder.getOrCreate()
             spark.sparkContext.setLogLevel("ERROR")
         register_sources(spark)
         return spark
+
+
+def session_conf(master: str, conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The settings a new session gets on ``master``: DEFAULT_CONF, LOCAL_CONF on a local master, then ``conf``."""
+    local = LOCAL_CONF if master.startswith("local") else {}
+    return {**DEFAULT_CONF, **local, **(conf or {})}
 
 
 def register_sources(spark: SparkSession) -> None:
