@@ -17,7 +17,7 @@ from pathlib import Path
 
 from stores.log.eventlog import FileOps
 
-__all__ = ["Tmpfs", "mount_tmpfs", "FailingOps", "CountingOps", "fill"]
+__all__ = ["Tmpfs", "mount_tmpfs", "FailingOps", "CountingOps", "fill", "chattr"]
 
 
 class Tmpfs:
@@ -71,6 +71,12 @@ def fill(fs: Tmpfs, name: str = "filler") -> Path:
     finally:
         os.close(fd)
     return path
+
+
+def chattr(flag: str, path: Path) -> str | None:
+    """``chattr -R flag path`` (``+i``: nobody, root included, may write the files); why not, when it cannot."""
+    got = subprocess.run(["chattr", "-R", flag, str(path)], capture_output=True, text=True)
+    return None if got.returncode == 0 else (got.stderr.strip() or f"chattr exited {got.returncode}")
 
 
 class CountingOps(FileOps):

@@ -599,7 +599,7 @@ class PartitionStore:
         return self.apply_rows(batch_id, rows, position, stream_time(self.spec.kind, rows))
 
     def apply_rows(self, batch_id: int, rows: Any, position: Position, observed: int | None,
-                   *, presorted: bool = False) -> bool:
+                   *, presorted: bool = False, before_commit: Callable[[], object] | None = None) -> bool:
         """Write canonical Arrow rows of this partition and merge ``position``, in ONE transaction, idempotently.
 
         ``rows`` is a change table from ``batch.encode`` (this partition's
@@ -607,6 +607,12 @@ class PartitionStore:
         by ``IDENTITY`` as ``split_by_partition`` leaves it); ``observed`` its
         newest record time. A batch id at or below the last applied one
         changes nothing (a replay).
+
+        ``before_commit`` runs inside the transaction, after the merge and
+        just before COMMIT; if it raises, the transaction rolls back. The
+        changelog writer waits there for its record to be durable, so the
+        staging and merge overlap the changelog append while the store still
+        commits only after it (issue 22).
         """
         with self._write_lock:
             c = self._writer_conn()
@@ -631,6 +637,8 @@ class PartitionStore:
                         " WHERE id = 0",
                         (batch_id, Position.from_json(text).merge(position).to_json(), observed),
                     )
+                    if before_commit is not None:
+                        before_commit()
                     c.execute("COMMIT")
                 except BaseException:
                     if c.in_transaction:

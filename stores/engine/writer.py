@@ -116,21 +116,23 @@ class PartitionedWriter:
 
 
 def apply_shares(jobs: Sequence[tuple[PartitionStore, pa.Table, int | None, Position, bool]], batch_id: int,
-                 threads: int, store_name: str) -> None:
+                 threads: int, store_name: str, before_commit: Callable[[], object] | None = None) -> None:
     """Apply each partition's share ``(store, rows, observed, position, presorted)``; in threads when ``threads`` > 1.
 
     Why threads help: SQLite releases the GIL while it works, so partitions
     (separate files) merge in parallel. The first error is raised after all
     threads finished (each partition is its own transaction: the others hold
-    their batch, and a replay skips them).
+    their batch, and a replay skips them). ``before_commit``: see
+    ``PartitionStore.apply_rows``.
     """
     workers = min(threads, len(jobs))
     if workers < 2:
         for store, rows, observed, position, presorted in jobs:
-            store.apply_rows(batch_id, rows, position, observed, presorted=presorted)
+            store.apply_rows(batch_id, rows, position, observed, presorted=presorted, before_commit=before_commit)
         return
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"iqgate-write-{store_name}") as pool:
-        futures = [pool.submit(store.apply_rows, batch_id, rows, position, observed, presorted=presorted)
+        futures = [pool.submit(store.apply_rows, batch_id, rows, position, observed, presorted=presorted,
+                               before_commit=before_commit)
                    for store, rows, observed, position, presorted in jobs]
     errors = [f.exception() for f in futures if f.exception() is not None]
     if errors:

@@ -235,3 +235,79 @@ def test_the_pipeline_prepares_a_changelog_before_its_first_batch(tmp_path, capl
         assert "store no_such_store: changelog not prepared ahead of the first batch" in caplog.text
     finally:
         app.close()
+
+
+# -- big batches: the append runs beside the partitions' merges, which commit only after it ------------------
+BIG = 30_000  # over PARALLEL_MIN_ROWS: the parallel path
+
+
+def _big_table(i: int) -> pa.Table:
+    return pa.table({"k": [f"c{k}" for k in range(BIG)], "v0": [float(k * (i + 1)) for k in range(BIG)],
+                     "v1": pa.array([i + 1] * BIG, pa.int64())})
+
+
+def _parallel_writer(app, cl) -> ChangelogWriter:
+    w = logged_writer(app, cl)
+    w.inner.threads = 2  # the parallel path whatever this machine's core count
+    assert w.inner.threads_for(BIG) == 2
+    return w
+
+
+def test_a_big_batch_whose_changelog_append_fails_commits_no_partition_and_its_retry_logs_once(tmp_path) -> None:
+    from tests.fault_fs import FailingOps
+
+    ops = FailingOps(at=10**9)
+    log = EventLog(tmp_path / "log", file_ops=ops)
+    app = open_app(tmp_path / "state")
+    try:
+        w = _parallel_writer(app, EventLogChangelog(log))
+        w.write_table(0, _big_table(0), Position.from_map(position(0)))
+        before = [contents(tmp_path / "state", kv_spec(), p) for p in range(3)]
+        ops.at = ops.n  # the next write step of the log fails: the disk is full
+        with pytest.raises(OSError, match="No space left"):
+            w.write_table(1, _big_table(1), Position.from_map(position(1)))
+        assert [contents(tmp_path / "state", kv_spec(), p) for p in range(3)] == before  # no partition has it
+        assert [[r.batch_id for r in _records(log, p)] for p in range(3)] == [[0]] * 3
+        w.write_table(1, _big_table(1), Position.from_map(position(1)))  # the retry, once the disk has room
+        assert [[r.batch_id for r in _records(log, p)] for p in range(3)] == [[0, 1]] * 3
+        for p in range(3):
+            rows, pos, last = contents(tmp_path / "state", kv_spec(), p)
+            assert last == 1 and Position.from_json(pos) == Position.from_map(position(1))
+            assert {r[0]: r[2] for r in rows} == {r.rows.column("k")[j].as_py(): r.rows.column("v0")[j].as_py()
+                                                  for r in _records(log, p)[1:] for j in range(len(r.rows))}
+        assert sum(len(contents(tmp_path / "state", kv_spec(), p)[0]) for p in range(3)) == BIG
+    finally:
+        app.close()
+
+
+def test_a_big_batch_whose_partition_fails_after_the_append_applies_the_logged_record_on_retry(tmp_path) -> None:
+    """The append succeeded, one partition could not commit: the others hold the batch, and the retry applies the
+    logged record to that one without logging the batch again."""
+    from tests.fault_fs import chattr
+
+    log = EventLog(tmp_path / "log")
+    app = open_app(tmp_path / "state")
+    frozen = None
+    try:
+        w = _parallel_writer(app, EventLogChangelog(log))
+        w.write_table(0, _big_table(0), Position.from_map(position(0)))
+        frozen = app.writer("revenue").partition_stores[1].path
+        why = chattr("+i", frozen)
+        if why is not None:
+            frozen = None
+            pytest.skip(f"cannot make files immutable here: {why}")
+        with pytest.raises(PermissionError, match="cannot be written"):
+            w.write_table(1, _big_table(1), Position.from_map(position(1)))
+        assert chattr("-i", frozen) is None
+        assert [contents(tmp_path / "state", kv_spec(), p)[2] for p in range(3)] == [1, 0, 1]
+        assert [[r.batch_id for r in _records(log, p)] for p in range(3)] == [[0, 1]] * 3
+        w.write_table(1, _big_table(1), Position.from_map(position(1)))
+        assert [contents(tmp_path / "state", kv_spec(), p)[2] for p in range(3)] == [1, 1, 1]
+        assert [[r.batch_id for r in _records(log, p)] for p in range(3)] == [[0, 1]] * 3  # not logged twice
+        rows, _, _ = contents(tmp_path / "state", kv_spec(), 1)
+        assert {r[0]: r[2] for r in rows} == {r.rows.column("k")[j].as_py(): r.rows.column("v0")[j].as_py()
+                                              for r in _records(log, 1)[1:] for j in range(len(r.rows))}
+    finally:
+        if frozen is not None:
+            chattr("-i", frozen)
+        app.close()

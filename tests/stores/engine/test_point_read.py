@@ -27,6 +27,7 @@ from stores.iqv2.position import Position, PositionBound
 from stores.iqv2.query import KeyQuery, TimestampedKeyQuery
 from stores.iqv2.request import StateQueryRequest
 from stores.iqv2.result import FailureReason
+from tests.fault_fs import chattr
 
 UNBOUNDED = PositionBound.unbounded()
 
@@ -228,13 +229,6 @@ def test_the_sources_point_read_raises_what_query_raises(tmp_path: Path) -> None
         app.point_read("s", 0, 1, UNBOUNDED)
 
 
-def _chattr(flag: str, path: Path) -> str | None:
-    import subprocess
-
-    got = subprocess.run(["chattr", "-R", flag, str(path)], capture_output=True, text=True)
-    return None if got.returncode == 0 else (got.stderr.strip() or f"chattr exited {got.returncode}")
-
-
 def test_a_write_into_immutable_files_is_refused_before_sqlite_touches_them(tmp_path: Path) -> None:
     """A commit into files made immutable under a running writer wrote the WAL index through its mapping and
     died of SIGBUS (the whole process: a CI rehearsal, 2026-12-01). The write is refused first, as a fault."""
@@ -243,7 +237,7 @@ def test_a_write_into_immutable_files_is_refused_before_sqlite_touches_them(tmp_
     store = _store(tmp_path)
     try:
         store.query(KeyQuery.with_key(1), UNBOUNDED)
-        why = _chattr("+i", tmp_path)
+        why = chattr("+i", tmp_path)
         if why is not None:
             pytest.skip(f"cannot make files immutable here: {why}")
         try:
@@ -256,10 +250,10 @@ def test_a_write_into_immutable_files_is_refused_before_sqlite_touches_them(tmp_
                 store.reset()
             assert store.query(KeyQuery.with_key(1), UNBOUNDED).result == ("one", True)  # reads go on
         finally:
-            assert _chattr("-i", tmp_path) is None
+            assert chattr("-i", tmp_path) is None
         PartitionedWriter(_spec(), {0: store}).write_batch(1, [Change(1, ("uno", False))],
                                                             Position.from_map({"t": {0: 9}}))
         assert store.query(KeyQuery.with_key(1), UNBOUNDED).result == ("uno", False)
     finally:
-        _chattr("-i", tmp_path)
+        chattr("-i", tmp_path)
         store.close()
