@@ -130,10 +130,20 @@ def _witness_sql(spec: StoreSpec, leads: tuple[str, ...], inner_sql: str) -> str
 class ArrowRows:
     """One partition's rows as record batches in the store's column order, from one read transaction.
 
-    ``reader()`` may be taken once; the transaction ends (and the connection
+    ``batches()`` may be taken once; the transaction ends (and the connection
     goes back to its pool) when the batches are read to the end or ``close()``
     is called, whichever comes first. Converting to the store's types (
     INTEGER, BOOLEAN, TIMESTAMP, DATE) is a cast per batch, in C.
+
+    One owner of the driver's stream at a time (issue 43). DuckDB reads a
+    relation's batches on its own worker threads, and a statement that ends
+    early (the row limit, a timeout, a client gone) closes its scans from the
+    thread that handles the request, while a worker may be inside the
+    driver's ``get_next``. Closing the ADBC statement under that read freed
+    what it was reading: a segfault in ``libadbc_driver_sqlite.so`` that took
+    the serving process down. So a ``close()`` that finds a read in progress
+    only asks for the end; the reading thread ends the transaction as soon
+    as its read returns, and no batch is read after a close was asked for.
     """
 
     def __init__(self, spec: StoreSpec, columns: tuple[str, ...], batches: Iterator[pa.RecordBatch] | None,
@@ -142,6 +152,9 @@ class ArrowRows:
         self._batches = batches
         self._release = release
         self._taken = False
+        self._mutex = threading.Lock()
+        self._reading = False  # a thread is inside the driver's next() right now
+        self._close_asked = False
         index = {n: i for i, n in enumerate(columns)}
         picks, fields = [], []
         for c in spec.columns():  # the store's columns this scan reads (a RangeQuery has no rowtime)
@@ -162,10 +175,11 @@ class ArrowRows:
             raise RuntimeError("the rows of this scan were already read")
         self._taken = True
         try:
-            if self._batches is None:
-                return
             first = True
-            for raw in self._batches:
+            while True:
+                raw = self._next_raw()
+                if raw is None:
+                    return
                 if first:
                     raw = raw.slice(1)  # the witness row
                     first = False
@@ -173,6 +187,23 @@ class ArrowRows:
                     yield self._shape(raw)
         finally:
             self.close()
+
+    def _next_raw(self) -> pa.RecordBatch | None:
+        """The driver's next batch, or None at the end or once a close was asked for (then released here)."""
+        with self._mutex:
+            batches = self._batches
+            if batches is None or self._close_asked:
+                return None
+            self._reading = True
+        try:
+            raw = next(batches, None)
+        finally:
+            with self._mutex:
+                self._reading = False
+                closing = self._close_asked
+            if closing:  # a close came while the driver was reading: this thread ends the transaction now
+                self._end()
+        return None if closing else raw
 
     def _shape(self, raw: pa.RecordBatch) -> pa.RecordBatch:
         arrays = []
@@ -184,8 +215,17 @@ class ArrowRows:
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def close(self) -> None:
-        release, self._release = self._release, None
-        batches, self._batches = self._batches, None
+        """End the snapshot now, or, while another thread is inside a read, as soon as that read returns."""
+        with self._mutex:
+            self._close_asked = True
+            if self._reading:
+                return
+        self._end()
+
+    def _end(self) -> None:
+        with self._mutex:
+            release, self._release = self._release, None
+            batches, self._batches = self._batches, None
         if batches is not None:
             with contextlib.suppress(Exception):
                 batches.close()  # type: ignore[attr-defined]
