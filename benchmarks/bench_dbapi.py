@@ -23,7 +23,7 @@ _SQL = "SELECT name, amount FROM bench_orders WHERE customer = ?"
 
 
 def _setup(tmp: Path, n_keys: int):  # noqa: ANN202 - local helper
-    from gateway.engine import Gateway
+    from gateway.engine.gateway import Gateway
     from stores.app.streams import StoreTopology, StreamsApp
     from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
     from stores.engine.change import Change
@@ -46,7 +46,7 @@ def _setup(tmp: Path, n_keys: int):  # noqa: ANN202 - local helper
 def run(quick: bool) -> list[Figure]:
     from gateway import dbapi
     from gateway.http import create_app
-    from gateway.server import ServerThread
+    from gateway.serving.http_server import ServerThread
 
     n_keys, n_calls = (1_000, 500) if quick else (20_000, 5_000)
     with tempfile.TemporaryDirectory(prefix="iqgate-bench-dbapi-") as d:

@@ -88,7 +88,7 @@ def _cpu_s() -> float:
 
 
 def _setup(tmp: Path, n_keys: int):  # noqa: ANN202 - local helper
-    from gateway.engine import Gateway
+    from gateway.engine.gateway import Gateway
     from stores.app.streams import StoreTopology, StreamsApp
     from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
     from stores.engine.change import Change
@@ -128,7 +128,7 @@ def _http_figures(state: Path, n_keys: int, quick: bool) -> list[Figure]:
     (other processes on a shared machine only ever make a run slower).
     """
     from benchmarks import wrk
-    from gateway.workers import default_workers
+    from gateway.serving.workers import default_workers
 
     bodies = _bodies(n_keys)
     seconds = 1.0 if quick else 4.0
@@ -244,13 +244,11 @@ def _chain_figures(gw: Any, sizes: tuple[int, ...]) -> list[Figure]:
     is quadratic in such a chain (1,000 terms 2.8 s, 2,000 10.8 s, 4,000 past the 30 s timeout before the
     gateway ran these statements without it).
     """
-    import planner
-
     out: list[Figure] = []
     per_term = 0.0
     for n in sizes:
         sql = "SELECT count(*) FROM bench_kv WHERE " + " OR ".join(f"(id = {i} AND amount >= {i / 8})" for i in range(n))
-        planner.clear_cache()
+        gw.planner.clear()
         t0 = time.perf_counter()
         rows = gw.sql(sql).rows()
         took = time.perf_counter() - t0
@@ -267,7 +265,7 @@ def run(quick: bool) -> list[Figure]:
     import logging
 
     from gateway.http import create_app
-    from gateway.server import ServerThread, tune_process_for_serving
+    from gateway.serving.http_server import ServerThread, tune_process_for_serving
 
     n_keys, n_calls, per_client, max_s = (1_000, 1_000, 150, 10.0) if quick else (20_000, 5_000, 1_000, 30.0)
     with tempfile.TemporaryDirectory(prefix="iqgate-bench-gateway-") as d:

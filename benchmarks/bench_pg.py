@@ -125,7 +125,7 @@ def run(quick: bool) -> list[Figure]:
 
     from gateway.http import create_app
     from gateway.pg import PgServer
-    from gateway.server import ServerThread, tune_process_for_serving
+    from gateway.serving.http_server import ServerThread, tune_process_for_serving
 
     n_keys, per_client, max_s, n_calls = (1_000, 150, 8.0, 300) if quick else (20_000, 1_000, 30.0, 3_000)
     with tempfile.TemporaryDirectory(prefix="iqgate-bench-pg-") as d:

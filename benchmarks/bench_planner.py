@@ -33,21 +33,20 @@ JOIN = ("SELECT m.v, sum(r.total) FROM mystore m JOIN revenue r ON r.customer = 
 def run(quick: bool) -> list[Figure]:
     n = 2_000 if quick else 20_000
     counter = iter(range(10**9))
+    cache = planner.Planner()  # what a Gateway owns
 
     def cached_point() -> None:
-        planner.plan(POINT, CATALOG, params=[next(counter)])
+        cache.plan(POINT, CATALOG, params=[next(counter)])
 
     def bare_parse() -> None:
         sqlglot.parse_one(POINT, read="duckdb")
 
     def uncached_point() -> None:
-        planner.clear_cache()
-        planner.plan(POINT, CATALOG, params=[1])
+        planner.plan(POINT, CATALOG, params=[1])  # module-level plan: no cache
 
     def cached_join() -> None:
-        planner.plan(JOIN, CATALOG, params=[1, 100])
+        cache.plan(JOIN, CATALOG, params=[1, 100])
 
-    planner.clear_cache()
     point = percentile(time_calls(cached_point, n), 50) * 1e6
     parse = percentile(time_calls(bare_parse, max(200, n // 10)), 50) * 1e6
     cold = percentile(time_calls(uncached_point, max(100, n // 20), warmup=10), 50) * 1e6
@@ -65,15 +64,16 @@ def _in_list_figures(quick: bool) -> list[Figure]:
     """Planning ``k IN (?, …)`` with 100 / 1,000 / 10,000 keys: linear means each size costs 10x the last.
 
     The baseline of each size is the 100-key time scaled by the key count: a ratio near 1 is linear.
-    The heap built so far is frozen first, as a serving process does (``gateway.server.freeze_startup_heap``):
+    The heap built so far is frozen first, as a serving process does (``gateway.serving.http_server.freeze_startup_heap``):
     otherwise the cyclic GC's full collections, triggered by the many small objects a big IN list binds,
     walk whatever earlier benchmarks left alive, and the cost per key grows with the plan (GC, not planning).
     """
-    from gateway.server import freeze_startup_heap
+    from gateway.serving.http_server import freeze_startup_heap
 
     freeze_startup_heap()
     sizes = (100, 1_000, 10_000) if not quick else (100, 1_000, 5_000)
     out: list[Figure] = []
+    cache = planner.Planner()
     base_uncached = base_cached = 0.0
     for n in sizes:
         sql = "SELECT v FROM mystore WHERE k IN (" + ", ".join("?" * n) + ")"
@@ -81,11 +81,10 @@ def _in_list_figures(quick: bool) -> list[Figure]:
         reps = max(3, 3_000 // n)
 
         def uncached(sql: str = sql, params: list[int] = params) -> None:
-            planner.clear_cache()
             planner.plan(sql, CATALOG, params=params)
 
         def cached(sql: str = sql, params: list[int] = params) -> None:
-            planner.plan(sql, CATALOG, params=params)
+            cache.plan(sql, CATALOG, params=params)
 
         cold = percentile(time_calls(uncached, reps, warmup=1), 50) * 1e3
         warm = percentile(time_calls(cached, reps, warmup=1), 50) * 1e3
@@ -96,7 +95,6 @@ def _in_list_figures(quick: bool) -> list[Figure]:
         out.append(Figure(f"plan IN list of {n:,} keys, cached", warm, "ms", base_cached * n,
                           f"{sizes[0]} keys scaled linearly", "<= 2x (linear)", warm <= 2 * base_cached * n,
                           note="one request per partition (MultiKeyQuery)"))
-    planner.clear_cache()
     return out
 
 

@@ -111,7 +111,7 @@ def _best(fn, reps: int) -> float:  # noqa: ANN001 - a timing helper
 
 
 def scan_figures(state: Path, keys: int, reps: int) -> list[Figure]:
-    from gateway.engine import Gateway
+    from gateway.engine.gateway import Gateway
 
     files = _files(state)
     gw = Gateway.open(state)

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import GatewayConfig, Session
-from .engine import Gateway
-from .errors import GatewayError
-from .result import PartitionOutcome, Result
+from .engine.config import GatewayConfig, Session
+from .engine.errors import GatewayError
+from .engine.gateway import Gateway
+from .engine.result import PartitionOutcome, Result
 
 __all__ = ["Gateway", "GatewayConfig", "Session", "Result", "PartitionOutcome", "GatewayError", "connect"]
 

@@ -1,9 +1,11 @@
-"""``plan()``: SQL text + catalog (+ parameters, session) to a Plan, with a template cache.
+"""SQL text + catalog (+ parameters, session) to a Plan: ``plan()``, and ``Planner``, which caches templates.
 
 Parsing and analysis cost milliseconds; a point lookup must plan in
-microseconds. So the analysed template is cached by the statement text, and
-reused while every store it read is still the same catalog entry; parameters,
-the position bound and the session's switches are applied after the cache.
+microseconds. So a ``Planner`` (one per Gateway, which owns it) caches the
+analysed template by the statement text, reused while every store it read is
+still the same catalog entry; parameters, the position bound and the
+session's switches are applied after the cache. ``plan()`` is the same
+planning without a cache: a pure function of its arguments.
 """
 
 from __future__ import annotations
@@ -35,23 +37,9 @@ from .template import NO_LANE_YET as _NO_LANE_YET
 # given a function that stops the planning thread while it runs, and None after (a statement watch's attach)
 AttachInterrupt = Callable[[Callable[[], None] | None], None]
 
-__all__ = ["plan", "plan_shape", "point_lane", "clear_cache", "cache_info"]
+__all__ = ["Planner", "plan", "plan_shape"]
 
 _CACHE_SIZE = 1024
-_cache: OrderedDict[str, Template] = OrderedDict()
-_lock = threading.Lock()
-_stats = {"hits": 0, "misses": 0}
-
-
-def clear_cache() -> None:
-    with _lock:
-        _cache.clear()
-        _stats.update(hits=0, misses=0)
-
-
-def cache_info() -> dict[str, int]:
-    with _lock:
-        return {"size": len(_cache), **_stats}
 
 
 def _normalize(sql: str) -> str:
@@ -65,28 +53,101 @@ def _normalize(sql: str) -> str:
     return text
 
 
-def _template(sql: str, catalog: Mapping[str, StoreSpec], attach_interrupt: AttachInterrupt | None = None) -> Template:
-    key = _normalize(sql)
-    with _lock:
-        cached = _cache.get(key)
-        if cached is not None:
-            _cache.move_to_end(key)
-    if cached is not None and all(catalog.get(name) is spec or catalog.get(name) == spec for name, spec in cached.deps.items()):
-        _stats["hits"] += 1
-        return cached
-    _stats["misses"] += 1
+def _analyze_text(key: str, catalog: Mapping[str, StoreSpec], attach_interrupt: AttachInterrupt | None) -> Template:
     check_text(key)
     try:
-        template = run_deep(lambda: _analyzed(key, catalog), attach_interrupt)
+        return run_deep(lambda: _analyzed(key, catalog), attach_interrupt)
     except RecursionError:  # the parser's own recursion (check_tree_depth bounds the analysis after it)
         raise SqlSyntaxError("the statement nests expressions too deeply to parse (a chain of thousands of NOT or "
                              "unary minus signs?); write it with fewer levels") from None
-    with _lock:
-        _cache[key] = template
-        _cache.move_to_end(key)
-        while len(_cache) > _CACHE_SIZE:
-            _cache.popitem(last=False)
-    return template
+
+
+class _Entry:
+    """A cached template and its point lane (``NO_LANE_YET`` until first asked for)."""
+
+    __slots__ = ("template", "lane")
+
+    def __init__(self, template: Template) -> None:
+        self.template = template
+        self.lane: Any = _NO_LANE_YET
+
+
+class Planner:
+    """Plans statements with a cache of analysed templates (an LRU of ``size`` statement texts) and their point
+    lanes. Thread-safe. A Gateway owns one, so two gateways never share a cache."""
+
+    def __init__(self, size: int = _CACHE_SIZE) -> None:
+        self._size = size
+        self._cache: OrderedDict[str, _Entry] = OrderedDict()
+        self._lock = threading.Lock()
+        self._stats = {"hits": 0, "misses": 0}
+
+    def clear(self) -> None:
+        with self._lock:
+            self._cache.clear()
+            self._stats.update(hits=0, misses=0)
+
+    def cache_info(self) -> dict[str, int]:
+        with self._lock:
+            return {"size": len(self._cache), **self._stats}
+
+    def _entry(self, sql: str, catalog: Mapping[str, StoreSpec],
+               attach_interrupt: AttachInterrupt | None = None) -> _Entry:
+        key = _normalize(sql)
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
+        if cached is not None and all(catalog.get(name) is spec or catalog.get(name) == spec
+                                      for name, spec in cached.template.deps.items()):
+            self._stats["hits"] += 1
+            return cached
+        self._stats["misses"] += 1
+        entry = _Entry(_analyze_text(key, catalog, attach_interrupt))
+        with self._lock:
+            self._cache[key] = entry
+            self._cache.move_to_end(key)
+            while len(self._cache) > self._size:
+                self._cache.popitem(last=False)
+        return entry
+
+    def plan(self, sql: str, catalog: Mapping[str, StoreSpec], *,
+             params: Sequence[Any] | Mapping[str, Any] | None = None, session: Mapping[str, Any] | None = None,
+             attach_interrupt: AttachInterrupt | None = None) -> Plan:
+        """``plan()``, with the template from the cache when the text was planned on this catalog before."""
+        if not isinstance(sql, str):
+            raise TypeError(f"sql must be a string, got {type(sql).__name__}")
+        return _bind(self._entry(sql, catalog, attach_interrupt).template, sql, params, session)
+
+    def plan_shape(self, sql: str, catalog: Mapping[str, StoreSpec]) -> Plan:
+        """``plan_shape()``, with the template from the cache."""
+        if not isinstance(sql, str):
+            raise TypeError(f"sql must be a string, got {type(sql).__name__}")
+        return _shape(self._entry(sql, catalog).template)
+
+    def point_lane(self, sql: str, catalog: Mapping[str, StoreSpec]) -> PointLane | None:
+        """The point lane of ``sql`` (point_lanes.py), or None: then ``plan`` answers.
+
+        None unless ``sql`` is in the cache (for this catalog) as a plain
+        point lookup whose rows are exactly the store's answer (no DuckDB).
+        The lane is made once per cached template, so a template evicted or
+        planned anew takes its lane with it. The default session only: any
+        setting goes through ``plan``.
+        """
+        if not isinstance(sql, str):
+            return None
+        entry = self._cache.get(sql)  # the text as sent: the key when the client sends no trailing ';' or space
+        if entry is None:
+            with self._lock:
+                entry = self._cache.get(_normalize(sql))
+            if entry is None:
+                return None
+        lane = entry.lane
+        if lane is _NO_LANE_YET:  # two threads may both make it: the same lane
+            lane = entry.lane = lane_of(entry.template, _bound(entry.template, _DEFAULTS))
+        if lane is None or not lane.planned_on(catalog):
+            return None
+        return lane
 
 
 def _analyzed(text: str, catalog: Mapping[str, StoreSpec]) -> Template:
@@ -108,14 +169,20 @@ def plan(
 ) -> Plan:
     """Plan one statement. Raises a PlanningError subclass naming the problem and, where known, its place.
 
-    Line and column (1-based) refer to ``sql`` as given. ``attach_interrupt``
+    Line and column (1-based) refer to ``sql`` as given. No cache: a
+    ``Planner`` keeps the analysed templates. ``attach_interrupt``
     is handed a function that stops parsing and analysis (they then raise
     ``PlanningInterrupted``) while they run, and None after: the gateway's
     statement watch calls it when the statement's budget is spent.
     """
     if not isinstance(sql, str):
         raise TypeError(f"sql must be a string, got {type(sql).__name__}")
-    template = _template(sql, catalog, attach_interrupt)
+    return _bind(_analyze_text(_normalize(sql), catalog, attach_interrupt), sql, params, session)
+
+
+def _bind(template: Template, sql: str, params: Sequence[Any] | Mapping[str, Any] | None,
+          session: Mapping[str, Any] | None) -> Plan:
+    """A template bound to one call's parameters, session and bound."""
     settings = resolve_session(session) if session else _DEFAULTS
     if template.kind is not StatementKind.SELECT:
         if params:
@@ -164,32 +231,6 @@ def plan(
     return _explained(result) if template.explain else result
 
 
-def point_lane(sql: str, catalog: Mapping[str, StoreSpec]) -> PointLane | None:
-    """The point lane of ``sql`` (point_lanes.py), or None: then ``plan`` answers.
-
-    None unless ``sql`` is in the plan cache (for this catalog) as a plain
-    point lookup whose rows are exactly the store's answer (no DuckDB). The
-    lane is made once per cached template, so a template evicted or planned
-    anew takes its lane with it. The default session only: any setting goes
-    through ``plan``.
-    """
-    if not isinstance(sql, str):
-        return None
-    t = _cache.get(sql)  # the text as sent: the cache's key when the client sends no trailing ';' or space
-    if t is None:
-        text = _normalize(sql)
-        with _lock:
-            t = _cache.get(text)
-        if t is None:
-            return None
-    lane = t.lane
-    if lane is _NO_LANE_YET:
-        lane = t.lane = lane_of(t, _bound(t, _DEFAULTS))  # two threads may both make it: the same lane
-    if lane is None or not lane.planned_on(catalog):
-        return None
-    return lane
-
-
 def plan_shape(sql: str, catalog: Mapping[str, StoreSpec]) -> Plan:
     """A statement's plan without parameter values: what its result columns are, found without reading a store.
 
@@ -200,7 +241,10 @@ def plan_shape(sql: str, catalog: Mapping[str, StoreSpec]) -> Plan:
     """
     if not isinstance(sql, str):
         raise TypeError(f"sql must be a string, got {type(sql).__name__}")
-    template = _template(sql, catalog)
+    return _shape(_analyze_text(_normalize(sql), catalog, None))
+
+
+def _shape(template: Template) -> Plan:
     if template.kind is not StatementKind.SELECT:
         return Plan(kind=template.kind, describe=template.describe, settings=MappingProxyType(dict(template.settings)))
     scans = tuple(StoreScan(relation=t.relation, store=t.store, requests=(), include_failures=t.include_failures)

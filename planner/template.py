@@ -20,7 +20,7 @@ from .residual_program import Program
 
 __all__ = ["ScanTemplate", "Template", "SystemTime", "NO_LANE_YET"]
 
-NO_LANE_YET = object()  # a Template's lane not looked for yet (None: it has none)
+NO_LANE_YET = object()  # a cached template's lane not looked for yet (None: it has none): planning.Planner
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,6 @@ class Template:
     system_tables: tuple[str, ...] = ()  # keys of planner.systables.SYSTEM_TABLES the residual SQL reads
     program: Program | None = None  # the residual as an expression tree, when it is simple (residual_program.py)
     long_chains: bool = False  # an AND/OR chain was rebuilt balanced (rewrites.balance_chains): see Plan.long_chains
-    lane: Any = NO_LANE_YET  # its point lane (point_lanes.py), made on first use: a PointLane, or None
 
     def slot_values(self, params: Any) -> tuple[Any, ...]:
         """The parameter values in placeholder order: what a residual program reads (``Plan.residual_values``)."""

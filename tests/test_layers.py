@@ -31,7 +31,7 @@ FORBIDDEN = {
 
 # The embedded default hosts Spark in the gateway's process (DESIGN §1): this one
 # import is allowed, and only inside a function, so importing the module stays Spark-free.
-LAZY_SPARK_IMPORTS = {("gateway/hosting.py", "stores.pipeline.session")}
+LAZY_SPARK_IMPORTS = {("gateway/serving/hosting.py", "stores.pipeline.session")}
 
 
 def _imports(path: Path) -> list[tuple[int, str, bool]]:

@@ -17,12 +17,13 @@ from iqgate_client.dbapi.outcome import Outcome
 from iqgate_client.dbapi.types import native_fix_for
 from iqgate_client.position import Position as ClientPosition
 
-from gateway.errors import Error, GatewayInternalError, translate
+from gateway.engine.errors import Error, GatewayInternalError, translate
+from gateway.engine.statement import Form
 
 if TYPE_CHECKING:
     from iqgate_client.position import Position
 
-    from gateway.engine import Gateway
+    from gateway.engine.gateway import Gateway
 
 __all__ = ["InProcessTransport", "as_dbapi_error"]
 
@@ -48,19 +49,10 @@ class InProcessTransport:
         self._wait_ms = wait_ms
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None, bound: Position | None) -> Outcome:
-        if not self._wait_ms and self._session is not None and self._session.is_default():
-            try:  # the engine's point lane: a lookup's whole answer without a Result (as Gateway.sql takes it)
-                point = self._gateway.point(sql, params, bound)
-            except Exception as exc:  # noqa: BLE001 - every failure reaches the caller as a PEP 249 class
-                raise as_dbapi_error(exc) from exc
-            if point is not None:
-                columns, fixes = _shape_of(point.columns)
-                return Outcome(statement="select", columns=list(columns), rows=_fixed(point.rows, fixes),
-                               position=_client_position(point.position), partitions=point.partitions)
         try:
             result = self._gateway.sql(
                 sql, params=params, position=bound, partial=self._partial, wait_ms=self._wait_ms,
-                session=self._session, stream=True,
+                session=self._session, form=Form.ROWS,
             )
             statement = result.statement.value
             position = _client_position(result.position)
@@ -144,7 +136,7 @@ def as_dbapi_error(exc: BaseException) -> Error:
     if mapped is not None:
         return mapped
     if isinstance(exc, TypeError):
-        from gateway.errors import InterfaceError
+        from gateway.engine.errors import InterfaceError
 
         return InterfaceError(str(exc))
     return GatewayInternalError(f"{type(exc).__name__}: {exc}")

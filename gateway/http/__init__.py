@@ -12,8 +12,8 @@ from typing import Any
 from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException
 
-from ..config import GatewayConfig
-from ..errors import (
+from ..engine.config import GatewayConfig
+from ..engine.errors import (
     BadRequest,
     GatewayError,
     GatewayInternalError,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hmac
 
-from ..errors import Unauthorized
+from ..engine.errors import Unauthorized
 
 __all__ = ["check_bearer", "OPEN_PATHS"]
 

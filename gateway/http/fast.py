@@ -26,12 +26,13 @@ from typing import Any
 
 from flask import Flask, Response
 
-from ..config import GatewayConfig
-from ..errors import GatewayError, GatewayInternalError
+from ..engine.config import GatewayConfig
+from ..engine.errors import GatewayError, GatewayInternalError
+from ..engine.statement import Form
 from .auth import check_bearer
 from .limits import parse_sql_request
 from .metrics import Metrics
-from .renderers import JSON, error_response, json_body, point_json, position_header
+from .renderers import JSON, error_response, json_body, position_header
 
 __all__ = ["FastPath", "JSON_ACCEPTS"]
 
@@ -85,16 +86,8 @@ class FastPath:
         try:
             check_bearer(environ.get("HTTP_AUTHORIZATION"), cfg.auth_token)
             req = parse_sql_request(environ["wsgi.input"].read(length) if length else b"", cfg.max_request_bytes)
-            if req.session is None:  # the engine's point lane: a lookup's whole answer in one text
-                point = self._gateway.point(req.sql, req.params, req.position, max_rows=req.max_rows)
-                if point is not None:
-                    data = point_json(point, cfg.max_response_bytes).encode()
-                    start_response("200 OK", [("Content-Type", JSON), ("Content-Length", str(len(data))),
-                                              ("X-IQ-Position", position_header(point))])
-                    self._metrics.observe("/v1/sql", 200, time.perf_counter() - t0)
-                    return [data]
             result = self._gateway.sql(req.sql, req.params, req.position, partial=req.partial, wait_ms=req.wait_ms,
-                                       session=req.session, max_rows=req.max_rows, stream=True, arrow=False,
+                                       session=req.session, max_rows=req.max_rows, form=Form.ROWS,
                                        cancelled=environ.get("waitress.client_disconnected"))
             failed = [p.failure_reason for p in result.partitions if p.failure_reason]
             if failed:

@@ -15,8 +15,8 @@ import orjson
 
 from stores.iqv2.position import Position, PositionError
 
-from ..config import as_position
-from ..errors import BadRequest, RequestTooLarge
+from ..engine.config import as_position
+from ..engine.errors import BadRequest, RequestTooLarge
 
 __all__ = ["SqlRequest", "parse_sql_request", "parse_json"]
 

@@ -90,8 +90,20 @@ class Metrics:
             out += _health_lines(status)
             out += _progress_lines(status)
             out += _lag_lines(status)
+            out += _crash_lines(status)
         out += _file_lines()
         return "\n".join(out) + "\n"
+
+
+def _crash_lines(status: Mapping[str, Any]) -> list[str]:
+    """Serving processes of this server that died of a signal and were started again (issue 43)."""
+    crashes = status.get("crashes")
+    if crashes is None:
+        return []
+    return ["# HELP iqgate_serving_process_crashes_total Serving processes that died of a signal (a native crash) "
+            "and were started again by the server's supervisor.",
+            "# TYPE iqgate_serving_process_crashes_total counter",
+            f"iqgate_serving_process_crashes_total {int(crashes.get('count') or 0)}"]
 
 
 def _file_lines() -> list[str]:

@@ -17,8 +17,9 @@ from typing import Any
 
 from flask import Flask, Response, request
 
-from ..config import GatewayConfig
-from ..errors import BadRequest, RouteNotFound
+from ..engine.config import GatewayConfig
+from ..engine.errors import BadRequest, RouteNotFound
+from ..engine.statement import Form
 from .limits import parse_json, parse_sql_request
 from .renderers import ARROW, CSV, JSON, NDJSON, RENDERERS, position_header
 
@@ -66,8 +67,8 @@ def register_page(app: Flask, gateway: Any, cfg: GatewayConfig) -> None:
             body["position"] = parse_json(args["position"], "position")
         req = parse_sql_request(json.dumps(body).encode(), cfg.max_request_bytes)
         media = _FORMATS[fmt]
-        result = gateway.sql(req.sql, None, req.position, partial=req.partial, stream=media != ARROW,
-                             arrow=media == ARROW, cancelled=request.environ.get("waitress.client_disconnected"))
+        result = gateway.sql(req.sql, None, req.position, partial=req.partial, form=Form.ARROW if media == ARROW else Form.ROWS,
+                             cancelled=request.environ.get("waitress.client_disconnected"))
         resp = RENDERERS[media](result, cfg.max_response_bytes)
         resp.headers["X-IQ-Position"] = position_header(result)
         if media in _EXTENSIONS:

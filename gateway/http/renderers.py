@@ -21,12 +21,12 @@ from typing import Any
 import pyarrow as pa
 from flask import Response
 
-from ..arrow_rows import position_json
-from ..errors import GatewayError, GatewayInternalError, ResponseTooLarge
-from ..json_values import dumps, json_default
-from ..result import PartitionOutcome, PointAnswer, Result
+from ..engine.arrow_rows import position_json
+from ..engine.errors import GatewayError, GatewayInternalError, ResponseTooLarge
+from ..engine.json_values import dumps, json_default
+from ..engine.result import CHUNK_ROWS, PartitionOutcome, Result
 
-__all__ = ["RENDERERS", "MEDIA_TYPES", "position_header", "error_response", "json_body", "point_json"]
+__all__ = ["RENDERERS", "MEDIA_TYPES", "position_header", "error_response", "json_body"]
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +38,11 @@ MEDIA_TYPES = (JSON, NDJSON, CSV, ARROW)
 _JSON_CT = "application/json"
 
 
-def position_header(result: Result | PointAnswer) -> str:
+def position_header(result: Result) -> str:
     return position_json(result.position) or "{}"
 
 
-def _columns(result: Result | PointAnswer) -> list[dict[str, str]]:
+def _columns(result: Result) -> list[dict[str, str]]:
     return [{"name": n, "type": t} for n, t in result.columns]
 
 
@@ -54,7 +54,7 @@ def _trailer(result: Result, row_count: int) -> dict[str, Any]:
     }
 
 
-def _partitions_json(result: Result | PointAnswer) -> str:
+def _partitions_json(result: Result) -> str:
     """The partitions array, each partition's JSON cached (it repeats on every read of a store until its next batch)."""
     out = []
     for p in result.partitions:
@@ -74,7 +74,7 @@ def _partition_json(p: PartitionOutcome) -> str:
         position_json(p.position) or "null", served)
 
 
-def _columns_json(result: Result | PointAnswer) -> str:
+def _columns_json(result: Result) -> str:
     """The columns array, cached by the (name, type) pairs: a statement's shape repeats on every call."""
     try:
         key = tuple(result.columns)
@@ -119,6 +119,10 @@ def json_body(result: Result, max_bytes: int) -> str | Iterator[str]:
         tail = (',"position":' + (position_json(result.position) or "{}") + ',"partitions":'
                 + _partitions_json(result) + ',"row_count":' + str(len(rows)) + ',"settings":' + dumps(result.settings))
         return head[:-1] + tail + "}"
+    rows = result.rows_in_hand
+    if rows is not None and len(rows) <= CHUNK_ROWS:  # the whole answer in hand (a point lookup): one text
+        result.close()
+        return _whole_json(result, rows, max_bytes)
     first, chunks = result.first_chunk()
     try:
         head, body = _head_and_rows(result, first, max_bytes)
@@ -156,30 +160,29 @@ def json_body(result: Result, max_bytes: int) -> str | Iterator[str]:
     return gen()
 
 
-def point_json(answer: PointAnswer, max_bytes: int) -> str:
-    """The JSON answer of a point lookup from the engine's point lane: what ``json_body`` writes for the same
-    answer as a Result (one text, byte for byte), without the Result.
+def _whole_json(result: Result, rows: list[tuple[Any, ...]], max_bytes: int) -> str:
+    """A whole answer in hand as one JSON text.
 
-    Its end (statement, position, partition, row count) is cached per partition outcome: the engine hands out
-    one outcome object per store partition until its position moves (``Gateway.point``)."""
-    head, body = _head_and_rows(answer, answer.rows, max_bytes)
-    rows = len(answer.rows)
-    outcome = answer.partitions[0] if len(answer.partitions) == 1 else None
-    cached = _POINT_ENDS.get((id(outcome), rows)) if outcome is not None else None
+    Its end (statement, position, partition, row count) is cached per partition outcome: the engine's point lane
+    hands out one outcome object per store partition until its position moves, so a lookup's end is built once."""
+    head, body = _head_and_rows(result, rows, max_bytes)
+    n = len(rows)
+    outcome = result.partitions[0] if len(result.partitions) == 1 else None
+    cached = _POINT_ENDS.get((id(outcome), n)) if outcome is not None else None
     if cached is not None and cached[0] is outcome:
         return head + body + cached[1]
-    end = _json_end(answer, rows)
+    end = _json_end(result, n)
     if outcome is not None:
         if len(_POINT_ENDS) > 4096:
             _POINT_ENDS.clear()
-        _POINT_ENDS[(id(outcome), rows)] = (outcome, end)  # the object kept beside its id: an id is reused
+        _POINT_ENDS[(id(outcome), n)] = (outcome, end)  # the object kept beside its id: an id is reused
     return head + body + end
 
 
 _POINT_ENDS: dict[tuple[int, int], tuple[PartitionOutcome, str]] = {}
 
 
-def _head_and_rows(result: Result | PointAnswer, rows: list[tuple[Any, ...]], max_bytes: int) -> tuple[str, str]:
+def _head_and_rows(result: Result, rows: list[tuple[Any, ...]], max_bytes: int) -> tuple[str, str]:
     """The object's start through ``"rows":[`` and the first rows; a ResponseTooLarge past ``max_bytes``."""
     head = '{"columns":' + _columns_json(result) + ',"rows":['
     body = dumps(rows)[1:-1] if rows else ""
@@ -188,7 +191,7 @@ def _head_and_rows(result: Result | PointAnswer, rows: list[tuple[Any, ...]], ma
     return head, body
 
 
-def _json_end(result: Result | PointAnswer, row_count: int) -> str:
+def _json_end(result: Result, row_count: int) -> str:
     return ('],"statement":' + _statement_json(result.statement.value) + ',"position":' + (position_json(result.position) or "{}")
             + ',"partitions":' + _partitions_json(result) + ',"row_count":' + str(row_count) + "}")
 

@@ -16,27 +16,23 @@ from flask import Flask, Response, request
 from stores.catalog.schema import KeyTypeError
 from stores.iqv2.result import StateQueryResult
 
-from ..arrow_rows import StoreShapeMoved, collect
-from ..errors import BadRequest, GatewayInternalError, StateStoreMigratedError
+from ..engine.arrow_rows import StoreShapeMoved, collect
+from ..engine.errors import BadRequest, GatewayInternalError, StateStoreMigratedError
+from ..engine.scans import query_store
+from ..routing import host_of, local_of, local_view
 from ..routing.codec import CodecError, decode_request, encode_answer
-from ..routing.membership import local_partitions
-from ..scans import query_store
 from .limits import parse_json
 from .renderers import JSON, dumps
 
 __all__ = ["register_routing_views"]
 
 
-def _local(gateway: Any) -> Any:
-    return getattr(gateway.source, "local", None) or gateway.source
-
-
 def register_routing_views(app: Flask, gateway: Any) -> None:
     @app.get("/v1/partitions")
     def partitions() -> Response:
-        src = _local(gateway)
-        view = local_partitions(src)
-        body = {"host": getattr(gateway.source, "self_url", None), "state": src.state.value,
+        src = local_of(gateway.source)
+        view = local_view(gateway.source)
+        body = {"host": host_of(gateway.source), "state": src.state.value,
                 "partitions": [i.to_json() for i in view]}
         return Response(dumps(body), mimetype=JSON)
 
@@ -47,7 +43,7 @@ def register_routing_views(app: Flask, gateway: Any) -> None:
             req = decode_request(body)
         except (CodecError, ValueError) as exc:
             raise BadRequest(f"POST /v1/iq: {exc}") from None
-        src = _local(gateway)
+        src = local_of(gateway.source)
         spec = src.catalog().get(req.store_name)
         try:
             _, answer = query_store(src, req)
@@ -55,8 +51,7 @@ def register_routing_views(app: Flask, gateway: Any) -> None:
             if isinstance(exc.__cause__, KeyTypeError):  # a key of another type than the store's: the peer's fault
                 raise BadRequest(f"POST /v1/iq: {exc.__cause__}") from None
             raise
-        view = getattr(gateway.source, "local_view", None)
-        infos = view().values() if view is not None else local_partitions(src)
+        infos = local_view(gateway.source)
         roles = {i.partition: i.role for i in infos if i.store == req.store_name}
         answers = []
         for p, qr in answer.partition_results.items():
@@ -70,5 +65,4 @@ def register_routing_views(app: Flask, gateway: Any) -> None:
             out = encode_answer(p, qr, rows)
             out["active"] = roles.get(p) == "active"
             answers.append(out)
-        host = getattr(gateway.source, "self_url", None)
-        return Response(dumps({"host": host, "answers": answers}), mimetype=JSON)
+        return Response(dumps({"host": host_of(gateway.source), "answers": answers}), mimetype=JSON)

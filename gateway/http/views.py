@@ -8,9 +8,10 @@ from flask import Flask, Response, request
 
 from stores.iqv2.state import State
 
-from ..arrow_rows import duck_type
-from ..config import GatewayConfig
-from ..errors import NotAcceptable
+from ..engine.config import GatewayConfig
+from ..engine.errors import NotAcceptable
+from ..engine.statement import Form
+from ..engine.types import duck_type
 from .fast import JSON_ACCEPTS
 from .limits import parse_sql_request
 from .metrics import Metrics
@@ -40,9 +41,9 @@ def negotiate(accept: Any) -> str:
 
 def source_status(gateway: Any) -> dict[str, Any]:
     """The source's health beside its KIP-696 state (``StreamsApp.status`` / ``StateDirReader.status``)."""
-    status = getattr(gateway.source, "status", None)
+    status = gateway.status()
     if status is not None:
-        return status()
+        return status
     state = gateway.state
     ok = "healthy" if state is State.RUNNING else "starting"
     return {"state": state.value, "health": {"status": ok, "reason": None, "since": None, "retry_s": None},
@@ -56,8 +57,8 @@ def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metric
         media = JSON if not accept or accept in JSON_ACCEPTS else negotiate(request.accept_mimetypes)
         req = parse_sql_request(request.get_data(), cfg.max_request_bytes)
         result = gateway.sql(req.sql, req.params, req.position, partial=req.partial, wait_ms=req.wait_ms,
-                             session=req.session, max_rows=req.max_rows, stream=media != ARROW,
-                             arrow=media == ARROW, cancelled=request.environ.get("waitress.client_disconnected"))
+                             session=req.session, max_rows=req.max_rows, form=Form.ARROW if media == ARROW else Form.ROWS,
+                             cancelled=request.environ.get("waitress.client_disconnected"))
         failed = [p.failure_reason for p in result.partitions if p.failure_reason]
         if failed:
             metrics.partition_failures(failed)
@@ -70,7 +71,7 @@ def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metric
     def stores() -> Response:
         positions = gateway.store_positions()
         statuses = source_status(gateway)["stores"]
-        history = getattr(gateway.source, "history", None)
+        history = gateway.capabilities.history
         out = []
         for name, spec in sorted(gateway.catalog().items()):
             out.append({
@@ -102,8 +103,11 @@ def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metric
         body = {"state": state.value, "healthy": h["status"] == "healthy", **h,
                 "stores": {n: s.to_json() for n, s in sorted(status["stores"].items())}}
         # replicas and routing (issue 17): lags per store partition; on a replica, which changelog (generation)
-        # each store follows and the one it restores beside it
-        for extra in ("host", "partitions", "peers", "changelogs"):
+        # each store follows and the one it restores beside it. A server's serving processes (issues 43, 52): what
+        # it serves (mode), how old this process's view of the supervisor's state is, crashes of serving processes
+        # in the last minutes; a read-only server: the files' writer and each store's Position and age.
+        for extra in ("mode", "state_since", "view_age_ms", "crashes", "writer", "positions", "instance", "host",
+                      "partitions", "peers", "changelogs"):
             if extra in status:
                 body[extra] = status[extra]
         # 200 while the client runs, degraded included: its reads answer (the body says what is wrong)
@@ -115,7 +119,7 @@ def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metric
     @app.get("/metrics")
     def prometheus() -> Response:
         text = metrics.render(gateway.store_positions(), gateway.state.value, source_status(gateway),
-                              getattr(gateway, "statements_interrupted", {}))
+                              gateway.statements_interrupted)
         return Response(text, mimetype="text/plain", headers={"Content-Type": "text/plain; version=0.0.4"})
 
     @app.get("/v1/openapi.json")

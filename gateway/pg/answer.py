@@ -9,7 +9,7 @@ from typing import Any
 from planner.plan import StatementKind
 from stores.iqv2.position import Position
 
-from ..result import Result
+from ..engine.result import Result
 
 __all__ = ["Answer", "answer_of"]
 

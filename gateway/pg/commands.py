@@ -20,8 +20,8 @@ from typing import Any, Protocol
 from planner.settings import SESSION_SETTINGS
 from planner.systables import SERVER_VERSION
 
-from ..errors import GatewayError, NotSupported, SqlError
-from ..statements import setting_text
+from ..engine.errors import GatewayError, NotSupported, SqlError
+from ..engine.statements import setting_text
 from .answer import Answer
 from .sqltext import Command
 from .wire import Out

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import NotSupported, SqlError
+from ..engine.errors import NotSupported, SqlError
 from .sqltext import lex
 
 __all__ = ["CopyOut", "parse_copy", "copy_header", "copy_rows", "copy_trailer", "forced_columns"]

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import GatewayError
+from ..engine.errors import GatewayError
 from .auth import Authenticator, AuthFailed
 from .commands import REPORTED, ClientSettings
 from .session import Session
@@ -48,7 +48,10 @@ class PgServer:
 
     def __init__(self, gateway: Any, host: str = "127.0.0.1", port: int = 0, *, token: str | None = None,
                  auth_method: str = "scram-sha-256", tls_cert: str | None = None, tls_key: str | None = None,
-                 max_connections: int = 64, max_message_bytes: int = 16 << 20, body_timeout_s: float = 30.0) -> None:
+                 max_connections: int = 64, max_message_bytes: int = 16 << 20, body_timeout_s: float = 30.0,
+                 sock: socket.socket | None = None) -> None:
+        """``sock``: an already listening socket to accept from (a serving process's, inherited from its
+        supervisor, which keeps the port bound while it starts a new one)."""
         self.gateway = gateway
         self.auth = Authenticator(token, auth_method)
         self.tls: ssl.SSLContext | None = None
@@ -66,8 +69,9 @@ class PgServer:
         self.max_connections = max_connections
         self.max_message_bytes = max_message_bytes
         self.body_timeout_s = body_timeout_s
-        self._listener = socket.create_server((host, port), backlog=128, reuse_port=False)
-        self.host = host
+        self._listener = sock if sock is not None else socket.create_server((host, port), backlog=128,
+                                                                           reuse_port=False)
+        self.host = host if sock is None else str(sock.getsockname()[0])
         self.port = int(self._listener.getsockname()[1])
         self._sessions: dict[int, tuple[int, Session]] = {}
         self._lock = threading.Lock()

@@ -21,8 +21,8 @@ from typing import Any
 from planner.systables import SystemContext
 from stores.iqv2.position import Position
 
-from ..cancel import Cancellation
-from ..errors import GatewayError, GatewayInternalError, SqlError, translate
+from ..engine.cancel import Cancellation
+from ..engine.errors import GatewayError, GatewayInternalError, SqlError, translate
 from .answer import Answer, answer_of
 from .commands import ClientSettings, run_command
 from .copy_out import copy_header, copy_rows, copy_trailer, forced_columns, parse_copy

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import GatewayError
+from ..engine.errors import GatewayError
 
 __all__ = ["SQLSTATES", "RETRYABLE_SQLSTATE", "error_fields", "position_in"]
 

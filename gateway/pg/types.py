@@ -25,7 +25,7 @@ import duckdb
 from planner.pg_compat import array_literal
 from planner.systables.pg_types import BY_NAME, BY_OID, PgType, pg_type_for_duck
 
-from ..json_values import dumps as json_dumps
+from ..engine.json_values import dumps as json_dumps
 from .wire import ProtocolError
 
 __all__ = ["column_type", "encoder", "decode_param", "BINARY_OIDS"]

@@ -1,1 +1,32 @@
-"""Routing between iqgate servers (issue 17): membership by heartbeats, per-partition forwarding, the wire codec."""
+"""Any server answers any query (issue 17): routing per store partition between a server's copy and its peers'.
+
+``RoutedSource`` wraps a server's own source; ``local_of``/``host_of``/``local_view`` are what the faces ask
+of a gateway's source when a peer asks this server (``/v1/iq``, ``/v1/partitions``), routed or not.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..engine.partitions import PartitionInfo, local_partitions
+from ..engine.sources import Capabilities
+from .source import RoutedSource
+
+__all__ = ["RoutedSource", "local_of", "host_of", "local_view"]
+
+
+def local_of(source: Any) -> Any:
+    """The source that answers from this server's own copies (a peer's question is never forwarded again)."""
+    return source.local if isinstance(source, RoutedSource) else source
+
+
+def host_of(source: Any) -> str | None:
+    """This server's URL as its peers know it, when it routes; None otherwise."""
+    return source.self_url if isinstance(source, RoutedSource) else None
+
+
+def local_view(source: Any) -> list[PartitionInfo]:
+    """This server's store partitions: role, Position, lag (cached briefly by a routed source)."""
+    if isinstance(source, RoutedSource):
+        return list(source.local_view().values())
+    return local_partitions(source, Capabilities.of(source))

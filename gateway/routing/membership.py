@@ -17,109 +17,15 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stores.iqv2.position import Position
-from stores.iqv2.request import StateQueryRequest
-from stores.iqv2.state import State
+from ..engine.partitions import PartitionInfo
 
-from ..scans import probe_query
-
-__all__ = ["PartitionInfo", "Peer", "Membership", "local_partitions", "local_roles", "partition_rows"]
+__all__ = ["Peer", "Membership"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class PartitionInfo:
-    store: str
-    partition: int
-    role: str                      # active | standby | copy
-    position: Position
-    offset_lag: int = 0
-    time_lag_ms: int = 0
-    current_offset: int | None = None
-    end_offset: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"store": self.store, "partition": self.partition, "role": self.role,
-                "position": self.position.to_json_map(), "offset_lag": self.offset_lag,
-                "time_lag_ms": self.time_lag_ms, "current_offset": self.current_offset,
-                "end_offset": self.end_offset}
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> PartitionInfo:
-        return cls(str(raw["store"]), int(raw["partition"]), str(raw["role"]), Position.from_map(raw["position"]),
-                   int(raw.get("offset_lag") or 0), int(raw.get("time_lag_ms") or 0), raw.get("current_offset"),
-                   raw.get("end_offset"))
-
-
-def local_roles(source: Any) -> dict[str, dict[int, str]]:
-    """Per store and partition this process has, its role: ``active``, ``standby`` or ``copy``."""
-    app = getattr(source, "app", None) if not hasattr(source, "hosting") else source
-    if app is not None and hasattr(app, "hosting"):
-        hosted, standby = app.hosting()
-        running = app.state in (State.RUNNING, State.REBALANCING)
-        out: dict[str, dict[int, str]] = {}
-        for name in app.catalog():
-            roles = {p: ("active" if running else "copy") for p in hosted.get(name, ())}
-            roles.update({p: "standby" for p in standby.get(name, ())})
-            out[name] = roles
-        return out
-    info_of = getattr(source, "app_info", None) or getattr(getattr(source, "_reader", None), "app_info", None)
-    info = info_of() if info_of is not None else None
-    out = {}
-    for name, spec in source.catalog().items():
-        roles = {}
-        for p in range(spec.partitions):
-            if info is not None and p in info.standby.get(name, ()):
-                roles[p] = "standby"
-            elif info is not None and info.alive and info.state in (State.RUNNING, State.REBALANCING) \
-                    and p in info.hosted.get(name, ()):
-                roles[p] = "active"
-            else:
-                roles[p] = "copy"
-        out[name] = roles
-    return out
-
-
-def local_partitions(source: Any) -> list[PartitionInfo]:
-    """What this process serves: role, Position and lag of every store partition it has."""
-    lags = getattr(source, "partition_lags", None)
-    if lags is not None:
-        return [PartitionInfo(lag.store, lag.partition, lag.role, lag.position, lag.offset_lag, lag.time_lag_ms,
-                              lag.current_offset, lag.end_offset) for lag in lags()]
-    out = []
-    roles = local_roles(source)
-    for name, spec in sorted(source.catalog().items()):
-        try:
-            answer = source.query(StateQueryRequest.in_store(name).with_query(probe_query(spec)))
-        except Exception:  # noqa: BLE001 - a store that cannot answer has no Position to report
-            continue
-        for p, qr in answer.partition_results.items():
-            if qr.is_failure and qr.position is None:
-                continue
-            out.append(PartitionInfo(name, p, roles.get(name, {}).get(p, "copy"), qr.position or Position.empty()))
-    return out
-
-
-def partition_rows(source: Any) -> list[tuple[Any, ...]]:
-    """``system.partitions``: this server's store partitions, then every peer's as its last heartbeat said."""
-    self_url = getattr(source, "self_url", None)
-    local = getattr(source, "local", source)
-    view = source.local_view().values() if hasattr(source, "local_view") else local_partitions(local)
-    rows = [_row(self_url, i, True) for i in sorted(view, key=lambda i: (i.store, i.partition))]
-    membership = getattr(source, "membership", None)
-    for peer in (membership.peers.values() if membership is not None else ()):
-        rows += [_row(peer.url, i, peer.alive) for _, i in sorted(peer.partitions.items())]
-    return rows
-
-
-def _row(host: str | None, i: PartitionInfo, alive: bool) -> tuple[Any, ...]:
-    return (host, i.store, i.partition, i.role, i.position.to_json(), i.offset_lag, i.time_lag_ms,
-            i.current_offset, i.end_offset, alive)
 
 
 @dataclass

@@ -24,6 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from stores.engine.arrow_reads import ArrowQuery
@@ -32,8 +33,10 @@ from stores.iqv2.request import StateQueryRequest
 from stores.iqv2.result import FailureReason, QueryResult, StateQueryResult
 from stores.iqv2.state import State
 
+from ..engine.partitions import PartitionInfo, local_partitions, partition_row
+from ..engine.sources import Capabilities
 from .codec import CodecError, decode_answer, encode_request
-from .membership import Membership, PartitionInfo, local_partitions
+from .membership import Membership
 
 __all__ = ["RoutedSource"]
 
@@ -44,11 +47,19 @@ _FINAL = (FailureReason.DOES_NOT_EXIST, FailureReason.UNKNOWN_QUERY_TYPE)
 
 
 class RoutedSource:
-    """A Queryable over ``local`` (a StreamsApp, HostedSource, StateDirReader or ReplicaSource) and its peers."""
+    """A source over ``local`` (any source: see ``gateway.engine.sources``) and its peers.
+
+    Its capabilities (``capabilities()``, declared) are the local source's,
+    except the point lane (every lookup goes through ``query``: its answers
+    name the host that served them, and a partition too far behind goes to a
+    peer), its status (with the peers) and ``system.partitions`` (its own
+    partitions and every peer's).
+    """
 
     def __init__(self, local: Any, membership: Membership, self_url: str, *, max_lag: int | None = None,
                  forward_timeout_s: float = 10.0, catch_up_wait_ms: int = 0, catch_up_waiters: int = 4) -> None:
         self.local = local
+        self.local_caps = Capabilities.of(local)
         self.membership = membership
         self.self_url = self_url.rstrip("/")
         self.max_lag = max_lag
@@ -58,23 +69,21 @@ class RoutedSource:
         self._view: tuple[float, dict[tuple[str, int], PartitionInfo]] = (float("-inf"), {})
         self._view_lock = threading.Lock()
         self.forwarded = 0
+        self.discovery: Any = None  # a HeartbeatDiscovery when peers are found through the log (serving sets it)
 
-    # Every lookup goes through ``query``: its results name the host that served them, and a partition too far
-    # behind goes to a peer. (Without this, ``__getattr__`` would hand the local source's point_read out.)
-    point_read = None
+    def capabilities(self) -> Capabilities:
+        """The local source's, without the point lane, with this server's status and ``system.partitions``."""
+        caps = self.local_caps
+        return replace(caps, point_read=None, status=self.status, partition_rows=self.partition_rows,
+                       partition_roles=None, partition_lags=None)
 
-    # -- Queryable ------------------------------------------------------------------------------------
+    # -- Source -----------------------------------------------------------------------------------------
     @property
     def state(self) -> State:
         return self.local.state
 
     def catalog(self) -> Mapping[str, Any]:
         return self.local.catalog()
-
-    def __getattr__(self, name: str) -> Any:  # positions, source_end_offsets, app, ... of the local source
-        if name == "local":
-            raise AttributeError(name)
-        return getattr(self.local, name)
 
     def local_view(self) -> dict[tuple[str, int], PartitionInfo]:
         """This server's store partitions (role, Position, lag), recomputed at most every LOCAL_VIEW_TTL_S."""
@@ -84,12 +93,20 @@ class RoutedSource:
         with self._view_lock:
             at, view = self._view
             if time.monotonic() - at >= LOCAL_VIEW_TTL_S:
-                view = {(i.store, i.partition): i for i in local_partitions(self.local)}
+                view = {(i.store, i.partition): i for i in local_partitions(self.local, self.local_caps)}
                 self._view = (time.monotonic(), view)
         return view
 
+    def partition_rows(self) -> list[tuple[Any, ...]]:
+        """``system.partitions``: this server's store partitions, then every peer's as its last heartbeat said."""
+        view = sorted(self.local_view().values(), key=lambda i: (i.store, i.partition))
+        rows = [partition_row(self.self_url, i, True) for i in view]
+        for peer in self.membership.peers.values():
+            rows += [partition_row(peer.url, i, peer.alive) for _, i in sorted(peer.partitions.items())]
+        return rows
+
     def status(self) -> dict[str, Any]:
-        status = getattr(self.local, "status", None)
+        status = self.local_caps.status
         out = dict(status()) if status is not None else {"state": self.state.value, "stores": {},
                                                           "health": {"status": "healthy", "reason": None,
                                                                      "since": None, "retry_s": None}}

@@ -78,14 +78,23 @@ PROGRESS_PUBLISH_S = 1.0
 
 
 class HealthTracker:
-    """Thread-safe per-store statuses; ``on_change`` is called (outside the lock) after each change."""
+    """Thread-safe per-store statuses; ``on_change`` (and every ``add_listener``) is called (outside the lock) after
+    each change."""
 
     def __init__(self, stores: Iterable[str], on_change: Callable[[], None] | None = None) -> None:
         now = time.time()
         self._lock = threading.Lock()
         self._stores: dict[str, StoreStatus] = {s: StoreStatus(since=now) for s in stores}
-        self._on_change = on_change
+        self._listeners: list[Callable[[], None]] = [on_change] if on_change is not None else []
         self._progress_published = float("-inf")
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Also call ``listener`` (outside the lock) after each change (a supervisor publishing the status)."""
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        for listener in list(self._listeners):
+            listener()
 
     def get(self, store: str) -> StoreStatus:
         return self._stores.get(store) or StoreStatus()
@@ -103,8 +112,8 @@ class HealthTracker:
                                           since=time.time() if changed else old.since,
                                           progress=progress if progress is not None else
                                           (old.progress if status == old.status else None))
-        if changed and self._on_change is not None:
-            self._on_change()
+        if changed:
+            self._changed()
 
     def applied(self, store: str) -> None:
         """A batch was applied: count it (no notification: too frequent for app.json)."""
@@ -128,8 +137,8 @@ class HealthTracker:
             publish = set(progress) != set(old.progress or ()) or now - self._progress_published >= PROGRESS_PUBLISH_S
             if publish:
                 self._progress_published = now
-        if publish and self._on_change is not None:
-            self._on_change()
+        if publish:
+            self._changed()
 
     def snapshot(self) -> dict[str, StoreStatus]:
         with self._lock:

@@ -271,6 +271,18 @@ class StateDirReader:
         stores = info.stores if info.alive else {}
         return {"state": info.state.value, "health": overall(info.state, stores, info.since), "stores": stores}
 
+    def partition_roles(self) -> dict[str, dict[int, str]]:
+        """Per store partition: ``standby`` (app.json's standby copies), ``active`` (hosted by a writer that is
+        alive and RUNNING or REBALANCING) or ``copy`` (files whose writer is gone or not hosting them)."""
+        info = self.app_info()
+        live = info.alive and info.state in (State.RUNNING, State.REBALANCING)
+        out: dict[str, dict[int, str]] = {}
+        for name, spec in self.catalog().items():
+            standby, hosted = info.standby.get(name, ()), info.hosted.get(name, ())
+            out[name] = {p: "standby" if p in standby else "active" if live and p in hosted else "copy"
+                         for p in range(spec.partitions)}
+        return out
+
     def source_end_offsets(self, topics: Iterable[str]) -> Position | None:
         """The source's last offsets, where app.json says where the source is (else None: the gateway just waits)."""
         where = self.app_info().source

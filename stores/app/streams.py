@@ -178,7 +178,10 @@ class StreamsApp:
         """Health beside the KIP-696 state: ``{"state", "health": {status, reason, since, retry_s}, "stores"}``."""
         stores = self.health.snapshot()
         state = self.state
-        return {"state": state.value, "health": overall(state, stores, self._state_since), "stores": stores}
+        out = {"state": state.value, "health": overall(state, stores, self._state_since), "stores": stores}
+        if self._fatal is not None:  # why it stopped: every serving process says it (issue 52)
+            out["fatal"] = self._why().strip()
+        return out
 
     def source_end_offsets(self, topics: Iterable[str]) -> Position | None:
         """The last offset per partition of the source topics (None without a source log, e.g. hand-written stores).
@@ -547,6 +550,18 @@ class StreamsApp:
                     f"The specified partition {partition} for store {name} does not exist."
                 )
             return parts[partition]
+
+    def partition_roles(self) -> dict[str, dict[int, str]]:
+        """Per store partition this instance has: ``active`` (hosted, while running or rebalancing), ``standby``,
+        or ``copy`` (hosted by a client that is not running)."""
+        hosted, standby = self._hosting
+        live = self.state in (State.RUNNING, State.REBALANCING)
+        out: dict[str, dict[int, str]] = {}
+        for name in self._specs:
+            roles = {p: ("active" if live else "copy") for p in hosted.get(name, ())}
+            roles.update({p: "standby" for p in standby.get(name, ())})
+            out[name] = roles
+        return out
 
     def hosting(self) -> tuple[dict[str, frozenset[int]], dict[str, frozenset[int]]]:
         """(hosted, standby) partitions per store."""

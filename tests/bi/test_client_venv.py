@@ -17,9 +17,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.engine import Gateway
+from gateway.engine.gateway import Gateway
 from gateway.http import create_app
-from gateway.server import ServerThread
+from gateway.serving.http_server import ServerThread
 from tests.gateway.gwfixtures import Shop
 from tests.toolchain import ROOT, ensure_client_venv
 

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.engine import Gateway
+from gateway.engine.gateway import Gateway
 from gateway.http import create_app
-from gateway.server import ServerThread
+from gateway.serving.http_server import ServerThread
 from stores.app.streams import StoreTopology, StreamsApp
 from stores.engine.change import Change
 from tests.gateway.gwfixtures import REVENUE, Http, Shop, make_app, make_shop, write_shop

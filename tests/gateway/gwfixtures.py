@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway.config import GatewayConfig
-from gateway.engine import Gateway
+from gateway.engine.config import GatewayConfig
+from gateway.engine.gateway import Gateway
 from gateway.http import create_app
-from gateway.server import ServerThread
+from gateway.serving.http_server import ServerThread
 from stores.app.streams import StoreTopology, StreamsApp
 from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
 from stores.engine.change import Change

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.accept_board import STALE_S, AcceptBoard
+from gateway.serving.accept_board import STALE_S, AcceptBoard
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd (Linux)")
 

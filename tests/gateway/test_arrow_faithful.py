@@ -18,8 +18,8 @@ import pyarrow as pa
 import pytest
 
 from gateway import Gateway
-from gateway.arrow_faithful import faithful_type, timetz_text
-from gateway.errors import ExecutionError
+from gateway.engine.arrow_faithful import faithful_type, timetz_text
+from gateway.engine.errors import ExecutionError
 from tests.gateway.gwfixtures import Http
 
 ARROW = "application/vnd.apache.arrow.stream"

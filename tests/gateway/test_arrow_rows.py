@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import pyarrow as pa
 import pytest
 
-from gateway.arrow_rows import _data_rows, _Shaper, collect, position_json
+from gateway.engine.arrow_rows import _data_rows, _Shaper, collect, position_json
 from stores.app.streams import StreamsApp
 from stores.catalog.schema import Column, SqlType
 from stores.iqv2.position import Position, PositionBound

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import GatewayConfig
-from gateway.engine import Gateway
+from gateway.engine.config import GatewayConfig
+from gateway.engine.gateway import Gateway
 from stores.app.streams import StreamsApp
 from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
 from stores.engine.arrow_reads import ArrowQuery, ArrowRows
@@ -148,7 +148,8 @@ def test_snapshots_end_however_a_statement_stops(small: tuple[StreamsApp, Gatewa
         assert len(g.sql("SELECT * FROM t LIMIT 1").rows()) == 1
         g.sql("SELECT * FROM t", stream=True).close()  # never read
         with pytest.raises(Exception, match="row limit|more than"):
-            g.sql("SELECT * FROM t", max_rows=5)
+            g.sql("SELECT * FROM t", max_rows=5).rows()
+        g.sql("SELECT * FROM t")  # bound, never read, dropped: its answer ends its snapshots itself
     store = app._stores["t"][0]  # noqa: SLF001 - the partition's Arrow connections
     assert store._arrow._busy == 0  # noqa: SLF001
     # a checkpoint can run to the end: no reader holds an old snapshot
@@ -239,7 +240,7 @@ def test_arrow_ipc_answers_stream_batch_by_batch(tiny_batches: Gateway, plain: G
     import pyarrow as pa
 
     from gateway.http import create_app
-    from gateway.server import ServerThread
+    from gateway.serving.http_server import ServerThread
 
     with ServerThread(create_app(tiny_batches), threads=2) as srv:
         status, data = _arrow_http(srv.url, "SELECT * FROM revenue")

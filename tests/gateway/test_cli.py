@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from gateway.cli import main
-from gateway.hosting import PipelineError, load_pipeline
+from gateway.cli.main import main
+from gateway.serving.hosting import PipelineError, load_pipeline
 from stores.app.streams import StreamsApp
 from stores.log.eventlog import EventLog
 from tests.gateway.gwfixtures import Http, Shop
@@ -147,7 +147,7 @@ def test_produce_to_kafka_prints_the_broker_offsets(kafka_broker: Any, monkeypat
 def test_a_pipeline_reads_kafka_when_the_command_or_the_file_names_it(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from gateway.hosting import pipeline_source
+    from gateway.serving.hosting import pipeline_source
     from stores import EventLog, KafkaSource
 
     plain = SimpleNamespace()
@@ -195,7 +195,7 @@ def test_pipeline_file_convention_is_checked(tmp_path: Path) -> None:
 def test_errors_in_the_pipeline_files_own_code_name_the_file_and_its_lines(
         tmp_path: Path, text: str, says: str, line: int | None, capsys: pytest.CaptureFixture[str]) -> None:
     """The user's mistake, in the user's lines (as ``python file.py`` would show them), without iqgate's frames."""
-    from gateway.hosting import start_pipeline
+    from gateway.serving.hosting import start_pipeline
 
     f = tmp_path / "mine.py"
     f.write_text(text)
@@ -264,7 +264,7 @@ def build(spark, log):
 
 def test_waiting_for_a_pipeline_that_does_not_catch_up(tmp_path: Path) -> None:
     """A pipeline (here one without a runtime, so nothing applies the log) fails the wait with a clear error."""
-    from gateway.hosting import start_pipeline, wait_caught_up
+    from gateway.serving.hosting import start_pipeline, wait_caught_up
 
     f = tmp_path / "hand.py"
     f.write_text(HAND_PIPELINE)
@@ -318,7 +318,7 @@ def test_bad_numbers_are_usage_errors(argv: list[str], says: str, capsys: pytest
 
 def test_demo_examples_pick_the_busiest_customer_in_one_pass() -> None:
     """Ties go to the first name; the example timestamp is the busiest customer's median order time."""
-    from gateway.demo import example_queries
+    from gateway.cli.demo import example_queries
 
     orders = [("c2", {}, 5), ("c1", {}, 1), ("c2", {}, 3), ("c1", {}, 2), ("c3", {}, 9), ("c1", {}, 7), ("c2", {}, 8)]
     queries = dict(example_queries(orders))
@@ -331,15 +331,15 @@ def test_demo_examples_pick_the_busiest_customer_in_one_pass() -> None:
 def test_demo_examples_scale_to_many_customers() -> None:
     """300,000 orders over 300,000 customers (was O(customers x orders): never finished)."""
     from examples.shop_pipeline import generate_orders
-    from gateway.demo import example_queries
+    from gateway.cli.demo import example_queries
 
     orders = generate_orders(300_000, customers=300_000)
     assert len(example_queries(orders)) == 5
 
 
 def test_the_token_comes_from_a_file_or_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gateway.cli import build_parser
-    from gateway.options import config_from_args
+    from gateway.cli.main import build_parser
+    from gateway.cli.options import config_from_args
 
     def config(*argv: str) -> Any:
         return config_from_args(build_parser().parse_args(["serve", "--state-dir", ".", *argv]))

@@ -16,10 +16,10 @@ from typing import Any
 import duckdb
 import pytest
 
-from gateway import errors as ge
-from gateway.engine import Gateway
+from gateway.engine import errors as ge
+from gateway.engine.gateway import Gateway
 from gateway.http import create_app
-from gateway.server import ServerThread
+from gateway.serving.http_server import ServerThread
 from stores.app.streams import StoreTopology, StreamsApp
 from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
 from stores.engine.change import Change

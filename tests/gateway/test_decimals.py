@@ -22,9 +22,9 @@ import pyarrow as pa
 import pytest
 
 from gateway import connect
-from gateway.engine import Gateway
+from gateway.engine.gateway import Gateway
 from gateway.http import create_app
-from gateway.server import ServerThread
+from gateway.serving.http_server import ServerThread
 from stores.app.streams import StoreTopology, StreamsApp
 from stores.catalog.decimals import EXACT
 from stores.catalog.schema import Column, StoreKind, StoreSpec
@@ -223,7 +223,7 @@ def test_decimals_cross_to_peers_exactly() -> None:
     """A forwarded request's DECIMAL key and a peer's DECIMAL cells travel as text, never as JSON floats."""
     import json
 
-    from gateway.json_values import dumps
+    from gateway.engine.json_values import dumps
     from gateway.routing.codec import CodecError, decode_answer, decode_request, encode_answer, encode_request
     from stores.iqv2.result import QueryResult
 

@@ -7,9 +7,9 @@ import threading
 import duckdb
 import pytest
 
-import gateway.errors as ge
-from gateway.duck import DuckPool
-from gateway.guards import Guards
+import gateway.engine.errors as ge
+from gateway.engine.duck import DuckPool
+from gateway.engine.guards import Guards
 
 
 @pytest.fixture(scope="module")

@@ -16,10 +16,10 @@ import pyarrow as pa
 import pytest
 
 from gateway import Gateway
-from gateway.demo import PIPELINE, example_queries
-from gateway.hosting import load_pipeline, start_pipeline, wait_caught_up
+from gateway.cli.demo import PIPELINE, example_queries
+from gateway.serving.hosting import load_pipeline, start_pipeline, wait_caught_up
 from gateway.http import create_app
-from gateway.server import ServerThread
+from gateway.serving.http_server import ServerThread
 from stores.iqv2.position import Position
 from stores.log.eventlog import EventLog
 from tests.gateway.gwfixtures import Http
@@ -121,7 +121,7 @@ def test_demo_pipeline_over_http_matches_the_oracle(spark, tmp_path: Path) -> No
 
 def test_demo_command_loads_serves_and_answers(spark, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: ANN001
     """``iqgate demo --once``: events appended, pipeline caught up, server up, example answers printed."""
-    from gateway.cli import main
+    from gateway.cli.main import main
 
     rc = main(["demo", "--dir", str(tmp_path / "demo"), "--orders", "300", "--customers", "15", "--once",
                "--port", "0", "--timeout", "600"])
@@ -145,7 +145,7 @@ def test_serve_command_runs_a_pipeline_file(spark, tmp_path: Path) -> None:  # n
     import threading
     import time
 
-    from gateway.cli import main, request_stop
+    from gateway.cli.main import main, request_stop
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

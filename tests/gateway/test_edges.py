@@ -9,9 +9,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-import gateway.errors as ge
+import gateway.engine.errors as ge
 from gateway import Gateway, GatewayConfig
-from gateway.config import Session
+from gateway.engine.config import Session
 from stores.app.streams import StreamsApp
 from tests.gateway.gwfixtures import Http, Shop, serve_gateway
 
@@ -27,7 +27,7 @@ def test_config_rejects_bad_values_and_unknown_names() -> None:
 
 
 def test_gateway_needs_a_queryable_and_an_existing_state_dir(tmp_path: Path) -> None:
-    with pytest.raises(TypeError, match="needs a Queryable"):
+    with pytest.raises(TypeError, match="needs a source"):
         Gateway(object())  # type: ignore[arg-type]
     with pytest.raises(FileNotFoundError):
         Gateway.open(tmp_path / "missing")
@@ -145,12 +145,11 @@ def test_ndjson_reports_an_unencodable_value_in_band(gw: Gateway) -> None:
     from flask import Flask
 
     from gateway.http.renderers import render_ndjson
-    from gateway.result import Result
+    from gateway.engine.result import Result
     from planner.plan import StatementKind
     from stores.iqv2.position import Position
 
-    res = Result(columns=[("x", "VARCHAR")], position=Position.empty(), partitions=[],
-                 statement=StatementKind.SELECT, rows=[("fine",), (object(),)])
+    res = Result.in_hand([("x", "VARCHAR")], [("fine",), (object(),)], Position.empty(), [], StatementKind.SELECT)
     with Flask("t").test_request_context():
         resp = render_ndjson(res, 10_000)
         lines = [json.loads(x) for x in "".join(resp.response).splitlines()]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import gateway.errors as ge
+import gateway.engine.errors as ge
 import planner
 from gateway import Gateway, GatewayConfig
 from planner.plan import StatementKind
@@ -188,8 +188,8 @@ def test_session_set_changes_later_statements(gw: Gateway, shop: Shop) -> None:
     res = s.sql("SET max_rows = 2")
     assert res.statement is StatementKind.SET and res.settings["max_rows"] == 2
     assert s.settings["max_rows"] == 2
-    with pytest.raises(ge.RowLimitExceeded):
-        s.sql("SELECT * FROM revenue")
+    with pytest.raises(ge.RowLimitExceeded):  # an answer's own limits apply when it is read (the Result is lazy)
+        s.sql("SELECT * FROM revenue").rows()
     assert len(gw.sql("SELECT * FROM revenue").rows()) == len(shop.revenue)  # other sessions unaffected
     with pytest.raises(ge.SqlError) as info:
         s.sql("SET no_such_setting = 1")
@@ -224,8 +224,12 @@ def test_empty_sql_and_bad_position_are_bad_requests(gw: Gateway) -> None:
 
 
 def test_row_limit_is_an_error_not_a_truncation(gw: Gateway, shop: Shop) -> None:
-    with pytest.raises(ge.RowLimitExceeded, match="3 rows"):
-        gw.sql("SELECT customer FROM revenue ORDER BY customer", max_rows=3)
+    with pytest.raises(ge.RowLimitExceeded, match="3 rows"):  # read as rows: the lazy answer's limit applies
+        gw.sql("SELECT customer FROM revenue ORDER BY customer", max_rows=3).rows()
+    with pytest.raises(ge.RowLimitExceeded, match="3 rows"):  # hinted as rows (the faces): already in sql()
+        gw.sql("SELECT customer FROM revenue ORDER BY customer", max_rows=3, stream=True)
+    with pytest.raises(ge.RowLimitExceeded, match="3 rows"):  # as Arrow
+        gw.sql("SELECT customer FROM revenue ORDER BY customer", max_rows=3).to_arrow()
     keys = sorted(shop.revenue)[:3]
     with pytest.raises(ge.RowLimitExceeded):
         gw.sql("SELECT * FROM revenue WHERE customer IN (?, ?, ?)", params=keys, max_rows=2)
@@ -238,7 +242,7 @@ def test_statement_timeout_interrupts_duckdb(gw: Gateway) -> None:
     t0 = time.monotonic()
     with pytest.raises(ge.StatementTimeout) as info:
         s.sql("SELECT count(*) FROM revenue a, revenue b, revenue c, revenue d, revenue e, revenue f, revenue g "
-              "WHERE a.revenue + b.revenue + c.revenue + d.revenue + e.revenue + f.revenue + g.revenue > -1")
+              "WHERE a.revenue + b.revenue + c.revenue + d.revenue + e.revenue + f.revenue + g.revenue > -1").rows()
     assert info.value.http_status == 504
     assert time.monotonic() - t0 < 60  # bounded: the watchdog did stop it
 
@@ -250,12 +254,12 @@ def test_statement_timeout_stops_planning(gw: Gateway) -> None:
              for i in range(20_000)]
     s = gw.session()
     s.set("statement_timeout_ms", 200)
-    planner.clear_cache()
+    gw.planner.clear()
     before = gw.statements_interrupted["timeout"]
     with pytest.raises(ge.StatementTimeout, match="planning the statement ran longer") as info:
         s.sql("SELECT customer FROM revenue WHERE " + " OR ".join(terms))
     assert info.value.http_status == 504
-    assert planner.cache_info()["size"] == 0
+    assert gw.planner.cache_info()["size"] == 0
     assert gw.statements_interrupted["timeout"] == before + 1
     assert gw.sql("SELECT count(*) FROM revenue").rows()[0][0] > 0  # the gateway goes on
 
@@ -264,12 +268,12 @@ def test_a_client_gone_while_planning_stops_the_planning(gw: Gateway) -> None:
     """The same for a cancel (an HTTP client that disconnected, a PG CancelRequest): 499, planning stopped."""
     terms = [f"(customer = 'c{i}' AND revenue > {i})" if i % 2 else f"(orders > {i} OR revenue IS NULL)"
              for i in range(20_000)]
-    planner.clear_cache()
+    gw.planner.clear()
     gone_at = time.monotonic() + 0.2
     with pytest.raises(ge.StatementCancelled, match="planning the statement was cancelled") as info:
         gw.sql("SELECT customer FROM revenue WHERE " + " OR ".join(terms), cancelled=lambda: time.monotonic() > gone_at)
     assert info.value.http_status == 499
-    assert planner.cache_info()["size"] == 0
+    assert gw.planner.cache_info()["size"] == 0
 
 
 def test_bound_ahead_of_the_stores_is_not_up_to_bound(gw: Gateway, shop: Shop) -> None:

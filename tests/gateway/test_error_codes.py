@@ -12,7 +12,7 @@ import inspect
 import pytest
 from iqgate_client import errors as wire
 
-from gateway import errors as gateway_errors
+from gateway.engine import errors as gateway_errors
 from gateway.pg.sqlstate import SQLSTATES
 from planner import errors as planner_errors
 

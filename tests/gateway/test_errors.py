@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import gateway.errors as ge
+import gateway.engine.errors as ge
 from planner import errors as pe
 from stores.iqv2 import errors as se
 

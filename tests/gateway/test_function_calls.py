@@ -27,7 +27,7 @@ import duckdb
 import pytest
 
 from gateway import Gateway
-from gateway.errors import SqlError
+from gateway.engine.errors import SqlError
 from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
 from tests.planner.reference_store import ReferenceStore, product_gateway, run_sql
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from gateway import Gateway
-from gateway.errors import SqlError
+from gateway.engine.errors import SqlError
 
 J = """'{"a": {"b": 1, "c": [5, 6]}, "l": [10, {"k": "x"}], "s": "t"}'"""
 

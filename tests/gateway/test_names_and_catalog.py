@@ -12,10 +12,10 @@ from collections.abc import Iterator
 import pytest
 
 from gateway import dbapi
-from gateway.engine import Gateway
-from gateway.errors import UnknownStoreError
+from gateway.engine.gateway import Gateway
+from gateway.engine.errors import UnknownStoreError
 from gateway.http import create_app
-from gateway.server import ServerThread
+from gateway.serving.http_server import ServerThread
 from planner.systables import SystemContext
 from tests.gateway.gwfixtures import Http, Shop
 

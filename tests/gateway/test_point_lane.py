@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 import planner
-from gateway import errors as ge
-from gateway.engine import Gateway
-from gateway.hosting import HostedSource
+from gateway.engine import errors as ge
+from gateway.engine.gateway import Gateway
+from gateway.serving.hosting import HostedSource
 from stores.catalog.partitioner import partition_for_key
 from stores.catalog.schema import SqlType
 from stores.engine.change import Change
@@ -62,7 +62,7 @@ def _statements(shop: Shop) -> list[tuple[str, Any]]:
 def test_point_lookups_answer_as_the_general_way(gw: Gateway, shop: Shop) -> None:
     lanes = 0
     for sql, params in _statements(shop):
-        planner.clear_cache()
+        gw.planner.clear()
         assert gw.point(sql, params) is None  # not planned yet: the general way plans it
         try:
             general: Any = gw.sql(sql, params, session=GENERAL)
@@ -78,7 +78,8 @@ def test_point_lookups_answer_as_the_general_way(gw: Gateway, shop: Shop) -> Non
             assert general.rows() == [] and general.partitions == [], sql
         else:
             lanes += 1
-            assert point.result(None).rows() == general.rows() and point.position == general.position
+            assert point.rows() == general.rows() and point.position == general.position
+            assert point.route == "point lane" and general.route != "point lane"
         _same(gw.sql(sql, params), general)
         _same(gw.sql(sql, params, stream=True), general)
     assert lanes == 8
@@ -104,16 +105,16 @@ def test_a_lookup_with_a_residual_the_gateway_evaluates_answers_as_duckdb_does(g
     ]
     lanes = 0
     for sql in statements:
-        planner.clear_cache()
+        gw.planner.clear()
         for key in keys:
             duck = con.execute(sql, [key]).fetchall()
             first = gw.sql(sql, [key])  # DuckDB (or the evaluator, once it learned) answers
             point = gw.point(sql, [key])
             if point is not None:
                 lanes += 1
-                assert [tuple(r) for r in point.rows] == duck, (sql, key)
+                assert [tuple(r) for r in point.rows()] == duck, (sql, key)
                 assert list(point.columns) == first.columns, sql
-                _same(point.result(None), first)
+                _same(point, first)
             assert first.rows() == duck, (sql, key)
             _same(gw.sql(sql, [key]), gw.sql(sql, [key], session=GENERAL))
     assert lanes >= len(statements) * (len(keys) - 1)  # all but each statement's first call

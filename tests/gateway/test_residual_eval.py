@@ -24,10 +24,10 @@ import pytest
 
 import planner
 from gateway import Gateway
-from gateway.arrow_rows import ScanRows
-from gateway.errors import ExecutionError
-from gateway.residual_eval import Fallback, Unsupported, compile_for, signature
-from gateway.residual_programs import Programs
+from gateway.engine.arrow_rows import ScanRows
+from gateway.engine.errors import ExecutionError
+from gateway.engine.residual.evaluator import Fallback, Unsupported, compile_for, signature
+from gateway.engine.residual.programs import Programs
 from stores.app.streams import StoreTopology, StreamsApp
 from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
 from stores.engine.change import Change
@@ -241,7 +241,7 @@ def test_gateway_answers_the_same_with_and_without_duckdb(gw: Gateway, sql: str,
     program = gw._plan(sql, params, {}).residual_program
     assert program is not None and gw._programs.columns(program) is not None
     second = gw.sql(sql, params=params)  # answered without DuckDB
-    assert second._cursor is None and second._sql is None  # no DuckDB cursor behind it
+    assert first.route == "duckdb" and second.route in ("evaluator", "point lane")  # no DuckDB behind the second
     assert second.columns == first.columns
     assert _same(second.rows(), first.rows())
     assert second.position == first.position and second.partitions == first.partitions
@@ -254,7 +254,7 @@ def test_errors_stay_duckdbs(gw: Gateway) -> None:
     assert gw.sql(sql, params=[1]).rows() == [(4,)]
     assert gw.sql(sql, params=[1]).rows() == [(4,)]
     with pytest.raises(ExecutionError, match="Overflow"):
-        gw.sql(sql, params=[9])
+        gw.sql(sql, params=[9]).rows()
 
 
 def test_a_program_that_disagrees_with_duckdb_is_turned_off() -> None:

@@ -25,7 +25,7 @@ import duckdb
 import pytest
 
 from gateway import Gateway
-from gateway.errors import NotSupported
+from gateway.engine.errors import NotSupported
 from tests.gateway.test_function_calls import gw, oracle  # noqa: F401 - the same store and oracle table
 from tests.planner.reference_store import run_sql
 

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 import duckdb
 import pytest
 
-from gateway.engine import Gateway
+from gateway.engine.gateway import Gateway
 from tests.gateway.gwfixtures import MINUTE, Shop
 
 STATEMENTS_PER_SEED = 250

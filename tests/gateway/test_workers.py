@@ -268,8 +268,8 @@ def test_a_worker_without_its_accept_board_still_serves(shop_app: StreamsApp, sh
                                                         case: str) -> None:
     """A board descriptor that is no board (here a directory), or a worker index that is no number: the worker
     says so and accepts without a board."""
-    from gateway.accept_board import AcceptBoard
-    from gateway.workers import INDEX_ENV, listening_socket
+    from gateway.serving.accept_board import AcceptBoard
+    from gateway.serving.workers import INDEX_ENV, listening_socket
 
     sock = listening_socket("127.0.0.1", 0)
     board = AcceptBoard.create(2) if case == "bad-index" else None

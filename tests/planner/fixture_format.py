@@ -56,10 +56,10 @@ def load_cases() -> list[Case]:
     return cases
 
 
-def actual(case: Case, catalog: Any) -> str:
-    """What the planner says for a case, in the fixture's expected format."""
+def actual(case: Case, catalog: Any, plan_with: Any = None) -> str:
+    """What the planner says for a case, in the fixture's expected format (``plan_with``: a Planner's ``plan``)."""
     try:
-        plan = planner.plan(case.sql, catalog, params=case.params, session=case.session)
+        plan = (plan_with or planner.plan)(case.sql, catalog, params=case.params, session=case.session)
     except planner.PlanningError as err:
         return f"error: {type(err).__name__}: {err}"
     if plan.kind is StatementKind.EXPLAIN:

@@ -103,10 +103,10 @@ def test_statement_kinds() -> None:
 
 
 def test_parameters_are_bound_after_the_cache() -> None:
-    planner.clear_cache()
-    a = planner.plan("SELECT v FROM mystore WHERE k = ?", CATALOG, params=[1])
-    b = planner.plan("SELECT v FROM mystore WHERE k = ?", CATALOG, params=[2])
-    info = planner.cache_info()
+    cached = planner.Planner()
+    a = cached.plan("SELECT v FROM mystore WHERE k = ?", CATALOG, params=[1])
+    b = cached.plan("SELECT v FROM mystore WHERE k = ?", CATALOG, params=[2])
+    info = cached.cache_info()
     assert info["misses"] == 1 and info["hits"] == 1
     assert a.scans[0].requests[0].query.key == 1 and b.scans[0].requests[0].query.key == 2
     assert a.residual_sql.endswith("k = 1") and b.residual_sql.endswith("k = 2")
@@ -114,12 +114,22 @@ def test_parameters_are_bound_after_the_cache() -> None:
 
 def test_catalog_change_invalidates_the_cached_template() -> None:
     sql = "SELECT * FROM mystore WHERE k > 0"
-    planner.plan(sql, CATALOG)
+    cached = planner.Planner()
+    cached.plan(sql, CATALOG)
     wider = dict(CATALOG, mystore=dataclasses.replace(CATALOG["mystore"], partitions=8))
-    assert planner.plan(sql, wider).scans[0].requests[0].partitions == frozenset(range(8))
+    assert cached.plan(sql, wider).scans[0].requests[0].partitions == frozenset(range(8))
     without = {k: v for k, v in CATALOG.items() if k != "mystore"}
     with pytest.raises(planner.UnknownStoreError):
-        planner.plan(sql, without)
+        cached.plan(sql, without)
+
+
+def test_two_planners_share_no_cache() -> None:
+    """The cache is a Planner's (a Gateway owns one): module-level ``plan`` is pure and caches nothing."""
+    a, b = planner.Planner(), planner.Planner()
+    a.plan("SELECT v FROM mystore WHERE k = ?", CATALOG, params=[1])
+    assert a.cache_info()["size"] == 1 and b.cache_info()["size"] == 0
+    assert b.point_lane("SELECT v FROM mystore WHERE k = ?", CATALOG) is None
+    assert a.point_lane("SELECT v FROM mystore WHERE k = ?", CATALOG) is not None
 
 
 def test_parameter_types() -> None:

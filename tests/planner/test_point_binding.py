@@ -17,12 +17,19 @@ from typing import Any
 import pytest
 
 from planner.errors import PlanningError
-from planner.planning import _template, clear_cache, plan, point_lane
+from planner.planning import Planner, _analyze_text, _normalize
 from planner.requests import _point_ref, bind_general, bind_scan
 from planner.settings import resolve_session
 from stores.iqv2.position import Position, PositionBound
 from stores.iqv2.query import KeyQuery, TimestampedKeyQuery
 from tests.planner.planner_catalog import CATALOG
+
+PLANNER = Planner()  # the gateway's point lane lives in its Planner's cache
+
+
+def _template(sql: str) -> Any:
+    """The analysed template of ``sql`` (what a Planner caches)."""
+    return _analyze_text(_normalize(sql), CATALOG, None)
 
 STORES = ["mystore", "int_store", "str_store", "dbl_store", "bool_store", "ts_store", "date_store", "revenue", "single"]
 SHAPES = [
@@ -48,7 +55,7 @@ def _key(store: str) -> str:
 
 
 def _bind(fn: Any, sql: str, params: Any, session: dict[str, Any], bound: PositionBound) -> Any:
-    t = _template(sql, CATALOG).scans[0]
+    t = _template(sql).scans[0]
     try:
         return fn(sql, t, params, bound, resolve_session(session) if session else resolve_session(None))
     except PlanningError as exc:
@@ -75,7 +82,7 @@ def test_point_binding_is_the_general_binding(session: dict[str, Any], bound: Po
     points = 0
     for sql, params in CASES:
         try:
-            t = _template(sql, CATALOG).scans[0]
+            t = _template(sql).scans[0]
         except PlanningError:
             continue  # e.g. a literal the analyser refuses: no binding to compare
         points += _point_ref(t) is not None
@@ -86,7 +93,7 @@ def test_point_binding_is_the_general_binding(session: dict[str, Any], bound: Po
 
 def test_only_plain_point_lookups_take_the_short_path() -> None:
     def shape(sql: str) -> bool:
-        return _point_ref(_template(sql, CATALOG).scans[0]) is not None
+        return _point_ref(_template(sql).scans[0]) is not None
 
     assert shape("SELECT * FROM mystore WHERE k = ?")
     assert shape("SELECT * FROM revenue WHERE customer IN (?)")
@@ -100,7 +107,7 @@ def test_only_plain_point_lookups_take_the_short_path() -> None:
 
 def _lane_answer(sql: str, params: Any, catalog: Any = CATALOG) -> tuple[Any, ...] | None:
     """What the lane binds ``params`` to (store, query type, key, partitions, bound, columns), or None."""
-    lane = point_lane(sql, catalog)
+    lane = PLANNER.point_lane(sql, catalog)
     if lane is None:
         return None
     key = lane.key(params)
@@ -126,16 +133,16 @@ def _plan_answer(planned: Any) -> tuple[Any, ...] | None:
 def test_point_lane_is_plan_s_request_or_none() -> None:
     lane = 0
     for sql, params in CASES:
-        clear_cache()
-        assert point_lane(sql, CATALOG) is None  # not planned yet: never known to be a point lookup
+        PLANNER.clear()
+        assert PLANNER.point_lane(sql, CATALOG) is None  # not planned yet: never known to be a point lookup
         try:
-            planned = plan(sql, CATALOG, params=params)
+            planned = PLANNER.plan(sql, CATALOG, params=params)
         except PlanningError:
             planned = None
         got = _lane_answer(sql, params)
         if got is None:
             if _plan_answer(planned) is not None:
-                assert _point_ref(_template(sql, CATALOG).scans[0]) is None, (sql, params)  # e.g. IN (?, ?)
+                assert _point_ref(_template(sql).scans[0]) is None, (sql, params)  # e.g. IN (?, ?)
             continue
         lane += 1
         assert got == _plan_answer(planned), (sql, params)
@@ -148,7 +155,7 @@ def test_point_lane_is_plan_s_request_or_none() -> None:
 
 def test_point_lane_declines_what_plan_must_decide() -> None:
     sql = "SELECT * FROM mystore WHERE k = ?"
-    plan(sql, CATALOG, params=[1])
+    PLANNER.plan(sql, CATALOG, params=[1])
     assert _lane_answer(sql, [1]) is not None
     assert _lane_answer(sql + " ;  ", [2]) is not None  # the plan cache's own key
     assert _lane_answer(sql, (3,)) is not None  # a DB-API cursor's tuple
@@ -160,39 +167,39 @@ def test_point_lane_declines_what_plan_must_decide() -> None:
     assert _lane_answer(sql, {"a": 1}) is None
     assert _lane_answer(sql, [1], {**CATALOG, "mystore": CATALOG["int_store"]}) is None  # the store changed
     bounded = "SELECT * FROM mystore WHERE k = ? AS OF POSITION '{\"events\": {\"0\": 3}}'"
-    planned = plan(bounded, CATALOG, params=[1])
+    planned = PLANNER.plan(bounded, CATALOG, params=[1])
     got = _lane_answer(bounded, [1])
     assert got == _plan_answer(planned)  # the bound in the text, as plan's
     assert not got[4].is_unbounded()
     for other in ("SELECT count(*) FROM mystore WHERE k = ? AND v LIKE 'a%'",  # DuckDB's residual
                   "EXPLAIN SELECT * FROM mystore WHERE k = ?"):
-        plan(other, CATALOG, params=[1])
-        assert point_lane(other, CATALOG) is None
+        PLANNER.plan(other, CATALOG, params=[1])
+        assert PLANNER.point_lane(other, CATALOG) is None
 
 
 def test_a_literal_key_is_bound_once() -> None:
     sql = "SELECT * FROM int_store WHERE k = 7"
-    planned = plan(sql, CATALOG)
-    lane = point_lane(sql, CATALOG)
+    planned = PLANNER.plan(sql, CATALOG)
+    lane = PLANNER.point_lane(sql, CATALOG)
     assert lane is not None and lane.constant == 7
     assert _lane_answer(sql, None) == _plan_answer(planned)
     assert _lane_answer(sql, [1]) is None  # plan says the statement takes no parameters
-    plan("SELECT * FROM mystore WHERE k = 9223372036854775808", CATALOG)
-    assert point_lane("SELECT * FROM mystore WHERE k = 9223372036854775808", CATALOG) is None  # no such key
+    PLANNER.plan("SELECT * FROM mystore WHERE k = 9223372036854775808", CATALOG)
+    assert PLANNER.point_lane("SELECT * FROM mystore WHERE k = 9223372036854775808", CATALOG) is None  # no such key
 
 
 @pytest.mark.parametrize("store", ["mystore", "int_store", "str_store"])
 def test_the_lane_s_shortcut_for_a_lone_parameter_is_plan_s_binding(store: str) -> None:
     """A lone ``?`` of the key's own Python type skips coerce_bound: the same key, the same partition, or None."""
     sql = f"SELECT * FROM {store} WHERE {_key(store)} = ?"
-    plan(sql, CATALOG, params=[1] if CATALOG[store].key.type.value != "VARCHAR" else ["a"])
-    lane = point_lane(sql, CATALOG)
+    PLANNER.plan(sql, CATALOG, params=[1] if CATALOG[store].key.type.value != "VARCHAR" else ["a"])
+    lane = PLANNER.point_lane(sql, CATALOG)
     assert lane is not None
     values: list[Any] = [0, 1, -1, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**63 - 1, 2**63, -(2**63), True,
                          "a", "", "é", "\ud800", " 5 ", 3.0]
     for v in values:
         try:
-            planned = plan(sql, CATALOG, params=[v])
+            planned = PLANNER.plan(sql, CATALOG, params=[v])
         except PlanningError:
             planned = None
         assert _lane_answer(sql, [v]) == _plan_answer(planned), (store, v)

@@ -163,7 +163,7 @@ def test_a_filter_never_adds_rows(gw: Gateway) -> None:
 
 
 def test_versioned_scans_respect_table_scans(gw: Gateway) -> None:
-    import gateway.errors as ge
+    import gateway.engine.errors as ge
 
     with pytest.raises(ge.GatewayError, match="table scans are disabled"):
         gw.sql("SELECT count(*) FROM vers", session={"table_scans": False})

@@ -15,8 +15,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from gateway.config import GatewayConfig
-from gateway.engine import Gateway
+from gateway.engine.config import GatewayConfig
+from gateway.engine.gateway import Gateway
 from stores.app.streams import StoreTopology, StreamsApp
 from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
 from stores.engine.change import Change

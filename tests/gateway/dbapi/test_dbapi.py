@@ -17,9 +17,9 @@ import pytest
 
 import gateway
 import gateway.dbapi as dbapi
-from gateway import errors
-from gateway.config import GatewayConfig
-from gateway.engine import Gateway
+from gateway.engine import errors
+from gateway.engine.config import GatewayConfig
+from gateway.engine.gateway import Gateway
 from stores.iqv2.position import Position
 from tests.gateway.dbapi.dbfixtures import (
     LATE,

@@ -52,7 +52,7 @@ import sqlglot
 from sqlglot import exp
 
 import gateway.dbapi
-from gateway.engine import Gateway
+from gateway.engine.gateway import Gateway
 from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
 from stores.engine.change import Change
 from stores.iqv2.position import Position

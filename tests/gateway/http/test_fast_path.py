@@ -20,7 +20,7 @@ import pytest
 from gateway import Gateway, GatewayConfig
 from gateway.http import create_app
 from gateway.http.fast import FastPath
-from gateway.server import ServerThread
+from gateway.serving.http_server import ServerThread
 from tests.gateway.gwfixtures import Shop
 
 TOKEN = "s3cret"

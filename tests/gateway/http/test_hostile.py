@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from gateway import Gateway, GatewayConfig
 from gateway.http import create_app
-from gateway.server import ServerThread
+from gateway.serving.http_server import ServerThread
 from stores import Column, EventLog, Position, SqlType, StoreKind, StoreSpec, StoreTopology, StreamsApp
 from stores.engine.change import Change
 from tests.gateway.gwfixtures import Http

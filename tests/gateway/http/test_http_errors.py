@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import gateway.errors as ge
+import gateway.engine.errors as ge
 from gateway import Gateway, GatewayConfig
 from stores.app.streams import StoreTopology, StreamsApp
 from tests.gateway.gwfixtures import REVENUE, Http, Shop, make_app, serve_gateway

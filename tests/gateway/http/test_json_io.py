@@ -16,9 +16,9 @@ from decimal import Decimal
 
 import pytest
 
-from gateway.errors import BadRequest
+from gateway.engine.errors import BadRequest
 from gateway.http.limits import parse_json, parse_sql_request
-from gateway.json_values import _ENCODER, _clean, dumps, dumps_bytes
+from gateway.engine.json_values import _ENCODER, _clean, dumps, dumps_bytes
 
 
 def _stdlib(raw: bytes) -> object:

@@ -7,8 +7,8 @@ import json
 import re
 import urllib.parse
 
-from gateway.config import GatewayConfig
-from gateway.engine import Gateway
+from gateway.engine.config import GatewayConfig
+from gateway.engine.gateway import Gateway
 from tests.gateway.gwfixtures import Http, serve_gateway
 
 

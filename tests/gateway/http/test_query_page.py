@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from gateway.config import GatewayConfig
-from gateway.engine import Gateway
+from gateway.engine.config import GatewayConfig
+from gateway.engine.gateway import Gateway
 from tests.gateway.gwfixtures import SPECS, Http, serve_gateway
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -19,10 +19,10 @@ import pyarrow as pa
 import pytest
 
 from gateway import Gateway, GatewayConfig
-from gateway.errors import ResponseTooLarge, RowLimitExceeded
+from gateway.engine.errors import ResponseTooLarge, RowLimitExceeded
 from gateway.http import create_app
-from gateway.result import Result
-from gateway.server import ServerThread
+from gateway.engine.result import Result
+from gateway.serving.http_server import ServerThread
 from stores.app.streams import StreamsApp
 from tests.gateway.gwfixtures import Http, Shop
 
@@ -178,7 +178,7 @@ def test_a_value_rows_cannot_carry_after_the_status_line(small_chunks: Http, sho
 
 
 def test_a_value_rows_cannot_carry_in_process(shop_app: StreamsApp) -> None:
-    from gateway.errors import ExecutionError
+    from gateway.engine.errors import ExecutionError
 
     g = Gateway(shop_app)
     try:

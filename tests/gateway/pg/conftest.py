@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gateway.engine import Gateway
+from gateway.engine.gateway import Gateway
 from gateway.pg import PgServer
 from tests.gateway.gwfixtures import Http
 

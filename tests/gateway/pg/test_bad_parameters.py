@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.engine import Gateway
+from gateway.engine.gateway import Gateway
 from gateway.pg import PgServer
 from tests.gateway.pg.test_load_and_bad_clients import (
     _connect,

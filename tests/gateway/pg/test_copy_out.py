@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from psycopg import errors as pe
 
-from gateway.errors import GatewayError
+from gateway.engine.errors import GatewayError
 from gateway.pg.copy_out import parse_copy
 from tests.gateway.gwfixtures import Http, Shop
 from tests.gateway.pg.conftest import Pg, asyncpg_run

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from gateway.engine import Gateway
+from gateway.engine.gateway import Gateway
 from gateway.pg import PgServer
 from tests.gateway.gwfixtures import Shop
 from tests.gateway.pg.conftest import Pg

@@ -13,8 +13,8 @@ import psycopg
 import pytest
 from psycopg import errors as pe
 
-from gateway.config import GatewayConfig
-from gateway.engine import Gateway
+from gateway.engine.config import GatewayConfig
+from gateway.engine.gateway import Gateway
 from gateway.pg import PgServer
 from tests.gateway.gwfixtures import Http, Shop
 from tests.gateway.pg.conftest import Pg, http_rows

@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from gateway.engine import Gateway
+from gateway.engine.gateway import Gateway
 from gateway.pg import PgServer
 
 OPENSSL = shutil.which("openssl")

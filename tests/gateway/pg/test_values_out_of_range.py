@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.engine import Gateway
+from gateway.engine.gateway import Gateway
 from gateway.pg import PgServer
 from gateway.pg.types import decode_param
 from gateway.pg.wire import ProtocolError

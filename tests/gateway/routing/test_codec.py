@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from gateway.json_values import dumps
+from gateway.engine.json_values import dumps
 from gateway.routing.codec import CodecError, decode_request, encode_request
 from stores.iqv2 import query as q
 from stores.iqv2.position import Position, PositionBound

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from gateway.engine import Gateway
-from gateway.errors import ColumnNotYetAvailableError, SqlError
+from gateway.engine.gateway import Gateway
+from gateway.engine.errors import ColumnNotYetAvailableError, SqlError
 from stores import Position, StreamsApp
 from stores.app import layout
 from stores.app.reader import StateDirReader
@@ -270,7 +270,7 @@ def test_over_http_the_new_column_is_503_and_the_rebuild_progress_is_in_stores_a
 
 def test_a_store_file_that_does_not_match_its_spec_is_not_retryable(tmp_path: Any) -> None:
     """The failure issue 20 found (``no such column`` as a retryable STORE_EXCEPTION): no retry can fix it."""
-    from gateway.errors import PartitionFailureError
+    from gateway.engine.errors import PartitionFailureError
 
     app = _start(Pipeline([kv("s", "a")]), tmp_path)
     _fill(app, "s", {"x": (1,)}, 2)
@@ -299,7 +299,7 @@ def test_read_only_gateways_and_system_stores_show_the_rebuild_and_partial_histo
         with pytest.raises(ColumnNotYetAvailableError, match="'avg' of store revenue arrives.*has not started"):
             reader_gw.sql("SELECT k, avg FROM revenue")
         # a first report without figures: the console line and the health summary skip it (no KeyError)
-        from gateway.hosting import progress_line
+        from gateway.serving.hosting import progress_line
         from stores.app.health import StoreStatus, overall
         from stores.iqv2.state import State
 

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 import pyspark  # noqa: E402,F401 - Spark tests run or fail, never skip quietly
 from pyspark.sql import functions as F  # noqa: E402
 
-import gateway.errors as ge  # noqa: E402
+import gateway.engine.errors as ge  # noqa: E402
 from gateway import Gateway  # noqa: E402
 from stores import (  # noqa: E402
     KafkaSource,

@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.spark]
 import pyspark  # noqa: E402,F401 - Spark tests run or fail, never skip quietly
 from pyspark.sql import functions as F  # noqa: E402
 
-from gateway.engine import Gateway  # noqa: E402
+from gateway.engine.gateway import Gateway  # noqa: E402
 from stores import (  # noqa: E402
     Position,
     PositionBound,

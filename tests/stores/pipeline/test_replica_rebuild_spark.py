@@ -18,7 +18,7 @@ import pytest
 pytestmark = [pytest.mark.spark]
 import pyspark  # noqa: E402,F401 - Spark tests run or fail, never skip quietly
 
-from gateway.engine import Gateway  # noqa: E402
+from gateway.engine.gateway import Gateway  # noqa: E402
 from stores import Position, StreamsApp  # noqa: E402
 from stores.changelog import EventLogChangelog, changelog_topic  # noqa: E402
 from stores.log.eventlog import EventLog  # noqa: E402

@@ -24,8 +24,8 @@ import pytest
 pytestmark = [pytest.mark.spark]
 import pyspark  # noqa: E402,F401 - Spark tests run or fail, never skip quietly
 
-from gateway.cli import main  # noqa: E402
-from gateway.engine import Gateway  # noqa: E402
+from gateway.cli.main import main  # noqa: E402
+from gateway.engine.gateway import Gateway  # noqa: E402
 from stores import State, StreamsApp  # noqa: E402
 from stores.app import layout  # noqa: E402
 from stores.log.eventlog import EventLog  # noqa: E402

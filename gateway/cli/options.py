@@ -1,0 +1,212 @@
+"""The server's command-line options, shared by ``iqgate serve`` and ``iqgate demo``: limits, auth, sizes.
+
+One parser of numbers and sizes, so a bad value is a usage error (exit 2)
+with the flag named, never a traceback; one place that turns the flags into
+the GatewayConfig every face enforces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+from ..engine.config import GatewayConfig
+from ..serving.options import HttpOptions, PgOptions, RoutingOptions, ServeOptions
+
+__all__ = ["server_args", "pg_args", "config_from_args", "positive_int", "non_negative_int", "byte_size",
+           "serve_options", "kafka_args", "kafka_options", "routing_args", "routing_options", "UsageError"]
+
+
+class UsageError(Exception):
+    """A command given flags that cannot work together (exit 2, one line, no traceback)."""
+
+
+def int_at_least(least: int) -> Any:
+    """An argparse type: an integer >= ``least``, so a bad number is a usage error (exit 2), not a traceback."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
+        return value
+    return parse
+
+
+positive_int = int_at_least(1)
+non_negative_int = int_at_least(0)
+
+
+def port_number(text: str) -> int:
+    """A TCP port, 0-65535 (0: any free port), so ``--port 99999`` is a usage error and not bind()'s OverflowError."""
+    value = non_negative_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"a TCP port is 0-65535, got {value}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """A finite number of seconds > 0 (a timeout), so ``-1``, ``nan`` or ``inf`` are usage errors, not socket errors."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
+    return value
+
+
+def http_url(text: str) -> str:
+    """An ``http://`` or ``https://`` URL with a host (a server of ours), checked before anything connects."""
+    try:
+        parts = urllib.parse.urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number or out of range
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a URL: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL (e.g. http://127.0.0.1:8080)")
+    return text
+
+
+def byte_size(text: str) -> int:
+    """``512MB``, ``2GB``, ``1048576``: a size in bytes (at least 16 MB)."""
+    units = {"": 1, "B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}
+    t = text.strip().upper().replace("IB", "B")
+    num = t.rstrip("KMGTB")
+    unit = t[len(num):]
+    try:
+        value = int(float(num) * units[unit])
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 512MB or 2GB") from None
+    if value < 16 * 2**20:
+        raise argparse.ArgumentTypeError(f"{text!r} is too small; give at least 16MB")
+    return value
+
+
+def server_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=port_number, default=8080)
+    p.add_argument("--threads", type=positive_int, default=4,
+                   help="HTTP worker threads (default 4: more only add GIL contention on small machines)")
+    p.add_argument("--token", help="require Authorization: Bearer TOKEN (visible to other users of the machine: "
+                                   "prefer --token-file or the IQGATE_TOKEN environment variable)")
+    p.add_argument("--token-file", metavar="PATH", help="read the bearer token from this file")
+    p.add_argument("--max-memory", type=byte_size, metavar="SIZE",
+                   help="every statement's memory budget, e.g. 512MB or 2GB (default: a tenth of the machine's "
+                        "memory, at most 4 GB)")
+    p.add_argument("--max-rows", type=positive_int, default=1_000_000, help="most rows one statement may return")
+    p.add_argument("--statement-timeout-ms", type=positive_int, default=30_000)
+    p.add_argument("--no-table-scans", action="store_true", help="refuse queries that must scan whole stores")
+
+
+def pg_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pg-port", type=port_number, help="also speak the PostgreSQL protocol on this port "
+                   "(psql, DBeaver, Metabase, Grafana, …)")
+    p.add_argument("--pg-host", default="127.0.0.1", help="bind address of the PG port (default 127.0.0.1)")
+    p.add_argument("--pg-auth", choices=("scram-sha-256", "md5", "password"), default="scram-sha-256",
+                   help="password method on the PG port when a token is set (the password is the token)")
+    p.add_argument("--pg-max-connections", type=positive_int, default=64, help="PG connections served at once")
+    p.add_argument("--tls-cert", help="PEM certificate: the PG port accepts TLS (SSLRequest) with it")
+    p.add_argument("--tls-key", help="PEM private key of --tls-cert")
+
+
+def config_from_args(args: argparse.Namespace) -> GatewayConfig:
+    return GatewayConfig(**config_kwargs(args))
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    """The bearer token: --token-file, else $IQGATE_TOKEN, else --token (visible in the process list: avoid)."""
+    if args.token_file:
+        try:
+            token = Path(args.token_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise UsageError(f"cannot read --token-file {args.token_file}: {exc.strerror}") from None
+        if not token:
+            raise UsageError(f"--token-file {args.token_file} is empty")
+        return token
+    return os.environ.get("IQGATE_TOKEN") or args.token or None
+
+
+def config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {"auth_token": _token(args), "max_rows": args.max_rows,
+                           "statement_timeout_ms": args.statement_timeout_ms, "table_scans": not args.no_table_scans}
+    if args.max_memory is not None:
+        out["max_memory_bytes"] = args.max_memory
+    return out
+
+
+def kafka_args(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--bootstrap-servers", metavar="HOST:PORT[,HOST:PORT]", help=what)
+    p.add_argument("--kafka-option", action="append", default=[], metavar="NAME=VALUE",
+                   help="a librdkafka client setting, e.g. security.protocol=SASL_SSL (repeatable)")
+
+
+def kafka_options(args: argparse.Namespace) -> dict[str, str]:
+    """``--kafka-option name=value`` (repeatable): librdkafka client settings such as security.protocol, sasl.*."""
+    out = {}
+    for item in getattr(args, "kafka_option", None) or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--kafka-option must be name=value, got {item!r}")
+        out[name.strip()] = value
+    return out
+
+
+def routing_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--peers", default="", metavar="URL[,URL]",
+                   help="other iqgate servers of the same application (pipeline host, replicas): partitions this "
+                        "server cannot answer as asked are answered by them")
+    p.add_argument("--advertised-url", type=http_url, metavar="URL",
+                   help="how peers and clients reach this server (default http://HOST:PORT)")
+    p.add_argument("--max-lag", type=non_negative_int, metavar="RECORDS",
+                   help="answer from a copy only if its changelog offset lag is at most this (default: any lag; "
+                        "a statement's position bound is the exact way to bound staleness)")
+    p.add_argument("--heartbeat-ms", type=non_negative_int, default=500, help="how often peers are polled")
+    p.add_argument("--heartbeat-topic", action="store_true",
+                   help="also find peers through the topic <application_id>-iqgate-heartbeats on the log (Kafka or "
+                        "the event log): every server publishes its URL there")
+
+
+def routing_options(args: argparse.Namespace, *, always: bool = False) -> RoutingOptions | None:
+    peers = tuple(u.strip() for u in (getattr(args, "peers", "") or "").split(",") if u.strip())
+    for u in peers:
+        if not u.startswith(("http://", "https://")):
+            raise UsageError(f"--peers: {u!r} is not an http:// or https:// URL")
+    opts = RoutingOptions(peers=peers, advertised_url=getattr(args, "advertised_url", None),
+                          max_lag=getattr(args, "max_lag", None), heartbeat_ms=getattr(args, "heartbeat_ms", 500),
+                          heartbeat_topic=bool(getattr(args, "heartbeat_topic", False)),
+                          catch_up_wait_ms=getattr(args, "catch_up_wait_ms", 0) or 0, always=always)
+    return opts if opts.wanted else None
+
+
+def pg_options(args: argparse.Namespace) -> PgOptions | None:
+    if getattr(args, "pg_port", None) is None:
+        if getattr(args, "tls_cert", None) or getattr(args, "tls_key", None):
+            raise UsageError("--tls-cert/--tls-key secure the PG port; add --pg-port")
+        return None
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise UsageError("TLS needs both --tls-cert and --tls-key")
+    if args.tls_cert:
+        import ssl
+
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            ctx.load_cert_chain(args.tls_cert, args.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise UsageError(f"cannot load the TLS certificate --tls-cert {args.tls_cert} with --tls-key "
+                             f"{args.tls_key}: {reason}") from None
+    return PgOptions(host=args.pg_host, port=args.pg_port, auth=args.pg_auth, max_connections=args.pg_max_connections,
+                     tls_cert=args.tls_cert, tls_key=args.tls_key)
+
+
+def serve_options(args: argparse.Namespace, *, workers: int, routing: RoutingOptions | None = None) -> ServeOptions:
+    """The typed options of ``serve``, ``demo`` and ``replica`` (every bad flag a UsageError naming it)."""
+    return ServeOptions(http=HttpOptions(host=args.host, port=args.port, threads=args.threads), workers=workers,
+                        pin_cpus=not getattr(args, "no_pin_cpus", False), config=config_from_args(args),
+                        pg=pg_options(args), routing=routing)

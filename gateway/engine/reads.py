@@ -1,0 +1,129 @@
+"""A SELECT's store reads: every scan's IQv2 requests run, their per-partition answers gathered, one owner.
+
+``read_scans`` runs each ``StoreScan`` of a plan (``scans.run_scan``:
+waiting for a position bound within the statement's budget), turns the
+answers into the store relation's rows (``arrow_rows.collect``) and records
+each partition's outcome. A range scan is read as Arrow streams
+(``arrow_scans``): each partition's stream holds a read transaction until it
+is read or closed, so the ``Reads`` that holds them is their one owner, and
+``close()`` ends every snapshot however the statement ends.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner.plan import Plan, StoreScan
+from stores.catalog.schema import StoreSpec
+from stores.iqv2.position import Position
+
+from .arrow_rows import ScanRows, StoreShapeMoved, collect
+from .arrow_scans import as_arrow_requests, close_streams, reads_once, relation_reader, streamable
+from .bounds import check_bound_topics
+from .config import GatewayConfig
+from .duck import Lease
+from .errors import GatewayInternalError
+from .guards import StatementWatch
+from .outcomes import PartitionOutcome, partition_error, record_outcomes
+from .scans import Waiting, run_scan
+from .sources import Source
+
+__all__ = ["Reads", "read_scans", "statement_bound"]
+
+
+@dataclass
+class Reads:
+    """What a statement read: per scan its rows (or streams), the merged Position, the partition outcomes."""
+
+    scans: list[tuple[StoreScan, ScanRows]] = field(default_factory=list)
+    position: Position = field(default_factory=Position.empty)
+    partitions: list[PartitionOutcome] = field(default_factory=list)
+    streamed: set[str] = field(default_factory=set)  # relations read as Arrow streams
+    _closed: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def relations(self) -> dict[str, str]:
+        """Relation name → store name (error messages name stores, never ``__iq_scan_0``)."""
+        return {scan.relation: scan.store for scan, _ in self.scans}
+
+    @property
+    def in_memory(self) -> bool:
+        """Every scan's rows are Python rows in hand (no stream): what the fast path and the evaluator take."""
+        return not self.streamed and not any(rows.streams for _, rows in self.scans)
+
+    def bind(self, lease: Lease, sql: str, *, tables: bool = False) -> None:
+        """Point each scan's relation name on ``lease`` at its data: a stream DuckDB reads once as it runs, or a
+        table when the SQL reads the relation more than once (a self-join) or ``tables`` asks for one (a
+        relation handed to the caller runs any number of times)."""
+        for scan, rows in self.scans:
+            if scan.relation in self.streamed:
+                failures = rows.to_arrow(True, with_rows=False) if scan.include_failures and rows.failures else None
+                answered = rows.to_arrow(False) if rows.rows else None  # partitions a peer answered as rows
+                reader = relation_reader(rows.schema(), rows.spec, list(rows.streams), failures, scan.order,
+                                         scan.limit, answered)
+                once = not tables and reads_once(sql, scan.relation)
+                lease.bind(scan.relation, reader if once else reader.read_all())
+            else:
+                lease.bind(scan.relation, rows.to_arrow(scan.include_failures))
+
+    def close(self) -> None:
+        """End every snapshot (idempotent; a stream read to the end has ended its own)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        for _, rows in self.scans:
+            close_streams(rows.streams)
+
+
+def statement_bound(plan: Plan, settings: Mapping[str, Any], request_bound: Position | None,
+                    catalog: Mapping[str, StoreSpec]) -> Position:
+    """The statement's position bound: its ``AS OF POSITION``, the session's, the request's; checked against the
+    topics its stores read (a bound naming none of them is a mistake, said so)."""
+    from .statement import bound_from
+
+    bound = plan.position_bound.position
+    bound = bound.merge(bound_from(settings.get("position_bound")))
+    bound = bound.merge(request_bound)
+    if not bound.is_empty():
+        check_bound_topics(bound, [catalog[scan.store] for scan in plan.scans], catalog.values())
+    return bound
+
+
+def read_scans(source: Source, plan: Plan, catalog: Mapping[str, StoreSpec], bound: Position, config: GatewayConfig,
+               waiting: Waiting | None, partial: bool, watch: StatementWatch) -> Reads:
+    """Run every scan of ``plan``; with ``partial`` False a needed failed partition is the statement's error."""
+    reads = Reads()
+    outcomes: dict[tuple[str, int], PartitionOutcome] = {}
+    try:
+        for scan in plan.scans:
+            run = scan
+            if plan.fast_path is None and config.arrow_scans and streamable(scan, catalog[scan.store]):
+                run = as_arrow_requests(scan, config.scan_batch_rows)
+                reads.streamed.add(scan.relation)
+            answers = run_scan(source, run, bound, waiting)
+            try:
+                rows = collect(catalog[scan.store], answers, None if run is not scan else scan.order,
+                               None if run is not scan else scan.limit)
+            except StoreShapeMoved:
+                raise
+            except ValueError as exc:
+                raise GatewayInternalError(str(exc)) from exc
+            reads.scans.append((scan, rows))
+            for _, answer in answers:
+                reads.position = reads.position.merge(answer.position)
+                record_outcomes(outcomes, scan.store, answer)
+        watch.check("reading the stores")
+        reads.partitions = [outcomes[k] for k in sorted(outcomes)]
+        if not partial:
+            needed = [f for scan, rows in reads.scans if not scan.include_failures for f in rows.failures]
+            if needed:
+                raise partition_error(needed, waiting.note if waiting is not None else "")
+        return reads
+    except BaseException:
+        reads.close()  # every snapshot ends with the statement
+        raise

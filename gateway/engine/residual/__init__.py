@@ -1,0 +1,1 @@
+"""The residual evaluator: simple residual programs answered without DuckDB, exactly as DuckDB would."""
