@@ -128,7 +128,7 @@ def _http_figures(state: Path, n_keys: int, quick: bool) -> list[Figure]:
     (other processes on a shared machine only ever make a run slower).
     """
     from benchmarks import wrk
-    from gateway.serving.workers import default_workers
+    from gateway.serving.supervisor import default_workers
 
     bodies = _bodies(n_keys)
     seconds = 1.0 if quick else 4.0

@@ -73,8 +73,7 @@ def http_url(text: str) -> str:
     return text
 
 
-def byte_size(text: str) -> int:
-    """``512MB``, ``2GB``, ``1048576``: a size in bytes (at least 16 MB)."""
+def _size(text: str, least: int, least_text: str) -> int:
     units = {"": 1, "B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}
     t = text.strip().upper().replace("IB", "B")
     num = t.rstrip("KMGTB")
@@ -83,9 +82,19 @@ def byte_size(text: str) -> int:
         value = int(float(num) * units[unit])
     except (ValueError, KeyError):
         raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 512MB or 2GB") from None
-    if value < 16 * 2**20:
-        raise argparse.ArgumentTypeError(f"{text!r} is too small; give at least 16MB")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"{text!r} is too small; give at least {least_text}")
     return value
+
+
+def response_size(text: str) -> int:
+    """``64KB``, ``256MB``: the most bytes one answer may have (at least 1 KB)."""
+    return _size(text, 2**10, "1KB")
+
+
+def byte_size(text: str) -> int:
+    """``512MB``, ``2GB``, ``1048576``: a size in bytes (at least 16 MB)."""
+    return _size(text, 16 * 2**20, "16MB")
 
 
 def server_args(p: argparse.ArgumentParser) -> None:
@@ -100,6 +109,8 @@ def server_args(p: argparse.ArgumentParser) -> None:
                    help="every statement's memory budget, e.g. 512MB or 2GB (default: a tenth of the machine's "
                         "memory, at most 4 GB)")
     p.add_argument("--max-rows", type=positive_int, default=1_000_000, help="most rows one statement may return")
+    p.add_argument("--max-response-size", type=response_size, metavar="SIZE",
+                   help="most bytes one answer may have, e.g. 64MB (default 256MB)")
     p.add_argument("--statement-timeout-ms", type=positive_int, default=30_000)
     p.add_argument("--no-table-scans", action="store_true", help="refuse queries that must scan whole stores")
 
@@ -137,6 +148,8 @@ def config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                            "statement_timeout_ms": args.statement_timeout_ms, "table_scans": not args.no_table_scans}
     if args.max_memory is not None:
         out["max_memory_bytes"] = args.max_memory
+    if getattr(args, "max_response_size", None) is not None:
+        out["max_response_bytes"] = args.max_response_size
     return out
 
 

@@ -223,7 +223,9 @@ class DuckAnswer:
                     self._watch.check()
                     self._done = True
                     return
-                except duckdb.Error as exc:
+                except (duckdb.Error, OSError, pa.ArrowException) as exc:
+                    # DuckDB's own errors reach an Arrow reader as pyarrow's (an interrupt: OSError "INTERRUPT
+                    # Error"): a timeout or cancel while streaming is the watch's reason, not an unknown failure
                     raise duck_error(exc, self._watch, self._relations) from exc
                 self._seen += batch.num_rows
                 if self._seen > self._limit:

@@ -106,7 +106,7 @@ def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metric
         # each store follows and the one it restores beside it. A server's serving processes (issues 43, 52): what
         # it serves (mode), how old this process's view of the supervisor's state is, crashes of serving processes
         # in the last minutes; a read-only server: the files' writer and each store's Position and age.
-        for extra in ("mode", "state_since", "view_age_ms", "crashes", "writer", "positions", "instance", "host",
+        for extra in ("mode", "state_since", "view_age_ms", "process", "crashes", "writer", "positions", "instance", "host",
                       "partitions", "peers", "changelogs"):
             if extra in status:
                 body[extra] = status[extra]

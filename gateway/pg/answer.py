@@ -32,6 +32,7 @@ class Answer:
     chunks: Iterator[list[tuple[Any, ...]]] | None = None
     result: Result | None = None
     count: int = 0
+    bytes: int = 0  # DataRow bytes sent so far (the response-size budget)
 
     @property
     def done(self) -> bool:

@@ -22,7 +22,7 @@ from planner.systables import SystemContext
 from stores.iqv2.position import Position
 
 from ..engine.cancel import Cancellation
-from ..engine.errors import GatewayError, GatewayInternalError, SqlError, translate
+from ..engine.errors import GatewayError, GatewayInternalError, ResponseTooLarge, SqlError, translate
 from .answer import Answer, answer_of
 from .commands import ClientSettings, run_command
 from .copy_out import copy_header, copy_rows, copy_trailer, forced_columns, parse_copy
@@ -135,9 +135,19 @@ class Session:
         rows = answer.rows
         end = len(rows) if limit <= 0 else min(len(rows), start + limit)
         data_row = self.out.data_row
+        began = self.out.written
         for r in range(start, end):
             data_row([None if v is None else enc(v) for enc, v in zip(encoders, rows[r])])
+        self._check_size(answer, self.out.written - began)
         return end - start
+
+    def _check_size(self, answer: Answer, wrote: int) -> None:
+        """The response-size budget, as every face enforces it: past it the answer ends with an ErrorResponse."""
+        answer.bytes += wrote
+        limit = self.gateway.config.max_response_bytes
+        if answer.bytes > limit:
+            raise ResponseTooLarge(f"the answer is larger than the server's response limit of {limit:,} bytes; "
+                                   "add a LIMIT, select fewer columns, or aggregate")
 
     def _send_streamed(self, answer: Answer, encoders: list[Any], limit: int) -> int:
         data_row = self.out.data_row
@@ -145,8 +155,10 @@ class Session:
         while True:
             rows = answer.rows
             take = len(rows) if limit <= 0 else min(len(rows), limit - sent)
+            began = self.out.written
             for r in range(take):
                 data_row([None if v is None else enc(v) for enc, v in zip(encoders, rows[r])])
+            self._check_size(answer, self.out.written - began)
             answer.rows = rows[take:]
             sent += take
             answer.count += take
@@ -193,11 +205,13 @@ class Session:
             # binary COPY's signature travels in the first CopyData, with the first row (or the trailer), as
             # PostgreSQL sends it: psycopg reads it only there
             while True:
+                began = self.out.written
                 for data in copy_rows(copy, answer.rows, encoders, forced):
                     self.out.copy_data(data if header is None else header + data)
                     header = None
                     count += 1
                 answer.rows = []
+                self._check_size(answer, self.out.written - began)
                 if self.sock is not None and len(self.out.buf) >= _FLUSH_BYTES:
                     self.out.flush(self.sock)
                 if answer.done or not answer.next_rows():

@@ -200,6 +200,7 @@ class Out:
 
     def __init__(self) -> None:
         self.buf = bytearray()
+        self.flushed = 0  # bytes sent so far (with ``len(buf)``: everything ever written here)
 
     def raw(self, data: bytes) -> None:
         self.buf += data
@@ -273,9 +274,15 @@ class Out:
     def error(self, fields: dict[str, str]) -> None:
         self.buf += _msg(b"E", b"".join(k.encode() + _cstr(v) for k, v in fields.items()) + b"\0")
 
+    @property
+    def written(self) -> int:
+        """Bytes written since this Out was made (sent and still buffered): a response's size is a difference."""
+        return self.flushed + len(self.buf)
+
     def flush(self, sock: socket.socket) -> None:
         if self.buf:
             data, self.buf = bytes(self.buf), bytearray()
+            self.flushed += len(data)
             try:
                 sock.sendall(data)
             except OSError as exc:

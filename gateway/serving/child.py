@@ -47,7 +47,7 @@ def main() -> int:
     board = StateBoard.attach(spec["board_fd"])
     activity = Activity.attach(spec["activity_fd"], index)
     reader = StateDirReader(Path(spec["state_dir"]))
-    source: Any = Follower(reader, board, spec["mode"])
+    source: Any = Follower(reader, board, spec["mode"], index)
     http_sock = socket.socket(fileno=spec["http_fd"])
     url = f"http://{http_sock.getsockname()[0]}:{http_sock.getsockname()[1]}"
     if opts.routing is not None and opts.routing.wanted:

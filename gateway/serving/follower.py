@@ -21,6 +21,7 @@ The rule for answering depends on what the server serves (``mode``):
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -46,9 +47,10 @@ _STOPPED = (State.PENDING_SHUTDOWN, State.NOT_RUNNING, State.PENDING_ERROR, Stat
 class Follower:
     """A source over ``reader`` that answers as the board says (see the module doc)."""
 
-    def __init__(self, reader: StateDirReader, board: StateBoard, mode: str) -> None:
+    def __init__(self, reader: StateDirReader, board: StateBoard, mode: str, index: int = 0) -> None:
         if mode not in MODES:
             raise ValueError(f"serving mode must be one of {', '.join(MODES)}, got {mode!r}")
+        self.index = index
         self.reader = reader
         self.board = board
         self.mode = mode
@@ -110,6 +112,7 @@ class Follower:
                                                    "since": None, "retry_s": None})
         out["stores"] = {n: StoreStatus.from_json(s) for n, s in (doc.get("stores") or {}).items()}
         out["view_age_ms"] = view.age_ms
+        out["process"] = {"index": self.index, "pid": os.getpid()}
         if view.stale:
             out["health"] = {**out["health"], "status": "stopped",
                              "reason": f"the supervisor has not refreshed the state for {view.age_ms} ms"}

@@ -27,7 +27,7 @@ from stores.app.reader import StateDirReader
 from stores.iqv2.state import State
 from stores.log.source import SourceLog
 
-__all__ = ["Host", "HostStartError", "PipelineHost", "ReplicaHost", "ReadOnlyHost"]
+__all__ = ["Host", "HostStartError", "AppHost", "PipelineHost", "ReplicaHost", "ReadOnlyHost"]
 
 
 class HostStartError(Exception):
@@ -55,41 +55,39 @@ class Host(Protocol):
     def close(self) -> None: ...
 
 
-class PipelineHost:
-    """A pipeline file hosted in the supervisor's process: Spark, the StreamsApp, the stores it writes."""
+class AppHost:
+    """A StreamsApp hosted in the supervisor's process, made by ``make_app(listener)`` when the host starts.
+
+    ``make_app`` builds and starts the app, handing it to ``listener`` before it
+    starts, so every transition and store status change reaches the board. Until
+    it returns (Spark takes seconds to start) the state is REBALANCING and the
+    stores on disk answer at their positions.
+    """
 
     mode = "hosted"
 
-    def __init__(self, module: ModuleType, log: SourceLog, state_dir: Path, *, master: str | None = None,
-                 rebuild_from_available: bool = False) -> None:
-        self.module = module
-        self.log = log
+    def __init__(self, state_dir: Path, make_app: Callable[[Callable[[Any], None]], Any], what: str) -> None:
         self.state_dir = state_dir
-        self.master = master
-        self.rebuild_from_available = rebuild_from_available
         self.app: Any = None
-        self.phase = "starting Spark"
+        self.phase = "starting"
+        self._make_app = make_app
+        self._what = what
         self._started = time.time()
         self._notify: Callable[[], None] | None = None
         state_dir.mkdir(parents=True, exist_ok=True)
 
     def describe(self) -> str:
-        return f"pipeline {self.module.APPLICATION_ID}"
+        return self._what
 
     def on_change(self, notify: Callable[[], None]) -> None:
         self._notify = notify
 
     def start(self) -> None:
-        from .hosting import start_pipeline
-
-        self.app = start_pipeline(self.module, self.log, self.state_dir, master=self.master,
-                                  rebuild_from_available=self.rebuild_from_available,
-                                  listener=self._listener)
+        self.app = self._make_app(self._listener)
         if self._notify is not None:
             self._notify()
 
     def _listener(self, app: Any) -> None:
-        """Hooked into the app before it starts: every transition and store status change is published."""
         notify = self._notify
         if notify is None:
             return
@@ -100,16 +98,32 @@ class PipelineHost:
         app = self.app
         if app is not None:
             return app.status()
-        since = self._started
-        reason = (f"{self.phase} ({time.time() - since:.0f} s); the stores on disk answer at their positions "
-                  "meanwhile")
+        reason = (f"{self.phase} ({time.time() - self._started:.0f} s); the stores on disk answer at their "
+                  "positions meanwhile")
         return {"state": State.REBALANCING.value,
-                "health": {**overall(State.REBALANCING, {}, since), "status": "starting", "reason": reason},
+                "health": {**overall(State.REBALANCING, {}, self._started), "status": "starting", "reason": reason},
                 "stores": {}}
 
     def close(self) -> None:
         if self.app is not None:
             self.app.close()
+
+
+class PipelineHost(AppHost):
+    """A pipeline file hosted in the supervisor's process: Spark, the StreamsApp, the stores it writes."""
+
+    def __init__(self, module: ModuleType, log: SourceLog, state_dir: Path, *, master: str | None = None,
+                 rebuild_from_available: bool = False) -> None:
+        def make_app(listener: Callable[[Any], None]) -> Any:
+            from .hosting import start_pipeline
+
+            return start_pipeline(module, log, state_dir, master=master,
+                                  rebuild_from_available=rebuild_from_available, listener=listener)
+
+        super().__init__(state_dir, make_app, f"pipeline {module.APPLICATION_ID}")
+        self.module = module
+        self.log = log
+        self.phase = "starting Spark"
 
 
 class ReplicaHost:

@@ -145,7 +145,7 @@ def test_serve_command_runs_a_pipeline_file(spark, tmp_path: Path) -> None:  # n
     import threading
     import time
 
-    from gateway.cli.main import main, request_stop
+    from gateway.cli import main, request_stop
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

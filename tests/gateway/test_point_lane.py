@@ -11,23 +11,16 @@ session with any setting takes the general way: that is the oracle here.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-import planner
 from gateway.engine import errors as ge
 from gateway.engine.gateway import Gateway
-from gateway.serving.hosting import HostedSource
 from stores.catalog.partitioner import partition_for_key
 from stores.catalog.schema import SqlType
-from stores.engine.change import Change
-from stores.iqv2.position import Position, PositionBound
-from stores.iqv2.query import KeyQuery
-from stores.iqv2.request import StateQueryRequest
+from stores.iqv2.position import Position
 from tests.gateway.gwfixtures import Shop
-from tests.stores.engine.test_point_read import _app
 
 GENERAL = {"statement_timeout_ms": 60_000}  # a setting that changes nothing here but the way taken
 
@@ -180,26 +173,3 @@ def test_a_failed_partition_goes_the_general_way(half_gw: Gateway, shop: Shop) -
     assert [(p["partition"], p["failure_reason"]) for p in info.value.partitions] == [(2, "NOT_PRESENT")]
     out = g.sql(sql, [away], partial=True)
     assert out.rows() == [] and [(p.partition, p.failure_reason) for p in out.partitions] == [(2, "NOT_PRESENT")]
-
-
-def test_a_hosted_source_reads_the_files_while_spark_starts_then_the_app(tmp_path: Path) -> None:
-    """``iqgate serve <pipeline>``'s source: the state dir's files until the app is attached, then the app."""
-    first = _app(tmp_path)
-    first.start()
-    first.writer("s").write_batch(0, [Change(k, (f"n{k}", True)) for k in range(20)], Position.from_map({"t": {0: 19}}))
-    first.close()
-    hosted = HostedSource(tmp_path / "state")
-    request = StateQueryRequest.in_store("s").with_query(KeyQuery.with_key(7))
-    p = partition_for_key(7, 4, SqlType.BIGINT)
-    hosted.query(request.with_partitions({p}))  # opens the file (and checks it)
-    assert hosted.point_read("s", p, 7, PositionBound.unbounded())[1] == ("n7", True)  # from the files: no app yet
-    app = _app(tmp_path)
-    app.start()
-    try:
-        app.writer("s").write_batch(1, [Change(7, ("seven", False))], Position.from_map({"t": {0: 20}}))
-        hosted.attach(app)
-        got = hosted.point_read("s", p, 7, PositionBound.unbounded())
-        assert got is not None and got[1] == ("seven", False) and got[0] == Position.from_map({"t": {0: 20}})
-    finally:
-        app.close()
-        hosted.close()

@@ -29,7 +29,7 @@ import pytest
 pytestmark = [pytest.mark.spark]
 import pyspark  # noqa: E402,F401 - Spark tests run or fail, never skip quietly
 
-from gateway.cli.main import main, request_stop  # noqa: E402
+from gateway.cli import main, request_stop  # noqa: E402
 from stores import Position  # noqa: E402
 from stores.log.eventlog import EventLog  # noqa: E402
 from tests.background import Background  # noqa: E402
