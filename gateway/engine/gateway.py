@@ -301,13 +301,13 @@ class Gateway:
                     self._programs.learn(program, plan.residual_values, reads.scans[0][1].rows,  # type: ignore[arg-type]
                                          answer.columns, rows)
                 return Result.in_hand(answer.columns, rows, reads.position, reads.partitions, pool=self._pool,
-                                      route=Route.DUCKDB.value)
+                                      route=Route.DUCKDB.value, long_chains=plan.long_chains)
         elif stmt.form is Form.ARROW:
             answer.start_arrow()
         else:
             answer.bind()
         return Result(columns=answer.columns, position=reads.position, partitions=reads.partitions,
-                      statement=StatementKind.SELECT, answer=answer, pool=self._pool)
+                      statement=StatementKind.SELECT, answer=answer, pool=self._pool, long_chains=plan.long_chains)
 
     # -- the point lane ------------------------------------------------------------------
     def point(self, text: str, params: Sequence[Any] | Mapping[str, Any] | None = None,

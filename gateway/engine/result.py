@@ -39,11 +39,11 @@ class Result:
     """An answer and its consistency token (see the module doc)."""
 
     __slots__ = ("columns", "position", "partitions", "statement", "settings", "route", "_answer", "_rows",
-                 "_table", "_relation", "_cursor", "_pool", "_streamed")
+                 "_table", "_relation", "_cursor", "_pool", "_long_chains", "_streamed")
 
     def __init__(self, *, columns: Columns, position: Position, partitions: list[PartitionOutcome],
                  statement: StatementKind, answer: InHand | DuckAnswer, pool: Any = None,
-                 settings: Mapping[str, Any] | None = None, route: str = "duckdb") -> None:
+                 settings: Mapping[str, Any] | None = None, route: str = "duckdb", long_chains: bool = False) -> None:
         self.columns = columns
         #: which way the answer was made (routes.py): point lane, static, fast path, evaluator or duckdb
         self.route = route
@@ -57,16 +57,17 @@ class Result:
         self._relation: duckdb.DuckDBPyRelation | None = None
         self._cursor: duckdb.DuckDBPyConnection | None = None
         self._pool = pool  # makes a cursor for ``relation`` over rows in hand
+        self._long_chains = long_chains  # on the pool's connection without the expression rewriter (duck.py)
         self._streamed = False
 
     @classmethod
     def in_hand(cls, columns: Columns, rows: Rows, position: Position, partitions: list[PartitionOutcome],
                 statement: StatementKind = StatementKind.SELECT, pool: Any = None,
-                settings: Mapping[str, Any] | None = None, route: str = "static") -> Result:
+                settings: Mapping[str, Any] | None = None, route: str = "static", long_chains: bool = False) -> Result:
         """A whole answer already in hand: the point lane, the fast path, the evaluator, statements without rows
         read from a store."""
         return cls(columns=columns, position=position, partitions=partitions, statement=statement,
-                   answer=InHand(rows), pool=pool, settings=settings, route=route)
+                   answer=InHand(rows), pool=pool, settings=settings, route=route, long_chains=long_chains)
 
     # -- rows -----------------------------------------------------------------------------------------------
     @property
@@ -169,8 +170,8 @@ class Result:
                 self._relation = rel
             else:
                 table = self.to_arrow()
-                if self._cursor is None:
-                    self._cursor = self._pool.cursor() if self._pool is not None else duckdb.connect()
+                if self._cursor is None:  # a cursor of its own (the statement's went back to its pool)
+                    self._cursor = self._pool.cursor(self._long_chains) if self._pool is not None else duckdb.connect()
                 self._relation = self._cursor.from_arrow(table)
         return self._relation
 
@@ -193,7 +194,7 @@ class Result:
         """Release what the statement still holds (idempotent; a read to the end has released it already)."""
         self._answer.close()
         cursor, self._cursor = self._cursor, None
-        if cursor is not None and not isinstance(self._answer, DuckAnswer):  # made for ``relation`` over rows
+        if cursor is not None and (not isinstance(self._answer, DuckAnswer) or self._answer.cursor is not cursor):
             try:
                 cursor.close()
             except duckdb.Error:

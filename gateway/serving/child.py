@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -38,6 +39,7 @@ def main() -> int:
     spec: dict[str, Any] = json.loads(os.environ[SPEC_ENV])
     index = int(spec["index"])
     opts = ServeOptions.from_json(spec["options"], os.environ.get("IQGATE_TOKEN") or None)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the supervisor stops us (SIGTERM)
     die_with_parent(request_stop)
     raise_open_files_limit()
     keep_pandas_out()  # nothing here needs pandas (~50 MB a process)

@@ -18,6 +18,7 @@ command names ``--bootstrap-servers`` or the file sets ``BOOTSTRAP_SERVERS``
 from __future__ import annotations
 
 import importlib.util
+import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -93,11 +94,22 @@ def source_location(log: SourceLog) -> dict[str, str] | None:
     return where(log)
 
 
-def spark_session(master: str | None = None) -> Any:
-    """The process's SparkSession (started on first use; several seconds); ``master`` e.g. ``spark://host:7077``."""
+SPARK_LOG4J = Path(__file__).with_name("spark-log4j2.properties")
+
+
+def spark_session(master: str | None = None, log_file: Path | None = None) -> Any:
+    """The process's SparkSession (started on first use; several seconds); ``master`` e.g. ``spark://host:7077``.
+
+    ``log_file``: where Spark's own log goes (its warnings at start, its errors at shutdown), instead of the
+    user's console, where only iqgate's lines belong (issue 45)."""
     from stores.pipeline.session import get_or_create  # the declared exception: see the module docstring
 
-    return get_or_create() if master is None else get_or_create(master=master)
+    conf = None
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        conf = {"spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile=file:{SPARK_LOG4J} "
+                                                 f"-Diqgate.spark.log={log_file}"}
+    return get_or_create(conf=conf) if master is None else get_or_create(master=master, conf=conf)
 
 
 def build_topology(module: ModuleType, spark: Any, log: SourceLog) -> Any:
@@ -139,7 +151,11 @@ def start_pipeline(module: ModuleType, log: SourceLog, state_dir: Path, spark: A
 
     for topic, partitions in module.TOPICS.items():
         log.create_topic(topic, partitions=partitions, exist_ok=True)
-    topology = build_topology(module, spark if spark is not None else spark_session(master), log)
+    if spark is None:
+        spark_log = state_dir / "logs" / "spark.log"
+        spark = spark_session(master, spark_log)
+        print(f"iqgate: Spark's own log: {spark_log}", file=sys.stderr, flush=True)
+    topology = build_topology(module, spark, log)
     app = StreamsApp(topology, application_id=module.APPLICATION_ID, state_dir=str(state_dir),
                      rebuild_from_available=rebuild_from_available)
     if listener is not None:

@@ -120,7 +120,8 @@ class PipelineHost(AppHost):
             return start_pipeline(module, log, state_dir, master=master,
                                   rebuild_from_available=rebuild_from_available, listener=listener)
 
-        super().__init__(state_dir, make_app, f"pipeline {module.APPLICATION_ID}")
+        super().__init__(state_dir, make_app, f"pipeline {module.APPLICATION_ID} (the stores on disk answer, "
+                                              "read-only, while Spark starts)")
         self.module = module
         self.log = log
         self.phase = "starting Spark"

@@ -132,8 +132,11 @@ class SparkRuntime(SharedQueries):
         for name, q in queries:
             try:
                 q.stop()
-            except Exception:  # noqa: BLE001 - stopping regardless
-                log.exception("stopping query of store %s failed", name)
+            except Exception as exc:  # noqa: BLE001 - stopping regardless
+                if "stopped SparkContext" in str(exc):  # the JVM is ending on its own (a SIGTERM to the whole
+                    log.info("query of store %s: Spark had already stopped", name)  # group): nothing to stop
+                else:
+                    log.exception("stopping query of store %s failed", name)
         m = self._monitor
         if m is not None and m is not threading.current_thread():
             m.join(max(0.0, deadline - time.monotonic()))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -61,13 +62,21 @@ def test_errors_exit_codes_and_messages(server: Http, shop: Shop, capsys: pytest
     ahead = json.dumps({"orders": {"0": shop.position.offset("orders", 0) + 9}})
     assert main(["sql", "SELECT * FROM revenue", "--url", server.url, "--position", ahead]) == 1
     assert "NOT_UP_TO_BOUND" in capsys.readouterr().err
-    with pytest.raises(SystemExit, match="--position is not JSON"):
-        main(["sql", "SELECT 1", "--url", server.url, "--position", "{x"])
+    assert main(["sql", "SELECT 1", "--url", server.url, "--position", "{x"]) == 2  # a usage error: one line
+    assert "--position is not JSON" in capsys.readouterr().err
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
     assert main(["sql", "SELECT 1", "--url", dead, "--timeout", "5"]) == 1
     assert "cannot reach" in capsys.readouterr().err
+
+
+def _fails(capsys: pytest.CaptureFixture[str], argv: list[str], needle: str, code: int = 1) -> None:
+    """The command fails with ``code`` and says ``needle`` on stderr, in a line or two and no traceback."""
+    assert main(argv) == code
+    err = capsys.readouterr().err
+    assert re.search(needle, err), err
+    assert "Traceback" not in err and len(err.strip().splitlines()) <= 2, err
 
 
 def _stdin(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
@@ -100,21 +109,20 @@ def test_produce_appends_and_prints_the_token(tmp_path: Path, monkeypatch: pytes
     ('{"key": "a", "value": {"x": ' + "[" * 900 + "]" * 900 + '}}\n', "record 0 of topic 'orders': value nests more than 256 levels deep"),
 ])
 def test_produce_writes_nothing_on_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str,
-                                             needle: str) -> None:
+                                             needle: str, capsys: pytest.CaptureFixture[str]) -> None:
     log = EventLog(tmp_path / "log")
     log.create_topic("orders", partitions=2)
     _stdin(monkeypatch, text)
-    with pytest.raises(SystemExit, match=needle):
-        main(["produce", "orders", "--log", str(tmp_path / "log")])
+    _fails(capsys, ["produce", "orders", "--log", str(tmp_path / "log")], needle)
     assert sum(log.end_offsets("orders").values()) == 0
 
 
-def test_produce_needs_an_existing_topic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_produce_needs_an_existing_topic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
     _stdin(monkeypatch, '{"key": "a", "value": {}}\n')
-    with pytest.raises(SystemExit, match="does not exist"):
-        main(["produce", "nope", "--log", str(tmp_path / "log")])
-    with pytest.raises(SystemExit, match=r"iqgate produce: invalid topic name '\.\./up': use 1-249 of"):
-        main(["produce", "../up", "--partitions", "1", "--log", str(tmp_path / "log")])
+    _fails(capsys, ["produce", "nope", "--log", str(tmp_path / "log")], "does not exist")
+    _fails(capsys, ["produce", "../up", "--partitions", "1", "--log", str(tmp_path / "log")],
+           r"iqgate produce: invalid topic name '\.\./up': use 1-249 of")
     assert not (tmp_path / "up").exists()
 
 
@@ -132,15 +140,13 @@ def test_produce_to_kafka_prints_the_broker_offsets(kafka_broker: Any, monkeypat
     assert out["records"] == 50
     assert out["position"] == {"cli-orders": {str(p): o for p, o in src.last_offsets("cli-orders").items()}}
     _stdin(monkeypatch, '{"key": "a", "value": {}}\nnot json\n')
-    with pytest.raises(SystemExit, match="line 2 is not JSON"):
-        main(["produce", "cli-orders", "--bootstrap-servers", bs])
+    _fails(capsys, ["produce", "cli-orders", "--bootstrap-servers", bs], "line 2 is not JSON")
     assert src.last_offsets("cli-orders") == {int(p): o for p, o in out["position"]["cli-orders"].items()}
     _stdin(monkeypatch, '{"key": "a", "value": {}}\n')
-    with pytest.raises(SystemExit, match=f"topic 'nope' does not exist in Kafka at {bs}"):
-        main(["produce", "nope", "--bootstrap-servers", bs])
+    _fails(capsys, ["produce", "nope", "--bootstrap-servers", bs], f"topic 'nope' does not exist in Kafka at {bs}")
     assert not src.has_topic("nope")
-    with pytest.raises(SystemExit, match="--kafka-option must be name=value"):
-        main(["produce", "cli-orders", "--bootstrap-servers", bs, "--kafka-option", "oops"])
+    _fails(capsys, ["produce", "cli-orders", "--bootstrap-servers", bs, "--kafka-option", "oops"],
+           "--kafka-option must be name=value", code=2)
     src.close()
 
 
@@ -161,9 +167,8 @@ def test_a_pipeline_reads_kafka_when_the_command_or_the_file_names_it(tmp_path: 
         pipeline_source(SimpleNamespace(BOOTSTRAP_SERVERS=""), None, None, tmp_path / "log")
 
 
-def test_serve_needs_a_pipeline_or_a_state_dir() -> None:
-    with pytest.raises(SystemExit, match="pipeline file, or --state-dir"):
-        main(["serve"])
+def test_serve_needs_a_pipeline_or_a_state_dir(capsys: pytest.CaptureFixture[str]) -> None:
+    _fails(capsys, ["serve"], "pipeline file, or --state-dir", code=2)
 
 
 def test_pipeline_file_convention_is_checked(tmp_path: Path) -> None:
@@ -339,7 +344,7 @@ def test_demo_examples_scale_to_many_customers() -> None:
 
 def test_the_token_comes_from_a_file_or_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from gateway.cli.main import build_parser
-    from gateway.cli.options import config_from_args
+    from gateway.cli.options import UsageError, config_from_args
 
     def config(*argv: str) -> Any:
         return config_from_args(build_parser().parse_args(["serve", "--state-dir", ".", *argv]))
@@ -353,9 +358,9 @@ def test_the_token_comes_from_a_file_or_the_environment(tmp_path: Path, monkeypa
     secret.write_text("from-a-file\n")
     assert config("--token-file", str(secret)).auth_token == "from-a-file"
     secret.write_text("  \n")
-    with pytest.raises(SystemExit, match="is empty"):
+    with pytest.raises(UsageError, match="is empty"):
         config("--token-file", str(secret))
-    with pytest.raises(SystemExit, match="cannot read --token-file"):
+    with pytest.raises(UsageError, match="cannot read --token-file"):
         config("--token-file", str(tmp_path / "missing"))
     assert config("--max-memory", "512MB").max_memory_bytes == 512 * 2**20
     assert config("--max-memory", "2GiB").max_memory_bytes == 2 * 2**30

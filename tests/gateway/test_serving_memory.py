@@ -2,7 +2,7 @@
 
 Threads taking turns at scans otherwise each kept their high-water mark
 (pyarrow's mimalloc keeps a thread's freed pages for that thread):
-gateway.server.lean_allocators says what it measured.
+gateway.serving.http_server.lean_allocators says what it measured.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_a_lean_worker_allocates_arrow_buffers_with_malloc() -> None:
     code = ("import pyarrow as pa\n"
             "before = pa.default_memory_pool().backend_name\n"
-            "from gateway.server import lean_allocators\n"
+            "from gateway.serving.http_server import lean_allocators\n"
             "lean_allocators()\n"
             "t = pa.table({'x': pa.array(range(100_000))})\n"
             "assert pa.compute.sum(t['x']).as_py() == 4_999_950_000\n"

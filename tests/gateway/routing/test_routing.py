@@ -104,9 +104,11 @@ def test_any_server_answers_every_partition_and_names_who_did(cluster) -> None:
 
 def test_a_point_lookup_names_who_answered_it_too(cluster) -> None:
     """Routing answers every lookup through ``query`` (its results name the host): the engine's point lane, which
-    reads the local source directly, is not taken over a RoutedSource, whose ``__getattr__`` would hand it out."""
+    reads the local source directly, is not taken over a RoutedSource: its declared capabilities leave it out."""
+    from gateway.engine.sources import Capabilities
+
     active, standby, _ = cluster
-    assert getattr(active.routed, "point_read") is None and active.local.point_read is not None
+    assert Capabilities.of(active.routed).point_read is None and Capabilities.of(active.local).point_read is not None
     sql = "SELECT total FROM revenue WHERE customer = ?"
     for key in ("c3", "c4", "c5", "c6"):
         for node in (active, standby):
