@@ -1,0 +1,37 @@
+"""Everything this face takes from the rest of iqgate, imported in this one module.
+
+The face runs every statement through the one engine (``Gateway.sql``) and
+reads nothing else of it; when the engine's modules move, only these
+imports change.
+"""
+
+from __future__ import annotations
+
+from gateway import Gateway, GatewayError, PartitionOutcome, Result, Session
+from gateway.cancel import Cancellation
+from gateway.errors import (
+    BadRequest,
+    GatewayInternalError,
+    NotSupported,
+    RequestTooLarge,
+    ResponseTooLarge,
+    SqlError,
+    StatementCancelled,
+    translate,
+)
+from planner.systables import SystemContext
+
+__all__ = ["Gateway", "GatewayError", "PartitionOutcome", "Result", "Session", "Cancellation", "BadRequest",
+           "GatewayInternalError", "NotSupported", "RequestTooLarge", "ResponseTooLarge", "SqlError", "StatementCancelled", "translate", "SystemContext",
+           "version"]
+
+
+def version() -> str:
+    """iqgate's version, as the installed distribution says."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("iqgate")
+    except PackageNotFoundError:
+        return "unknown"
