@@ -2,15 +2,19 @@
 
 The face runs every statement through the one engine (``Gateway.sql``) and
 reads nothing else of it; when the engine's modules move, only these
-imports change.
+imports change. They name the modules the objects live in rather than
+``gateway`` itself: the package's lazy ``connect`` makes ``import gateway``
+count as importing the DB-API face, and the faces stay independent.
 """
 
 from __future__ import annotations
 
-from gateway import Gateway, GatewayError, PartitionOutcome, Result, Session
 from gateway.cancel import Cancellation
+from gateway.config import Session
+from gateway.engine import Gateway
 from gateway.errors import (
     BadRequest,
+    GatewayError,
     GatewayInternalError,
     NotSupported,
     RequestTooLarge,
@@ -19,6 +23,7 @@ from gateway.errors import (
     StatementCancelled,
     translate,
 )
+from gateway.result import PartitionOutcome, Result
 from planner.systables import SystemContext
 
 __all__ = ["Gateway", "GatewayError", "PartitionOutcome", "Result", "Session", "Cancellation", "BadRequest",

@@ -67,8 +67,9 @@ _SCHEMA: dict[str, list[tuple[str, int, str, str]]] = {
 }
 #: the commands iqgate recognises but refuses with UNIMPLEMENTED (transactions, Substrait, session options)
 REFUSED = ("CommandStatementSubstraitPlan", "ActionCreatePreparedSubstraitPlanRequest", "ActionBeginTransactionRequest",
-           "ActionBeginSavepointRequest", "ActionEndTransactionRequest", "ActionEndSavepointRequest",
-           "CommandStatementIngest")
+           "ActionBeginSavepointRequest", "ActionEndTransactionRequest", "ActionEndSavepointRequest")
+#: writes, refused as READ_ONLY like every other write
+WRITES = ("CommandStatementIngest",)
 
 _TYPES = {
     _S: descriptor_pb2.FieldDescriptorProto.TYPE_STRING,

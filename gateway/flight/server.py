@@ -29,7 +29,7 @@ from .internals import Gateway, RequestTooLarge, SqlError
 from .limits import FlightLimits
 from .metadata import SCHEMAS, metadata_answer
 from .prepared import PreparedStatements, run_update
-from .protocol import REFUSED, DecodeError, Message, command_name, message, pack, unpack
+from .protocol import REFUSED, WRITES, DecodeError, Message, command_name, message, pack, unpack
 from .sessions import SessionStore
 from .sqlinfo import SQL_INFO_SCHEMA, sql_info, sql_info_table
 
@@ -86,6 +86,9 @@ class FlightSqlServer(fl.FlightServerBase):
         except DecodeError:
             raise refusal("BAD_COMMAND", "the command is not a google.protobuf.Any holding a Flight SQL message",
                           context=context) from None
+        if name in WRITES:
+            raise SqlError("iqgate is read-only: it takes no ingest (its stores are written by the pipeline)",
+                           code="READ_ONLY")
         if name in REFUSED:
             raise refusal("NOT_SUPPORTED", f"{name} is not served: iqgate has no transactions and takes SQL, not "
                           "Substrait plans", status=Unimplemented, context=context)
@@ -184,9 +187,6 @@ class FlightSqlServer(fl.FlightServerBase):
                 prepared = self.prepared.get(call, cmd.prepared_statement_handle)
                 self.prepared.bind(call, cmd.prepared_statement_handle, reader)
                 count = run_update(self.runner, call, prepared.sql, self.prepared.parameter_sets(prepared))
-            elif name == "CommandStatementIngest":
-                raise SqlError("iqgate is read-only: it takes no ingest (its stores are written by the pipeline)",
-                               code="READ_ONLY")
             else:
                 raise refusal("BAD_COMMAND", f"{name} is not an update: it goes with {_rpc_of(name)}",
                               context=context)

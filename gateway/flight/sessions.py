@@ -40,6 +40,7 @@ class SessionStore:
         if sid is None:
             return None
         with self._lock:
+            self._reap_locked(time.monotonic())
             entry = self._live.get(sid)
             if entry is not None:
                 self._live[sid] = (entry[0], time.monotonic())
