@@ -54,6 +54,8 @@ log = logging.getLogger("iqgate.flight")
 
 POSITION_TRAILER = "x-iq-position"
 PARTITIONS_TRAILER = "x-iq-partitions"
+POSITION_KEY = b"iqgate.position"  # schema metadata (the key the HTTP face's Arrow IPC answers use)
+PARTITIONS_KEY = b"iqgate.partitions"
 
 
 class Liveness:
@@ -96,7 +98,7 @@ class Answer:
         return {"statement": self.statement, "position": self.position, "partitions": self.partitions}
 
     def app_metadata(self) -> bytes:
-        return json.dumps(self.metadata(), separators=(",", ":")).encode()
+        return _json(self.metadata()).encode()
 
     def on_close(self, action: Callable[[], None]) -> None:
         self._closers.append(action)
@@ -245,12 +247,17 @@ class Runner:
     def _answer(self, call: CallState, result: Result, more: list[Any], sql: str, kwargs: dict[str, Any],
                 liveness: Liveness, cancel: Cancellation) -> Answer:
         schema, batches = result.arrow_batches()
-        target = self.types.schema(result.columns, schema)
+        position = result.position.to_json_map()
+        partitions = [p.to_json() for p in result.partitions]
+        # the outcome in the schema's metadata too, as the HTTP face's Arrow answers carry it: a client that
+        # sees neither app_metadata nor trailers (ADBC) reads it from the answer itself
+        target = self.types.schema(result.columns, schema).with_metadata(
+            {POSITION_KEY: _json(position), PARTITIONS_KEY: _json(partitions)})
         first = next(batches, None)
         state = {"result": result}
-        answer = Answer(target, iter(()), principal=call.principal, position=result.position.to_json_map(),
-                        partitions=[p.to_json() for p in result.partitions], statement=result.statement.value,
-                        cancel=cancel, liveness=liveness, close=lambda: state["result"].close())
+        answer = Answer(target, iter(()), principal=call.principal, position=position, partitions=partitions,
+                        statement=result.statement.value, cancel=cancel, liveness=liveness,
+                        close=lambda: state["result"].close())
 
         def gen() -> Iterator[pa.RecordBatch]:
             if first is not None:
@@ -319,8 +326,8 @@ def stream(answer: Answer, context: Any, call: CallState, max_response_bytes: in
                 raise ResponseTooLarge(f"the answer is larger than the server's response limit of "
                                        f"{max_response_bytes:,} bytes; add a LIMIT, select fewer columns, or aggregate")
             yield batch
-        context.add_trailer(POSITION_TRAILER, json.dumps(answer.position, separators=(",", ":")))
-        context.add_trailer(PARTITIONS_TRAILER, json.dumps(answer.partitions, separators=(",", ":")))
+        context.add_trailer(POSITION_TRAILER, _json(answer.position))
+        context.add_trailer(PARTITIONS_TRAILER, _json(answer.partitions))
     except GatewayError as exc:
         raise flight_error(exc, context) from None
     except (fl.FlightError, pa.ArrowException):
@@ -330,3 +337,7 @@ def stream(answer: Answer, context: Any, call: CallState, max_response_bytes: in
         raise flight_error(GatewayInternalError(f"{type(exc).__name__}: {exc}"), context) from None
     finally:
         answer.close()
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))

@@ -15,8 +15,8 @@ from google.protobuf import any_pb2
 
 from gateway import GatewayConfig
 from gateway.engine import Gateway
-from gateway.flight import start_flight
 from gateway.flight import protocol as proto
+from gateway.flight import start_flight
 from stores.app.streams import StreamsApp
 from tests.gateway.flight.conftest import TOKEN, Flight, Raw, Trailers
 
