@@ -13,6 +13,7 @@ from collections.abc import Generator, Iterator
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from .errors import (
     ExecutionError,
@@ -244,7 +245,9 @@ def arrow_batches(reader: Any, limit_rows: int, watch: Any, relations: dict[str,
             except StopIteration:
                 watch.check()
                 return
-            except duckdb.Error as exc:
+            except (duckdb.Error, OSError, pa.ArrowException) as exc:
+                # DuckDB's own errors reach an Arrow reader as pyarrow's (an interrupt: OSError "INTERRUPT
+                # Error"): a timeout or cancel while streaming is the watch's reason, not an unknown failure
                 raise duck_error(exc, watch, relations) from exc
             seen += batch.num_rows
             if seen > limit_rows:
