@@ -333,6 +333,8 @@ def stream(answer: Answer, context: Any, call: CallState, max_response_bytes: in
     except (fl.FlightError, pa.ArrowException):
         raise
     except Exception as exc:  # noqa: BLE001 - a bug ends the stream with INTERNAL, never a traceback
+        if answer.cancel.cancelled:  # whatever the interrupted reader raised, it stopped because it was told to
+            raise flight_error(StatementCancelled("the statement was cancelled"), context) from None
         log.error("a Flight answer failed while streaming", exc_info=exc)
         raise flight_error(GatewayInternalError(f"{type(exc).__name__}: {exc}"), context) from None
     finally:

@@ -190,6 +190,10 @@ def test_budgets_row_limit_statement_timeout(traced: tuple[Raw, Trailers]) -> No
         raw.sql(HEAVY, {"x-iq-setting-statement_timeout_ms": "300"})
     assert time.monotonic() - started < 20
     assert _error(keep)["code"] == "STATEMENT_TIMEOUT"
+    # out of time while its batches stream: the stream ends with the same status, not as a complete answer
+    with pytest.raises(fl.FlightTimedOutError, match="^STATEMENT_TIMEOUT: "):
+        raw.sql("SELECT md5(repeat(range::VARCHAR, 2000)) AS h FROM range(100000000)",
+                {"x-iq-setting-statement_timeout_ms": "1000"})
 
 
 def test_an_answer_past_the_response_budget_fails_its_stream(shop_app: StreamsApp) -> None:
