@@ -38,6 +38,7 @@ from .internals import (
     Gateway,
     GatewayError,
     GatewayInternalError,
+    PartitionOutcome,
     ResponseTooLarge,
     Result,
     Session,
@@ -48,7 +49,7 @@ from .limits import FlightLimits
 from .options import call_options
 from .sessions import SessionStore
 
-__all__ = ["Answer", "Liveness", "Runner", "Tickets", "stream"]
+__all__ = ["Answer", "Liveness", "Runner", "Tickets", "data_stream", "stream"]
 
 log = logging.getLogger("iqgate.flight")
 
@@ -75,30 +76,31 @@ class Answer:
     """Batches to send, their schema, and the IQv2 outcome: the Position and per-partition outcomes."""
 
     def __init__(self, schema: pa.Schema, batches: Iterator[pa.RecordBatch], *, principal: Principal,
-                 position: dict[str, Any], partitions: list[dict[str, Any]], statement: str,
+                 position: str, partitions: str, statement: str,
                  cancel: Cancellation | None = None, liveness: Liveness | None = None,
-                 close: Callable[[], None] | None = None) -> None:
+                 close: Callable[[], None] | None = None, whole: list[pa.RecordBatch] | None = None) -> None:
         self.schema = schema
         self.batches = batches
         self.principal = principal
-        self.position = position
-        self.partitions = partitions
+        self.position = position      # JSON text: {topic: {partition: offset}}
+        self.partitions = partitions  # JSON text: [{store, partition, failure_reason, …}]
         self.statement = statement
         self.cancel = cancel or Cancellation()
         self.liveness = liveness or Liveness(None)
         self._closers: list[Callable[[], None]] = [close] if close is not None else []
+        self.whole = whole  # every batch, when the statement is over already (DoGet sends them from C++)
         self.expires = 0.0
 
     @classmethod
     def of_table(cls, table: pa.Table, principal: Principal, statement: str = "metadata") -> Answer:
-        return cls(table.schema, iter(table.to_batches()), principal=principal, position={}, partitions=[],
-                   statement=statement)
-
-    def metadata(self) -> dict[str, Any]:
-        return {"statement": self.statement, "position": self.position, "partitions": self.partitions}
+        batches = table.to_batches()
+        return cls(table.schema, iter(batches), principal=principal, position="{}", partitions="[]",
+                   statement=statement, whole=batches)
 
     def app_metadata(self) -> bytes:
-        return _json(self.metadata()).encode()
+        """``{"statement", "position", "partitions"}`` as JSON: the FlightInfo's app_metadata."""
+        return (f'{{"statement":{_json(self.statement)},"position":{self.position},'
+                f'"partitions":{self.partitions}}}').encode()
 
     def on_close(self, action: Callable[[], None]) -> None:
         self._closers.append(action)
@@ -247,13 +249,19 @@ class Runner:
     def _answer(self, call: CallState, result: Result, more: list[Any], sql: str, kwargs: dict[str, Any],
                 liveness: Liveness, cancel: Cancellation) -> Answer:
         schema, batches = result.arrow_batches()
-        position = result.position.to_json_map()
-        partitions = [p.to_json() for p in result.partitions]
+        position = result.position.to_json()  # made once per Position
+        partitions = partitions_json(result.partitions)
         # the outcome in the schema's metadata too, as the HTTP face's Arrow answers carry it: a client that
         # sees neither app_metadata nor trailers (ADBC) reads it from the answer itself
         target = self.types.schema(result.columns, schema).with_metadata(
-            {POSITION_KEY: _json(position), PARTITIONS_KEY: _json(partitions)})
+            {POSITION_KEY: position, PARTITIONS_KEY: partitions})
         first = next(batches, None)
+        second = next(batches, None) if first is not None else None
+        if second is None and not more:  # the whole answer is in hand (a lookup, a small result): done
+            whole = [] if first is None else [conform(first, target)]
+            result.close()
+            return Answer(target, iter(whole), principal=call.principal, position=position, partitions=partitions,
+                          statement=result.statement.value, cancel=cancel, whole=whole)
         state = {"result": result}
         answer = Answer(target, iter(()), principal=call.principal, position=position, partitions=partitions,
                         statement=result.statement.value, cancel=cancel, liveness=liveness,
@@ -262,6 +270,8 @@ class Runner:
         def gen() -> Iterator[pa.RecordBatch]:
             if first is not None:
                 yield conform(first, target)
+            if second is not None:
+                yield conform(second, target)
             for batch in batches:
                 yield conform(batch, target)
             for params in more:  # further parameter sets: one execution each, one answer
@@ -296,16 +306,52 @@ class Runner:
 
 
 def _merge_outcome(answer: Answer, result: Result) -> None:
-    pos = dict(answer.position)
+    """The answer's outcome with another execution's (several parameter rows): the positions merged per
+    partition (the largest offset), the partitions not listed yet added."""
+    pos: dict[str, dict[str, int]] = json.loads(answer.position)
     for topic, parts in result.position.to_json_map().items():
-        mine = dict(pos.get(topic, {}))
+        mine = pos.setdefault(topic, {})
         for p, off in parts.items():
             mine[p] = max(off, mine.get(p, off))
-        pos[topic] = mine
-    answer.position = pos
-    seen = {(p["store"], p["partition"]) for p in answer.partitions}
-    answer.partitions = answer.partitions + [p.to_json() for p in result.partitions
-                                             if (p.store, p.partition) not in seen]
+    answer.position = _json(pos)
+    partitions = json.loads(answer.partitions)
+    seen = {(p["store"], p["partition"]) for p in partitions}
+    partitions += [p.to_json() for p in result.partitions if (p.store, p.partition) not in seen]
+    answer.partitions = _json(partitions)
+
+
+_PARTITION_JSON: dict[PartitionOutcome, str] = {}
+
+
+def partitions_json(outcomes: Sequence[PartitionOutcome]) -> str:
+    """The outcomes as a JSON array, each kept once made (a lookup's outcome object repeats until its store
+    partition's position moves: the engine hands out one per partition)."""
+    out = []
+    for p in outcomes:
+        text = _PARTITION_JSON.get(p)
+        if text is None:
+            if len(_PARTITION_JSON) > 4096:
+                _PARTITION_JSON.clear()
+            text = _PARTITION_JSON[p] = _json(p.to_json())
+        out.append(text)
+    return "[" + ",".join(out) + "]"
+
+
+def data_stream(answer: Answer, context: Any, call: CallState, max_response_bytes: int) -> fl.FlightDataStream:
+    """What DoGet sends: an answer already whole goes out from pyarrow's C++ side (no Python per batch, the
+    trailers set now); a running one through ``stream``."""
+    if answer.whole is None:
+        return fl.GeneratorStream(answer.schema, stream(answer, context, call, max_response_bytes))
+    try:
+        if sum(b.nbytes for b in answer.whole) > max_response_bytes:
+            raise flight_error(ResponseTooLarge(
+                f"the answer is larger than the server's response limit of {max_response_bytes:,} bytes; add a "
+                "LIMIT, select fewer columns, or aggregate"), context)
+        context.add_trailer(POSITION_TRAILER, answer.position)
+        context.add_trailer(PARTITIONS_TRAILER, answer.partitions)
+        return fl.RecordBatchStream(pa.Table.from_batches(answer.whole, answer.schema))
+    finally:
+        answer.close()
 
 
 def stream(answer: Answer, context: Any, call: CallState, max_response_bytes: int) -> Iterator[pa.RecordBatch]:
@@ -326,8 +372,8 @@ def stream(answer: Answer, context: Any, call: CallState, max_response_bytes: in
                 raise ResponseTooLarge(f"the answer is larger than the server's response limit of "
                                        f"{max_response_bytes:,} bytes; add a LIMIT, select fewer columns, or aggregate")
             yield batch
-        context.add_trailer(POSITION_TRAILER, _json(answer.position))
-        context.add_trailer(PARTITIONS_TRAILER, _json(answer.partitions))
+        context.add_trailer(POSITION_TRAILER, answer.position)
+        context.add_trailer(PARTITIONS_TRAILER, answer.partitions)
     except GatewayError as exc:
         raise flight_error(exc, context) from None
     except (fl.FlightError, pa.ArrowException):

@@ -82,6 +82,7 @@ class SessionTokens:
 
     def __init__(self) -> None:
         self._key = os.urandom(32)
+        self._verified: dict[str, tuple[str, Principal]] = {}  # every call presents its token: checked once
 
     def _mac(self, body: str) -> str:
         return hmac.new(self._key, body.encode(), hashlib.sha256).hexdigest()[:32]
@@ -98,6 +99,17 @@ class SessionTokens:
         return token.startswith(_PREFIX)
 
     def verify(self, token: str) -> tuple[str, Principal] | None:
+        known = self._verified.get(token)
+        if known is not None:
+            return known
+        found = self._check(token)
+        if found is not None:
+            if len(self._verified) >= 65_536:
+                self._verified.clear()
+            self._verified[token] = found
+        return found
+
+    def _check(self, token: str) -> tuple[str, Principal] | None:
         body, _, mac = token.rpartition(".")
         parts = body[len(_PREFIX):].split(".")
         if len(parts) != 2 or not hmac.compare_digest(mac.encode(), self._mac(body).encode()):

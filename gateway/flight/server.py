@@ -10,7 +10,6 @@ traceback, and one call's failure never touches another.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as fl
 
-from .answers import Answer, Runner, Tickets, stream
+from .answers import Answer, Runner, Tickets, data_stream
 from .arrow_types import ArrowTypes
 from .auth import MIDDLEWARE, AuthMiddlewareFactory, CallState, FlightAuth, HandshakeAuth, SessionTokens, TokenAuth
 from .errors import Unimplemented, mapped_errors, refusal
@@ -119,7 +118,7 @@ class FlightSqlServer(fl.FlightServerBase):
                 raise
             ticket = fl.Ticket(pack(message("TicketStatementQuery", statement_handle=handle)))
             meta = answer.app_metadata()
-            context.add_header("x-iq-position", _json(answer.position))
+            context.add_header("x-iq-position", answer.position)
             return fl.FlightInfo(answer.schema, descriptor, [fl.FlightEndpoint(ticket, [])], -1, -1,
                                  app_metadata=meta)
 
@@ -147,7 +146,7 @@ class FlightSqlServer(fl.FlightServerBase):
                 raise refusal("UNKNOWN_TICKET", "this is not a ticket this server issued (GetFlightInfo gives them)",
                               context=context)
             answer = self.tickets.take(handle, call.principal)
-            return fl.GeneratorStream(answer.schema, stream(answer, context, call, self.config.max_response_bytes))
+            return data_stream(answer, context, call, self.config.max_response_bytes)
 
     def get_schema(self, context: Any, descriptor: fl.FlightDescriptor) -> fl.SchemaResult:
         call = self._call(context)
@@ -277,9 +276,6 @@ def _rpc_of(name: str) -> str:
         return "DoAction"
     return "GetFlightInfo"
 
-
-def _json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
 
 
 @dataclass

@@ -213,6 +213,16 @@ def test_an_answer_past_the_response_budget_fails_its_stream(shop_app: StreamsAp
             raw.close()
     finally:
         gw.close()
+    gw = Gateway(shop_app, config=GatewayConfig(max_response_bytes=300))
+    try:
+        with start_flight(gw) as handle:  # an answer whole in hand (one batch): refused before any of it goes
+            raw = Raw(fl.FlightClient(handle.location), None)
+            small = raw.info("CommandStatementQuery", query="SELECT * FROM revenue")
+            with pytest.raises(pa.ArrowInvalid, match="^RESPONSE_TOO_LARGE: "):
+                raw.client.do_get(small.endpoints[0].ticket, raw.options()).read_all()
+            raw.close()
+    finally:
+        gw.close()
 
 
 def test_the_face_s_own_bounds(gw: Gateway) -> None:
