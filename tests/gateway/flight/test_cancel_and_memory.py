@@ -14,8 +14,8 @@ import pyarrow.flight as fl
 import pytest
 
 from gateway.engine import Gateway
-from gateway.flight import start_flight
 from gateway.flight import protocol as proto
+from gateway.flight import start_flight
 from tests.gateway.flight.conftest import Flight, Raw
 
 HEAVY = "SELECT count(*) FROM range(100000000000) a"

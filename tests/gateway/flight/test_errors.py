@@ -249,3 +249,39 @@ def test_the_face_s_own_bounds(gw: Gateway) -> None:
         with pytest.raises(fl.FlightUnavailableError, match="^TOO_MANY_PREPARED: "):
             list(a.client.do_action(prepare, a.options()))
         raw.close()
+
+
+def test_requests_past_the_size_budget(raw: Raw, gw: Gateway) -> None:
+    big = "SELECT 1 AS x" + " " * gw.config.max_request_bytes
+    with pytest.raises(pa.ArrowInvalid, match="^REQUEST_TOO_LARGE: the command has"):
+        raw.sql(big)
+    session = raw.session()
+    created = list(session.client.do_action(("CreatePreparedStatement", proto.pack(proto.message(
+        "ActionCreatePreparedStatementRequest", query="SELECT ? AS v"))), session.options()))
+    handle = proto.unpack("ActionCreatePreparedStatementResult",
+                          proto.command_name(created[0].body.to_pybytes())[1]).prepared_statement_handle
+    descriptor = raw.command("CommandPreparedStatementQuery", prepared_statement_handle=handle)
+    schema = pa.schema([("v", pa.string())])
+    for batch, why in ((pa.record_batch([pa.array(["x" * (gw.config.max_request_bytes + 1)])], schema=schema),
+                        "exceed the request limit"),
+                       (pa.record_batch([pa.array(["x"] * 10_001)], schema=schema), "more than 10000 parameter rows")):
+        writer, _ = session.client.do_put(descriptor, schema, session.options())
+        writer.write_batch(batch)
+        with pytest.raises(pa.ArrowInvalid, match=f"^REQUEST_TOO_LARGE: .*{why}"):
+            writer.close()
+
+
+def test_a_failure_of_the_server_itself_is_internal_and_logged(shop_app: StreamsApp,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """A gateway closed under the port (a shutdown racing a call): the client reads INTERNAL with the exception's
+    type and message; the operator's log has the traceback."""
+    gw = Gateway(shop_app)
+    with start_flight(gw) as handle:
+        gw.close()
+        raw = Raw(fl.FlightClient(handle.location), None)
+        with caplog.at_level("ERROR", logger="iqgate.flight"):
+            with pytest.raises(fl.FlightInternalError, match="^INTERNAL: ConnectionException") as info:
+                raw.sql("SELECT count(*) FROM revenue")
+        _no_traceback(str(info.value))
+        assert any(r.exc_info for r in caplog.records if r.name == "iqgate.flight")
+        raw.close()
