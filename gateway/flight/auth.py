@@ -26,10 +26,11 @@ import base64
 import binascii
 import hashlib
 import hmac
+import logging
 import os
 import secrets
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -37,6 +38,8 @@ import pyarrow.flight as fl
 
 __all__ = ["Principal", "FlightAuth", "TokenAuth", "SessionTokens", "CallState", "AuthMiddlewareFactory",
            "HandshakeAuth", "MIDDLEWARE"]
+
+log = logging.getLogger("iqgate.flight")
 
 MIDDLEWARE = "iqgate"  # the key handlers find their CallState under (ServerCallContext.get_middleware)
 _PREFIX = "iqs1."
@@ -139,14 +142,25 @@ class CallState(fl.ServerMiddleware):
         self._lock = threading.Lock()
         self._context: Any = None
         self._done = False
+        self._on_complete: list[Callable[[], None]] = []
 
     def sending_headers(self) -> dict[str, str]:
         return {"authorization": f"Bearer {self.issued}"} if self.issued else {}
+
+    def on_complete(self, action: Callable[[], None]) -> None:
+        """Run ``action`` when the call ends, however it ends (a DoGet's stream may never be started)."""
+        self._on_complete.append(action)
 
     def call_completed(self, exception: Any) -> None:
         with self._lock:
             self._context = None
             self._done = True
+        actions, self._on_complete = self._on_complete, []
+        for action in actions:
+            try:
+                action()
+            except Exception:  # noqa: BLE001 - ending one statement must not stop ending the others
+                log.exception("ending a Flight call's statement failed")
 
     def attach(self, context: Any) -> None:
         with self._lock:

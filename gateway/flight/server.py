@@ -146,6 +146,7 @@ class FlightSqlServer(fl.FlightServerBase):
                 raise refusal("UNKNOWN_TICKET", "this is not a ticket this server issued (GetFlightInfo gives them)",
                               context=context)
             answer = self.tickets.take(handle, call.principal)
+            call.on_complete(answer.close)  # also when pyarrow never starts the stream (the client left first)
             return data_stream(answer, context, call, self.config.max_response_bytes)
 
     def get_schema(self, context: Any, descriptor: fl.FlightDescriptor) -> fl.SchemaResult:

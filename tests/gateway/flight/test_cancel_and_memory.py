@@ -68,6 +68,10 @@ def test_a_reader_that_stops_reading_ends_the_stream(flight: Flight, raw: Raw) -
     assert flight.handle.stats()["streaming"] == 1
     reader.cancel()
     assert _until(lambda: flight.handle.stats()["streaming"] == 0)
+    for _ in range(5):  # gone before reading anything: the statement ends with the call all the same
+        info = raw.info("CommandStatementQuery", query=STREAM)
+        raw.client.do_get(info.endpoints[0].ticket, raw.options()).cancel()
+    assert _until(lambda: flight.handle.stats()["streaming"] == 0 and flight.handle.stats()["pending"] == 0)
 
 
 def _cancel_action(raw: Raw, info: fl.FlightInfo, kind: str = "CancelFlightInfo") -> int:
