@@ -285,3 +285,26 @@ def test_a_failure_of_the_server_itself_is_internal_and_logged(shop_app: Streams
         _no_traceback(str(info.value))
         assert any(r.exc_info for r in caplog.records if r.name == "iqgate.flight")
         raw.close()
+
+
+def test_a_statement_over_its_memory_budget(shop_app: StreamsApp) -> None:
+    gw = Gateway(shop_app, config=GatewayConfig(max_memory_bytes=16 * 2**20))
+    try:
+        with start_flight(gw) as handle:
+            raw = Raw(fl.FlightClient(handle.location), None)
+            with pytest.raises(pa.ArrowInvalid, match="^OUT_OF_MEMORY: "):
+                raw.sql("SELECT count(DISTINCT a.customer || b.customer || c.customer || d.customer) "
+                        "FROM revenue a, revenue b, revenue c, revenue d")
+            # the port answers again once DuckDB gave the memory back (it flushes within seconds): bounded retry
+            deadline = time.monotonic() + 15
+            while True:
+                try:
+                    assert raw.sql("SELECT count(*) AS n FROM revenue")[1].column("n")[0].as_py() > 0
+                    break
+                except pa.ArrowInvalid:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+            raw.close()
+    finally:
+        gw.close()
