@@ -308,3 +308,28 @@ def test_a_statement_over_its_memory_budget(shop_app: StreamsApp) -> None:
             raw.close()
     finally:
         gw.close()
+
+
+def test_every_gateway_error_has_its_status() -> None:
+    """The whole table, class by class (the calls above reach the common ones over the wire)."""
+    import gateway.errors as ge
+    from gateway.flight.errors import InvalidArgument, flight_error
+
+    expected = {
+        fl.FlightUnavailableError: {"NOT_UP_TO_BOUND", "STREAMS_NOT_STARTED", "STREAMS_REBALANCING",
+                                    "STATE_STORE_MIGRATED", "COLUMN_NOT_YET_AVAILABLE", "STREAMS_STOPPED",
+                                    "STATE_STORE_NOT_AVAILABLE", "PARTITION_FAILURE"},
+        fl.FlightTimedOutError: {"STATEMENT_TIMEOUT"},
+        fl.FlightCancelledError: {"STATEMENT_CANCELLED"},
+        fl.FlightUnauthenticatedError: {"UNAUTHORIZED"},
+        fl.FlightUnauthorizedError: {"FORBIDDEN"},
+        fl.FlightInternalError: {"INTERNAL"},
+    }
+    classes = [c for c in vars(ge).values() if isinstance(c, type) and issubclass(c, ge.GatewayError)
+               and c is not ge.GatewayError]
+    assert len(classes) > 20
+    for cls in classes:
+        err = flight_error(cls("m"))
+        want = next((status for status, codes in expected.items() if cls.code in codes), InvalidArgument)
+        assert type(err) is want, (cls.code, type(err))
+        assert str(err).startswith(f"{cls.code}: m")
