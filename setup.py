@@ -35,7 +35,8 @@ setup(
         "numpy>=1.26",
         "adbc-driver-sqlite>=1.2,<2",  # the columnar write path stages batches through it (stores/engine/staging.py)
         "adbc-driver-manager>=1.2,<2",  # range scans read into Arrow through its low-level API (engine/arrow_reads.py)
-        "orjson>=3.9,<4",  # JSON in and out of the HTTP face (gateway/json_values.py); the stdlib's json is its fallback
+        "orjson>=3.9,<4",
+        "protobuf>=4.25,<8",  # the Flight SQL commands (gateway/flight/protocol.py), beside pyarrow's Flight server  # JSON in and out of the HTTP face (gateway/json_values.py); the stdlib's json is its fallback
         "flask>=3,<4",
         "waitress>=3,<4",
         "sqlalchemy>=1.4,<3",

@@ -20,8 +20,8 @@ import pytest
 
 from gateway import Gateway
 from gateway.cli.demo import PIPELINE
-from gateway.serving.hosting import load_pipeline, start_pipeline, wait_caught_up
 from gateway.http import create_app
+from gateway.serving.hosting import load_pipeline, start_pipeline, wait_caught_up
 from gateway.serving.http_server import ServerThread
 from stores.log.eventlog import EventLog
 from tests.gateway.conftest import gw, shop, shop_app  # noqa: F401 - the no-Spark shop (every store kind)

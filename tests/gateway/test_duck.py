@@ -115,3 +115,19 @@ def test_duckdbs_own_memory_limit_never_spills_to_disk(lane: bool) -> None:
                     ).fetchall()
     assert cur.execute("SELECT current_setting('temp_directory')").fetchone() == ("",)
     pool.close()
+
+
+def test_an_arrow_answer_interrupted_while_it_streams_says_why(gw: object) -> None:
+    """DuckDB's errors reach an Arrow reader as pyarrow's (an interrupt is OSError "INTERRUPT Error"): the
+    statement's own reason (here its timeout) is raised, not the bare OSError (found by the Flight face)."""
+    from gateway.engine import Gateway
+
+    assert isinstance(gw, Gateway)
+    result = gw.sql("SELECT md5(repeat(range::VARCHAR, 2000)) AS h FROM range(100000000)", arrow=True,
+                    session={"statement_timeout_ms": 800})
+    try:
+        with pytest.raises(ge.StatementTimeout):
+            for _ in result.arrow_batches()[1]:
+                pass
+    finally:
+        result.close()

@@ -17,8 +17,8 @@ import pytest
 
 from gateway import Gateway
 from gateway.cli.demo import PIPELINE, example_queries
-from gateway.serving.hosting import load_pipeline, start_pipeline, wait_caught_up
 from gateway.http import create_app
+from gateway.serving.hosting import load_pipeline, start_pipeline, wait_caught_up
 from gateway.serving.http_server import ServerThread
 from stores.iqv2.position import Position
 from stores.log.eventlog import EventLog

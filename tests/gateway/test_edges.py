@@ -144,8 +144,8 @@ def test_body_over_the_limit_without_content_length_is_refused() -> None:
 def test_ndjson_reports_an_unencodable_value_in_band(gw: Gateway) -> None:
     from flask import Flask
 
-    from gateway.http.renderers import render_ndjson
     from gateway.engine.result import Result
+    from gateway.http.renderers import render_ndjson
     from planner.plan import StatementKind
     from stores.iqv2.position import Position
 

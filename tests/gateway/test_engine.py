@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 import gateway.engine.errors as ge
-import planner
 from gateway import Gateway, GatewayConfig
 from planner.plan import StatementKind
 from stores.app.streams import StoreTopology, StreamsApp

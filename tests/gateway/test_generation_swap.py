@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from gateway.engine.config import GatewayConfig
-from gateway.engine.gateway import Gateway
 from gateway.engine.errors import StateStoreMigratedError
+from gateway.engine.gateway import Gateway
 from stores.app import layout
 from stores.app.reader import StateDirReader
 from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from gateway import dbapi
-from gateway.engine.gateway import Gateway
 from gateway.engine.errors import UnknownStoreError
+from gateway.engine.gateway import Gateway
 from gateway.http import create_app
 from gateway.serving.http_server import ServerThread
 from planner.systables import SystemContext

@@ -16,8 +16,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
-from gateway.engine.gateway import Gateway
 from gateway.dbapi.sa_dialect import IqgateDialect, sa_type_for
+from gateway.engine.gateway import Gateway
 from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
 from stores.engine.change import Change
 from stores.iqv2.position import Position

@@ -17,8 +17,8 @@ from decimal import Decimal
 import pytest
 
 from gateway.engine.errors import BadRequest
-from gateway.http.limits import parse_json, parse_sql_request
 from gateway.engine.json_values import _ENCODER, _clean, dumps, dumps_bytes
+from gateway.http.limits import parse_json, parse_sql_request
 
 
 def _stdlib(raw: bytes) -> object:

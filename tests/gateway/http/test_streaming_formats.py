@@ -20,8 +20,8 @@ import pytest
 
 from gateway import Gateway, GatewayConfig
 from gateway.engine.errors import ResponseTooLarge, RowLimitExceeded
-from gateway.http import create_app
 from gateway.engine.result import Result
+from gateway.http import create_app
 from gateway.serving.http_server import ServerThread
 from stores.app.streams import StreamsApp
 from tests.gateway.gwfixtures import Http, Shop

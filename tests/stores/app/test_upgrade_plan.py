@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from gateway.engine.gateway import Gateway
 from gateway.engine.errors import ColumnNotYetAvailableError, SqlError
+from gateway.engine.gateway import Gateway
 from stores import Position, StreamsApp
 from stores.app import layout
 from stores.app.reader import StateDirReader

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 

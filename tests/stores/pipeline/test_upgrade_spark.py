@@ -24,8 +24,8 @@ import pytest
 pytestmark = [pytest.mark.spark]
 import pyspark  # noqa: E402,F401 - Spark tests run or fail, never skip quietly
 
-from gateway.engine.gateway import Gateway  # noqa: E402
 from gateway.engine.errors import ColumnNotYetAvailableError, SqlError  # noqa: E402
+from gateway.engine.gateway import Gateway  # noqa: E402
 from stores import Position, State, StreamsApp  # noqa: E402
 from stores.app import layout  # noqa: E402
 from stores.app.reader import StateDirReader  # noqa: E402
