@@ -12,7 +12,9 @@ retryable, HTTP 429) instead of waiting on a thread. With ``slots`` threads:
   ``slots - reserve`` are held in all and they hold less than their fair
   share, ``ceil((slots - reserve) / active users)``. As users arrive the
   share shrinks, and a heavy user's excess drains as their statements end
-  (nothing running is ever cut off);
+  (nothing running is ever cut off). Every active user keeps at least one
+  slot (the reserve sees to it); rounding up lets the first users hold one
+  more than a later one, which is cheaper than leaving slots idle;
 - a user's ``concurrent_statements`` limit queues their extra statements
   (first come, first served, holding their slot, so the queue counts against
   their share) for at most ``wait_s``, then answers TOO_MANY_STATEMENTS.
