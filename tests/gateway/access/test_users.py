@@ -110,7 +110,7 @@ def test_a_missing_file_says_how_to_make_one(tmp_path: Path) -> None:
 
 def test_edits_are_serialized(tmp_path: Path) -> None:
     path = tmp_path / "users.toml"
-    held, waited = threading.Event(), []
+    waited: list[bool] = []
     with edit_lock(path):
         def other() -> None:
             with pytest.raises(UsersFileError, match="being edited by another"):
@@ -120,7 +120,6 @@ def test_edits_are_serialized(tmp_path: Path) -> None:
         t = threading.Thread(target=other)
         t.start()
         t.join(10)
-        held.set()
     assert waited == [True]
     with edit_lock(path, timeout_s=0.2):  # free again
         pass
