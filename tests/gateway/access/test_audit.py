@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -171,3 +172,37 @@ def test_concurrent_writers_never_interleave_lines(tmp_path: Path) -> None:
     log.close()
     recs = lines(tmp_path / "a.log")
     assert len(recs) == 800 and {r["user"] for r in recs} == {"u0", "u1", "u2", "u3"}
+
+
+def test_a_full_disk_drops_lines_without_failing_the_statement(caplog: pytest.LogCaptureFixture) -> None:
+    log = AuditLog("/dev/full")  # every write: ENOSPC
+    for _ in range(3):
+        log.statement(user="u", face="http", client=None, sql="SELECT 1")
+    assert log.dropped == 3
+    assert caplog.text.count("a line could not be written") == 1 and "No space left" in caplog.text
+    log.close()
+    log.close()  # idempotent
+    log.statement(user="u", face="http", client=None, sql="SELECT 1")  # after close: dropped, never a stray fd
+    assert log.dropped == 4
+
+
+def test_a_live_file_removed_under_the_log_is_started_again(tmp_path: Path) -> None:
+    log = AuditLog(str(tmp_path / "a.log"), max_bytes=300, backups=1)
+    log.statement(user="u", face="http", client=None, sql="SELECT 1")
+    os.unlink(tmp_path / "a.log")
+    for i in range(5):
+        log.statement(user="u", face="http", client=None, sql=f"SELECT {i}")
+    log.close()
+    assert log.dropped == 0 and lines(tmp_path / "a.log")[-1]["statement"] == "SELECT 4"
+
+
+def test_values_json_cannot_hold_natively_are_written_as_text(tmp_path: Path) -> None:
+    import datetime
+    import decimal
+
+    log = AuditLog(str(tmp_path / "a.log"))
+    log.statement(user="u", face="dbapi", client=None, sql="SELECT ?, ?, ?",
+                  params=[2**70, decimal.Decimal("1.50"), datetime.date(2024, 1, 2)])
+    log.close()
+    (rec,) = lines(tmp_path / "a.log")
+    assert rec["params"] == [2**70, "1.50", "2024-01-02"]
