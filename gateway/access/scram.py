@@ -134,11 +134,12 @@ def mock_verifier(seed: bytes, name: str) -> ScramVerifier:
     """A verifier for a user that does not exist: its salt is stable per name, so probing cannot tell it apart.
 
     PostgreSQL does the same (``scram_mock_salt``): the exchange runs to its
-    end and fails like a wrong password, at the same cost.
+    end and fails like a wrong password, at the same cost. The keys are
+    random each time, so not even someone who has read the users file (and
+    its seed) can complete an exchange as a name that is no user.
     """
     digest = _hmac(seed, b"iqgate mock salt\0" + name.encode("utf-8", "surrogatepass"))
-    keys = _hmac(seed, b"iqgate mock keys\0" + name.encode("utf-8", "surrogatepass"))
-    return ScramVerifier(DEFAULT_ITERATIONS, digest[:16], hashlib.sha256(keys).digest(), keys)
+    return ScramVerifier(DEFAULT_ITERATIONS, digest[:16], os.urandom(32), os.urandom(32))
 
 
 def _attributes(message: str, what: str) -> list[tuple[str, str]]:

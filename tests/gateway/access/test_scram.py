@@ -134,7 +134,8 @@ def test_a_short_proof_is_rejected_not_crashed() -> None:
 
 def test_mock_verifiers_are_stable_per_name_and_never_match() -> None:
     a1, a2, b = mock_verifier(b"seed", "mallory"), mock_verifier(b"seed", "mallory"), mock_verifier(b"seed", "eve")
-    assert a1 == a2 and a1.salt != b.salt and len(a1.salt) == 16 and a1.iterations == 4096
+    assert a1.salt == a2.salt and a1.salt != b.salt and len(a1.salt) == 16 and a1.iterations == 4096
+    assert a1.stored_key != a2.stored_key  # unforgeable even knowing the seed
     assert mock_verifier(b"other", "mallory").salt != a1.salt
     with pytest.raises(ScramRejected):
         _client_exchange("", a1)

@@ -237,9 +237,10 @@ def test_pg_verifiers_are_the_password_else_the_token(team: tuple[Path, dict[str
     assert not users.scram_verifier("bob").verify_password(tokens["bob"])
     assert users.check_password("bob", "hunter2") == users.principal("bob")
     assert users.check_password("bob", tokens["bob"]) is None and users.check_password("mallory", "x") is None
-    assert users.scram_verifier("mallory") == users.scram_verifier("mallory")  # a stable mock per name
-    assert users.scram_verifier("mallory").salt != users.scram_verifier("eve").salt
-    assert Users.load(path).scram_verifier("mallory") == users.scram_verifier("mallory")  # across restarts too
+    mock = users.scram_verifier("mallory")
+    assert mock.salt == users.scram_verifier("mallory").salt  # a stable mock salt per name
+    assert mock.salt != users.scram_verifier("eve").salt and mock.iterations == 4096
+    assert Users.load(path).scram_verifier("mallory").salt == mock.salt  # across restarts too
 
 
 def test_single_token_mode_is_one_user_with_every_grant() -> None:

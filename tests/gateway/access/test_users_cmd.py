@@ -211,9 +211,12 @@ def test_as_a_process_token_alone_on_stdout_and_no_traceback_anywhere(tmp_path: 
 def _pty_session(argv: list[str], replies: list[bytes]) -> tuple[int, str]:
     """Run the command on a terminal of its own (getpass reads /dev/tty) answering each prompt in turn."""
     pid, fd = pty.fork()
-    if pid == 0:  # the child: its controlling terminal is the pty
-        os.chdir(ROOT)
-        os.execv(sys.executable, [*RUN, *argv])
+    if pid == 0:  # the child: its controlling terminal is the pty; it must never return into pytest
+        try:
+            os.chdir(ROOT)
+            os.execv(sys.executable, [*RUN, *argv])
+        finally:
+            os._exit(127)
     seen, deadline = b"", time.monotonic() + 30
     replies = list(replies)
     try:
