@@ -208,8 +208,11 @@ def test_as_a_process_token_alone_on_stdout_and_no_traceback_anywhere(tmp_path: 
         assert done.returncode == rc and "Traceback" not in done.stderr and done.stderr.strip(), (argv, done.stderr)
 
 
-def _pty_session(argv: list[str], replies: list[bytes]) -> tuple[int, str]:
-    """Run the command on a terminal of its own (getpass reads /dev/tty) answering each prompt in turn."""
+def _pty_session(argv: list[str], replies: list[bytes], timeout_s: float = 60) -> tuple[int, str]:
+    """Run the command on a terminal of its own (getpass reads /dev/tty), answering each prompt in turn.
+
+    Bounded: a child still running at the deadline is killed and the test fails with what the terminal showed.
+    """
     pid, fd = pty.fork()
     if pid == 0:  # the child: its controlling terminal is the pty; it must never return into pytest
         try:
@@ -217,28 +220,28 @@ def _pty_session(argv: list[str], replies: list[bytes]) -> tuple[int, str]:
             os.execv(sys.executable, [*RUN, *argv])
         finally:
             os._exit(127)
-    seen, deadline = b"", time.monotonic() + 30
+    seen, answered = b"", 0
     replies = list(replies)
+    deadline = time.monotonic() + timeout_s
     try:
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], 0.2)
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return os.waitstatus_to_exitcode(status), seen.decode(errors="replace")
+            ready, _, _ = select.select([fd], [], [], 0.1)
             if ready:
                 try:
                     chunk = os.read(fd, 4096)
-                except OSError:
-                    break
-                if not chunk:
-                    break
+                except OSError:  # the child closed the terminal: it is exiting
+                    chunk = b""
                 seen += chunk
-                if replies and seen.rstrip().endswith(b":"):
-                    os.write(fd, replies.pop(0))
-                    seen += b"\n"
-            else:
-                done, status = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    return os.waitstatus_to_exitcode(status), seen.decode(errors="replace")
-        _, status = os.waitpid(pid, 0)
-        return os.waitstatus_to_exitcode(status), seen.decode(errors="replace")
+            prompts = seen.count(b"password for") + seen.count(b"again:")
+            if replies and prompts > answered and seen.rstrip().endswith(b":"):
+                os.write(fd, replies.pop(0))
+                answered += 1
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        raise AssertionError(f"the command did not finish in {timeout_s} s; the terminal showed {seen!r}")
     finally:
         os.close(fd)
 
