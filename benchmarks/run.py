@@ -26,6 +26,7 @@ from benchmarks.common import Figure
 MODULES = (
     "benchmarks.bench_stores",
     "benchmarks.bench_planner",
+    "benchmarks.bench_access",
     "benchmarks.bench_gateway",
     "benchmarks.bench_pg",
     "benchmarks.bench_flight",

@@ -20,6 +20,7 @@ __all__ = [
     "StateStoreNotAvailableError", "InvalidPartitionError", "RowLimitExceeded", "StatementTimeout", "StatementCancelled",
     "OutOfMemoryError", "ResponseTooLarge", "RequestTooLarge", "Unauthorized", "BadRequest", "NotAcceptable", "RouteNotFound",
     "MethodNotAllowed", "GatewayInternalError", "error_class_for_code", "ColumnNotYetAvailableError",
+    "TooManyStatements",
 ]
 
 
@@ -267,6 +268,14 @@ class ResponseTooLarge(GatewayError, OperationalError):
     http_status = 422
 
 
+class TooManyStatements(GatewayError, OperationalError):
+    """The user already runs their share of the server's statements (their limit, or a fair share under load)."""
+
+    code = "TOO_MANY_STATEMENTS"
+    http_status = 429
+    retryable = True
+
+
 class RequestTooLarge(GatewayError, InterfaceError):
     code = "REQUEST_TOO_LARGE"
     http_status = 413
@@ -312,7 +321,7 @@ _BY_CODE: dict[str, type[GatewayError]] = {
         StreamsStoppedError, StateStoreNotAvailableError, InvalidPartitionError, RowLimitExceeded,
         StatementTimeout, StatementCancelled, RequestTooLarge, Unauthorized, BadRequest, NotAcceptable, RouteNotFound,
         MethodNotAllowed, GatewayInternalError, UnknownTopicError, OutOfMemoryError, ResponseTooLarge,
-        ColumnNotYetAvailableError,
+        ColumnNotYetAvailableError, TooManyStatements,
     )
 }
 
