@@ -82,7 +82,8 @@ class JoinStatePlan:
     key_name: str
     timestamped: bool
     as_of: bool = False
-    where: Any = None  # a conditions.RowCondition over the key and the value columns, or None
+    where: Any = None  # a conditions.RowCondition over the key and every input's value columns, or None
+    columns: tuple[tuple[str, int, int], ...] = ()  # every input's value columns (name, input, index), for where
 
 
 def member_rows(table: pa.Table, member: Any, i: int, column: str) -> pa.Table:
@@ -232,18 +233,20 @@ class JoinState:
             values.append(cols[at + 2:at + 2 + len(side.types)])
             at += 2 + len(side.types)
         exists, use = _evaluate(plan.steps, present)
+
+        def column(i: int, j: int) -> pa.Array:  # input i's value column j as the result row has it
+            arr = arrow_from_stored(list(values[i][j]), plan.sides[i].types[j])
+            return pc.if_else(pa.array(use[i]), arr, pa.nulls(n, arr.type))
         out: dict[str, Any] = {KEY: arrow_from_stored(list(cols[0]), plan.sides[0].key_type)}
         for v, (_name, i, j) in enumerate(plan.output):
-            arr = arrow_from_stored(list(values[i][j]), plan.sides[i].types[j])
-            out[value_name(v)] = pc.if_else(pa.array(use[i]), arr, pa.nulls(n, arr.type))
+            out[value_name(v)] = column(i, j)
         if plan.timestamped:
             out[TS] = _times(times, use, plan.as_of, n)
         deleted = pa.array(~exists)
-        if plan.where is not None:
-            named = {plan.key_name: out[KEY], **{name: out[value_name(v)] for v, (name, _i, _j) in
-                                                 enumerate(plan.output)}}
-            keep = plan.where.keep(pa.table({c: named[c] for c in plan.where.columns}) if plan.where.columns
-                                   else pa.table({"_": pa.nulls(n)}))
+        if plan.where is not None:  # a row failing it is not in the store (ksqlDB's WHERE on a join)
+            where = {name: (i, j) for name, i, j in plan.columns}
+            named = {c: out[KEY] if c == plan.key_name else column(*where[c]) for c in plan.where.columns}
+            keep = plan.where.keep(pa.table(named) if named else pa.table({"_": pa.nulls(n)}))
             deleted = pc.or_(deleted, pc.invert(keep))
         out[DELETED] = deleted
         return pa.table(out)

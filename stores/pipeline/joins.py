@@ -29,7 +29,6 @@ from ..catalog.schema import Column, SqlType, StoreKind, StoreSpec
 from .conditions import compile_condition
 from .declarations import StoreDecl, TopologyError, _column, _is_aggregate, _plan_text, check_tombstones
 from .join_state import JoinSide, JoinStatePlan, JoinStep
-from .stateful_tables import spark_type
 from .stream_rows import HEADERS, METADATA_COLUMNS, TOMBSTONE
 
 __all__ = ["join_decl", "HOWS"]
@@ -150,12 +149,13 @@ def join_decl(name: str, inputs: Sequence[DataFrame], *, keys: Sequence[str], on
     except ValueError as exc:
         raise TopologyError(str(exc)) from None
     cond = None
-    if where is not None:
+    if where is not None:  # over the key and every input's value columns, as ksqlDB's WHERE on a join
         fields = {key.name: (sides[0].spark_types[sides[0].key], key.type)}
-        fields.update({c.name: (spark_type(c.type), c.type) for c in values})
+        fields.update({v: (sides[i].spark_types[v], sides[i].types[j]) for v, (i, j) in owner.items()})
         cond = compile_condition(sides[0].df.sparkSession, name, "where", where, fields)
     plan = JoinStatePlan(name, tuple(JoinSide(s.key_type, tuple(s.values), tuple(s.types)) for s in sides),
-                         tuple(steps), tuple(output), key.name, timestamped, as_of, cond)
+                         tuple(steps), tuple(output), key.name, timestamped, as_of, cond,
+                         tuple((v, i, j) for v, (i, j) in owner.items()))
     extra = (("join", {"as_of": as_of, "steps": [[s.how, None if s.on is None else list(s.on)] for s in steps],
                        "inputs": [[s.key, list(s.values), s.rule] for s in sides],
                        "output": [list(o) for o in output], "where": None if cond is None else cond.text}),)
