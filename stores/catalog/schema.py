@@ -249,13 +249,6 @@ def coerce_key(sql_type: SqlType | DecimalType | NestedType, value: Any) -> Any:
         except ValueError as exc:
             raise KeyTypeError(f"{value!r} cannot be converted to {sql_type.value}: {exc}") from None
     if isinstance(sql_type, NestedType):
-        if isinstance(value, str):  # its stored form (canonical JSON text): coercing is idempotent, as for DECIMAL
-            try:
-                value = json.loads(value)
-            except ValueError:
-                raise KeyTypeError(f"{value!r} is not a {sql_type.value} value (nor its JSON text)") from None
-            if sql_type.kind == "MAP" and isinstance(value, list):
-                value = [tuple(p) for p in value]
         try:
             return encode_nested(sql_type, value, coerce_key)
         except (NestedValueError, KeyTypeError) as exc:

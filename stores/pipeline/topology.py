@@ -273,11 +273,11 @@ class Topology:
         """Keep every version of each key by event time (``timestamp``); a tombstone (a record whose value is null)
         is a version that deletes (``tombstones="all_null"``: a record whose values are all null too)."""
         self._check_new(name, df)
-        tombstone_rule = check_tombstones(name, df, tombstones)
         plan = _plan_text(df)
         if _is_aggregate(plan):
             raise TopologyError(f"store {name!r}: a versioned table takes the records themselves, "
                                 "not an aggregation; use table() for aggregates")
+        tombstone_rule = check_tombstones(name, df, tombstones)
         cols = dict(df.dtypes)
         keys = key_names(name, key)
         for k in keys:
