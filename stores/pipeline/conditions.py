@@ -18,6 +18,7 @@ when the condition is true (NULL does not qualify, as in SQL).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from datetime import date, timezone
 from decimal import Decimal
 from typing import Any
 
@@ -128,12 +129,23 @@ def _arrow_type(dt: str, store: str, what: str) -> pa.DataType:
     raise TopologyError(f"store {store!r}: {what}: a cast to {dt} is not supported here; use {_SUPPORTED}")
 
 
-def _compile(node: Any, store: str, what: str, types: Mapping[str, Any], used: list[str]) -> Eval:
+def _compile(node: Any, store: str, what: str, types: Mapping[str, Any], used: list[str],
+             refs: dict[int, Eval] | None = None) -> Eval:
     kind = node.nodeName()
     kids = [node.children().apply(i) for i in range(node.children().size())]
+    refs = {} if refs is None else refs
 
     def sub(i: int) -> Eval:
-        return _compile(kids[i], store, what, types, used)
+        return _compile(kids[i], store, what, types, used, refs)
+
+    if kind == "With":  # Spark 4's common subexpressions (BETWEEN evaluates its operand once)
+        defs = node.defs()
+        for i in range(defs.size()):
+            d = defs.apply(i)
+            refs[int(d.id().id())] = _compile(d.child(), store, what, types, used, refs)
+        return _compile(node.child(), store, what, types, used, refs)
+    if kind == "CommonExpressionRef":
+        return refs[int(node.id().id())]
 
     if kind == "AttributeReference":
         name = str(node.name())
@@ -168,14 +180,14 @@ def _compile(node: Any, store: str, what: str, types: Mapping[str, Any], used: l
         test = pc.is_null if kind == "IsNull" else pc.is_valid
         return lambda table: test(_array(a(table), len(table)))
     if kind == "In":
-        value = _compile(node.value(), store, what, types, used)
+        value = _compile(node.value(), store, what, types, used, refs)
         items = node.list()
         lits = []
         for i in range(items.size()):
             item = items.apply(i)
-            if item.nodeName() != "Literal":
+            if not _constant(item):
                 raise TopologyError(f"store {store!r}: {what}: IN takes literals here; use {_SUPPORTED}")
-            lits.append(_literal(item, store, what))
+            lits.append(_literal(item, store, what) if item.nodeName() == "Literal" else _folded(item, store, what))
         has_null = any(v is None for v in lits)
         choices = [v for v in lits if v is not None]
 
@@ -193,6 +205,12 @@ def _compile(node: Any, store: str, what: str, types: Mapping[str, Any], used: l
     if kind == "UnaryMinus":
         a = sub(0)
         return lambda table: pc.negate_checked(a(table))
+    if kind in ("Cast", "AnsiCast", "TryCast") and _constant(kids[0]):
+        value = _folded(node, store, what)  # a cast of a literal (NULL in IN (…, NULL)): Spark computes it once
+        return lambda table: value
+    if kind in ("Cast", "AnsiCast", "TryCast") and kids[0].dataType().simpleString() == \
+            node.dataType().simpleString():
+        return sub(0)  # a cast to the type it has (the analyzer's, around IN's operands)
     if kind in ("Cast", "AnsiCast", "TryCast"):
         target = _arrow_type(node.dataType().simpleString(), store, what)
         a = sub(0)
@@ -203,8 +221,47 @@ def _compile(node: Any, store: str, what: str, types: Mapping[str, Any], used: l
                 return None if x is None else pa.array([x] * len(table)).cast(target)[0].as_py()
             return x.cast(target)
         return cast
+    replacement = _replacement(node)
+    if replacement is not None:  # BETWEEN and its kin: Spark defines them as simpler expressions
+        return _compile(replacement, store, what, types, used, refs)
     raise TopologyError(f"store {store!r}: {what}: {str(node.sql())!r} ({kind}) is not supported on the driver; use "
                         f"{_SUPPORTED} (or compute the value as a column first)")
+
+
+def _replacement(node: Any) -> Any:
+    """A RuntimeReplaceable expression's replacement (``between(a, 1, 3)`` is ``1 <= a AND a <= 3``), or None."""
+    if node.nodeName() not in ("Between",):
+        return None
+    try:
+        return node.replacement()
+    except Exception:  # noqa: BLE001 - py4j: no such method on this Spark
+        return None
+
+
+def _constant(node: Any) -> bool:
+    return node.nodeName() == "Literal" or (node.nodeName() in ("Cast", "AnsiCast", "TryCast")
+                                             and _constant(node.children().apply(0)))
+
+
+def _folded(node: Any, store: str, what: str) -> Any:
+    """A constant expression's value, computed by Spark (so its cast rules are Spark's), in stored form."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    assert spark is not None
+    dt = node.dataType().simpleString()
+    row = spark.sql(f"SELECT {node.sql()} AS v").collect()[0]
+    v = row["v"]
+    if v is None:
+        return None
+    if dt in ("timestamp", "timestamp_ntz"):
+        return int(v.replace(tzinfo=v.tzinfo or timezone.utc).timestamp() * 1000)
+    if dt == "date":
+        return (v - date(1970, 1, 1)).days
+    if dt.startswith("decimal") or dt in ("string", "boolean", "int", "bigint", "smallint", "tinyint", "double",
+                                            "float"):
+        return v
+    raise TopologyError(f"store {store!r}: {what}: a constant of type {dt} is not supported here; use {_SUPPORTED}")
 
 
 def _array(x: Any, n: int) -> Any:
