@@ -228,7 +228,7 @@ class JoinState:
         at = 1
         present, times, values = [], [], []
         for side in plan.sides:
-            present.append(np.array([bool(v) for v in cols[at]], dtype=bool))
+            present.append(np.array(cols[at], dtype=bool))
             times.append(cols[at + 1])
             values.append(cols[at + 2:at + 2 + len(side.types)])
             at += 2 + len(side.types)
@@ -280,11 +280,15 @@ def _times(times: list[Sequence[Any]], use: list[np.ndarray], as_of: bool, n: in
     """Each result row's record time: the stream record's (as of), else the latest of its joined rows'."""
     if as_of:
         return pa.array(list(times[0]), pa.int64())
-    out: list[Any] = []
-    for r in range(n):
-        ts = [t[r] for t, u in zip(times, use) if u[r] and t[r] is not None]
-        out.append(max(ts) if ts else None)
-    return pa.array(out, pa.int64())
+    best = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    seen = np.zeros(n, dtype=bool)
+    for t, u in zip(times, use):
+        arr = pa.array(list(t), pa.int64())
+        valid = u & arr.is_valid().to_numpy(zero_copy_only=False)
+        vals = arr.fill_null(0).to_numpy(zero_copy_only=False)
+        best = np.where(valid & (vals > best), vals, best)
+        seen |= valid
+    return pa.array(best, pa.int64(), mask=~seen)
 
 
 def _flat(name: str) -> str:
