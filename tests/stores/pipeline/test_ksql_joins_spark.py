@@ -29,10 +29,13 @@ from pyspark.sql import functions as F  # noqa: E402
 
 from gateway.engine import Gateway  # noqa: E402
 from stores import (  # noqa: E402
+    Position,
+    PositionBound,
     RangeQuery,
     State,
     StateQueryRequest,
     StreamsApp,
+    TimestampedKeyQuery,
     TimestampedRangeQuery,
     Topology,
 )
@@ -302,3 +305,40 @@ def test_a_replica_restores_joins_and_aggregates_from_their_changelogs(shared) -
             assert read(src, store)[1] == rows, store
     finally:
         src.close()
+
+
+def test_reading_your_own_write_through_a_join_and_a_foreign_key(shared) -> None:  # noqa: ANN001
+    """Positions work for joins as for every store: a read bounded at a right-side record's offset sees the rows
+    that record changed — by primary key (pk_full) and through a foreign key (fk_chain's users)."""
+    app, log, _first, _tmp = shared
+    p, off = log.append("test_table", key=3, value={"f1": "fresh", "f2": 99}, timestamp=1_800_000_000_000)
+    bound = PositionBound.at(Position.from_map({"test_table": {p: off}}))
+    res = {}
+
+    def key_at_bound() -> bool:
+        r = app.query(StateQueryRequest.in_store("pk_full").with_query(TimestampedKeyQuery.with_key(3))
+                      .with_position_bound(bound))
+        res["rows"] = [q.result for q in r.partition_results.values() if q.is_success and q.result is not None]
+        return all(q.is_success for q in r.partition_results.values())
+    wait_until(key_at_bound, "pk_full at the bound", 60)
+    (row,) = res["rows"]
+    assert (row.value.f1, row.value.f2, row.timestamp) == ("fresh", 99, 1_800_000_000_000)
+    # a user moves to a region with a zone: every order of that user (fk_chain) shows the new zone at the bound
+    _pos, chain = read(app, "fk_chain")
+    user = next(v[0] for v in chain.values())
+    log.append("regions", key="zz", value={"rname": "ZZ", "zone": "Z"}, timestamp=1_800_000_000_000)
+    p, off = log.append("test", key=user, value={"name": "moved", "value": 1, "region": "zz"},
+                        timestamp=1_800_000_000_001)
+    bound = PositionBound.at(Position.from_map({"test": {p: off}}))
+    got: dict[str, Any] = {}
+
+    def at_bound() -> bool:
+        r = app.query(StateQueryRequest.in_store("fk_chain").with_query(TimestampedRangeQuery.with_no_bounds())
+                      .with_position_bound(bound))
+        if not all(q.is_success for q in r.partition_results.values()):
+            return False
+        got.update({kv.key: kv.value.value for q in r.partition_results.values() for kv in q.result})
+        return True
+    wait_until(at_bound, "fk_chain at the bound", 60)
+    mine = [v for v in got.values() if v.user == user]
+    assert mine and all((v.name, v.zone) == ("moved", "Z") for v in mine)
