@@ -35,7 +35,7 @@ class StoreDecl:
 
     spec: StoreSpec
     df: DataFrame
-    shape: str  # "aggregate" | "window" | "session" | "latest" | "versioned"
+    shape: str  # "aggregate" | "window" | "session" | "latest" | "versioned" | "table_aggregate" | "open_session" | "join"
     output_mode: str
     key_col: str  # the key column, or the first of a composite key's (``key_cols``)
     value_cols: tuple[str, ...]

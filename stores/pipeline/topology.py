@@ -115,11 +115,14 @@ class Topology:
     def stream(self, topic: str | Sequence[str], value_schema: str | StructType = "value STRING", *,
                key_type: str = "string", max_records_per_batch: int | None = None,
                starting_offsets: str = "earliest", include_headers: bool = False) -> DataFrame:
-        """A streaming DataFrame over ``topic`` (or several): key, value fields, timestamp, topic, partition, offset.
+        """A streaming DataFrame over ``topic`` (or several): key, value fields, timestamp, topic, partition, offset,
+        tombstone.
 
         ``value_schema`` is the DDL of the JSON value's fields (``"amount
         DOUBLE, item STRING"``); missing or mistyped fields read as null, a
-        tombstone as all-null. ``max_records_per_batch`` caps a micro-batch
+        tombstone (a null value) as all-null with ``tombstone`` true. ``key_type``
+        may be ``array<…>`` or ``struct<…>`` (the key's JSON text, ksqlDB's ARRAY/STRUCT
+        keys). ``max_records_per_batch`` caps a micro-batch
         (default: the topology's ``max_records_per_batch``, itself no cap unless given).
         ``include_headers`` adds ``headers`` ARRAY<STRUCT<key: STRING, value:
         BINARY>> (the record's headers in order, as Spark's Kafka source with
