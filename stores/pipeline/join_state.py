@@ -129,14 +129,14 @@ class JoinState:
         with self.state.batch(batch_id) as (con, fresh):
             for i, side in enumerate(plan.sides):
                 rows = member_rows(table, member, i, f"__s{i}")
+                rows = rows.rename_columns([_flat(n) for n in rows.column_names])
                 versioned = plan.as_of and i == 1
-                if not versioned:
-                    rows = latest_per_key(rows.rename_columns([_flat(n) for n in rows.column_names]), "__k")
+                if versioned:  # every record, in log order (of two versions with one timestamp the later wins)
+                    rows = rows.filter(pc.is_valid(rows.column("__k")))
+                    rows = rows.take(pc.sort_indices(rows, [(c, "ascending") for c in
+                                                            ("__topic", "__partition", "__offset")]))
                 else:
-                    rows = rows.rename_columns([_flat(n) for n in rows.column_names])
-                    order = [(c, "ascending") for c in ("__topic", "__partition", "__offset")]
-                    rows = rows.filter(pc.is_valid(rows.column("__k"))).take(
-                        pc.sort_indices(rows.filter(pc.is_valid(rows.column("__k"))), order))
+                    rows = latest_per_key(rows, "__k")
                 keys = stored_values(rows.column("__k"), side.key_type)
                 changed.append(keys)
                 if fresh and len(rows):

@@ -112,12 +112,9 @@ def table_aggregate_decl(name: str, df: DataFrame, *, key: str, group_by: str | 
     fields = {f.name: f.dataType for f in df.schema.fields}
     aggs, sources = _table_aggregates(name, cols, fields, sums, mins, maxs, avgs, collect_lists, collect_sets,
                                       topks, topk_distincts)
-    try:
-        group_types = tuple(_column(name, g, fields[g]).type for g in groups)
-        source_types = tuple(_column(name, c, fields[c]).type for c in sources)
-        key_type = _column(name, key, fields[key]).type
-    except TopologyError:
-        raise
+    group_types = tuple(_column(name, g, fields[g]).type for g in groups)
+    source_types = tuple(_column(name, c, fields[c]).type for c in sources)
+    key_type = _column(name, key, fields[key]).type
     value_types = (SqlType.BIGINT, *(_agg_type(a, source_types[a.source]) for a in aggs))
     values = tuple(Column(n, t) for n, t in zip((count, *(a.out for a in aggs)), value_types))
     try:
