@@ -35,6 +35,7 @@ MODULES = (
     "benchmarks.bench_dbapi",
     "benchmarks.bench_replicas",
     "benchmarks.bench_pipeline",
+    "benchmarks.bench_joins",
     "benchmarks.bench_kafka",
     "benchmarks.bench_statestore",
     "benchmarks.bench_memory",

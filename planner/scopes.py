@@ -76,7 +76,9 @@ def _role(spec: StoreSpec, column: str) -> str | None:
             if column == c.name.lower():
                 return key_part_role(i)
     elif column == spec.key.name.lower():
-        return "key"
+        # an ARRAY or STRUCT key is stored as its JSON text: neither its lookups (DuckDB's list and struct literals
+        # and casts) nor its order are the text's, so its predicates stay residual (a scan DuckDB filters)
+        return None if spec.key.nested else "key"
     if column == "_partition":
         return column
     if column in spec.system_columns() and column != "rowtime":  # rowtime is never pushed
@@ -284,7 +286,8 @@ def _simple(select: exp.Select) -> bool:
 
 
 def _order_and_limit(select: exp.Select, scan: ScanTemplate, resolve: Any, param_index: dict[int, int]) -> None:
-    if not _simple(select) or scan.spec.kind not in (StoreKind.KEY_VALUE, StoreKind.TIMESTAMPED_KEY_VALUE):
+    if not _simple(select) or scan.spec.kind not in (StoreKind.KEY_VALUE, StoreKind.TIMESTAMPED_KEY_VALUE) \
+            or scan.spec.key.nested:  # an ARRAY/STRUCT key's stored (text) order is not its order
         return
     order = select.args.get("order")
     if order is not None:

@@ -102,7 +102,11 @@ class StoreSpec:
     Position; ``window_size_ms``/``window_advance_ms`` describe window stores,
     ``gap_ms`` session stores, ``history_retention_ms`` versioned stores.
 
-    A composite key (``key=(Column("region", …), Column("product", …))``) is
+    A key column may be an ARRAY or a STRUCT (issue 51, ksqlDB's ARRAY/STRUCT
+    keys): stored as its canonical JSON text, so equal values are one key and
+    the partitioner hashes that text; such a key is looked up whole, never
+    ranged (its text order is not the value's). A composite key
+    (``key=(Column("region", …), Column("product", …))``) is
     kept as ``key_parts``; ``key`` is then its stored form, one BLOB column
     named ``"region,product"`` holding ``tuple_keys`` bytes. ``key_columns()``
     is what SQL sees either way.
@@ -141,8 +145,12 @@ class StoreSpec:
                 if c.nested:
                     raise ValueError(f"store {self.name!r}: key column {c.name!r} is {c.type}; a key column is a scalar")
             object.__setattr__(self, "key", Column(",".join(c.name for c in parts), SqlType.BLOB, False))
-        elif self.key.nested:
-            raise ValueError(f"store {self.name!r}: key column {self.key.name!r} is {self.key.type}; a key is a scalar")
+        elif self.key.nested and self.key.type.kind == "MAP":
+            raise ValueError(f"store {self.name!r}: key column {self.key.name!r} is {self.key.type}; a key is a "
+                             "scalar, an ARRAY or a STRUCT (as in ksqlDB), not a MAP")
+        elif self.key.nested and StoreKind(self.kind) not in (StoreKind.KEY_VALUE, StoreKind.TIMESTAMPED_KEY_VALUE):
+            raise ValueError(f"store {self.name!r}: key column {self.key.name!r} is {self.key.type}; an ARRAY or "
+                             "STRUCT key is for key-value stores (tables), not window, session or versioned ones")
         if not self.name or not self.name.replace("_", "a").isalnum() or self.name[0].isdigit():
             raise ValueError(f"store name {self.name!r} must be letters, digits and _ and not start with a digit")
         if not isinstance(self.kind, StoreKind):
@@ -210,7 +218,7 @@ class StoreSpec:
     def from_json(cls, text: str) -> StoreSpec:
         d = json.loads(text)
         d["kind"] = StoreKind(d["kind"])
-        d["key"] = Column(d["key"]["name"], parse_scalar(d["key"]["type"]), d["key"].get("nullable", True))
+        d["key"] = Column(d["key"]["name"], parse_type(d["key"]["type"]), d["key"].get("nullable", True))
         d["values"] = tuple(Column(c["name"], parse_type(c["type"]), c.get("nullable", True)) for c in d["values"])
         d["key_parts"] = tuple(Column(c["name"], parse_scalar(c["type"]), c.get("nullable", False))
                                for c in d.get("key_parts", ()))

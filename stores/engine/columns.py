@@ -356,7 +356,8 @@ def serialized_keys(keys: pa.Array, sql_type: SqlType | DecimalType) -> tuple[np
     fixed-width types are packed as ``partitioner.key_bytes`` packs them.
     """
     keys = _chunks(keys)
-    if sql_type in (SqlType.VARCHAR, SqlType.BLOB) or isinstance(sql_type, DecimalType):  # decimals: stored bytes
+    if sql_type in (SqlType.VARCHAR, SqlType.BLOB) or isinstance(sql_type, (DecimalType, NestedType)):
+        # decimals: their stored bytes; ARRAY/STRUCT keys: their canonical JSON text
         width = np.int64 if pa.types.is_large_string(keys.type) or pa.types.is_large_binary(keys.type) else np.int32
         _validity, offs, data = keys.buffers()
         offsets = np.frombuffer(offs, dtype=width)[keys.offset:keys.offset + len(keys) + 1].astype(np.int64)

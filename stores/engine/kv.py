@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 import pyarrow.compute as pc
 
+from ..catalog.nested import NestedType
 from ..iqv2.position import Position, PositionBound
 from ..iqv2.query import (
     KeyQuery,
@@ -141,15 +142,20 @@ def _build_vat(store: KeyValueStore, _key: Any, row: Any) -> Any:
     return ValueAndTimestamp(store.codec.value(row, 3), row[2])
 
 
+def _nested_key(store: KeyValueStore) -> Any:
+    """The key decoder bulk readers need (an ARRAY/STRUCT key's JSON text → its value), or None."""
+    return store.codec.key if isinstance(store.spec.key.type, NestedType) else None
+
+
 def _build_range(store: KeyValueStore, _r: _Range, rows: list[Any]) -> RowIterator:
-    return RowIterator(rows, store.codec.pair_converter(1), ("key",))
+    return RowIterator(rows, store.codec.pair_converter(1), ("key",), _nested_key(store))
 
 
 def _build_ts_range(store: KeyValueStore, _r: _Range, rows: list[Any]) -> RowIterator:
     codec = store.codec
     return RowIterator(
         rows, lambda row: KeyValue(codec.key(row[0]), ValueAndTimestamp(codec.value(row, 2), row[1])),
-        ("key", "timestamp"),
+        ("key", "timestamp"), _nested_key(store),
     )
 
 

@@ -45,19 +45,25 @@ class RowIterator(KeyValueIterator[Any]):
     ``(key, timestamp, v0, v1, ...)``.
     """
 
-    __slots__ = ("row_columns",)
+    __slots__ = ("row_columns", "key_decoder")
 
-    def __init__(self, raw: list[Any], convert: Callable[[Any], Any], row_columns: tuple[str, ...]) -> None:
+    def __init__(self, raw: list[Any], convert: Callable[[Any], Any], row_columns: tuple[str, ...],
+                 key_decoder: Callable[[Any], Any] | None = None) -> None:
         super().__init__(LazyRows(raw, convert))
         self.row_columns = row_columns
+        self.key_decoder = key_decoder  # an ARRAY/STRUCT key: its JSON text → the value (bulk readers get values)
 
     def remaining_rows(self) -> list[Any]:
         """The unconsumed rows as raw tuples (leading ``row_columns`` then the value columns); consumes them.
 
-        Raw values are the stored forms: BOOLEAN as 0/1, TIMESTAMP as epoch ms, DATE as days.
+        Raw values are the stored forms: BOOLEAN as 0/1, TIMESTAMP as epoch ms, DATE as days; but an ARRAY or
+        STRUCT key comes decoded (a list or dict), as readers of the key column take it.
         """
         items = self._items
         assert isinstance(items, LazyRows)
         rest = items.raw[self._i :] if self._i else items.raw
         self._i = len(items.raw)
+        if self.key_decoder is not None:
+            dec = self.key_decoder
+            return [(dec(r[0]), *r[1:]) for r in rest]
         return rest

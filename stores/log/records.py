@@ -2,7 +2,8 @@
 
 A record is ``(key, value, timestamp)`` or ``(key, value, timestamp, headers)``
 (or a mapping with those keys): the key a string or an integer (it chooses the
-partition), the value a mapping of field → value (JSON) or None (a tombstone),
+partition; a list or a mapping is written as its compact JSON text, as Kafka's JSON key format carries an
+ARRAY or STRUCT key), the value a mapping of field → value (JSON) or None (a tombstone),
 the timestamp epoch ms or a datetime (None: now), the headers (optional, as
 Kafka's record headers) a list of ``(name, value)`` pairs or a mapping, names
 text and values bytes, text (UTF-8) or None; names may repeat and order is kept.
@@ -40,11 +41,22 @@ def unpack_record(rec: Any, i: int) -> tuple[Any, Any, Any]:
         unknown = set(rec) - {"key", "value", "timestamp", "headers"}
         if unknown or "key" not in rec:
             raise InvalidRecordError(f"record {i}: expected keys key, value, timestamp, headers; got {sorted(rec)}")
-        return rec["key"], rec.get("value"), rec.get("timestamp")
+        return json_key(rec["key"], i), rec.get("value"), rec.get("timestamp")
     if isinstance(rec, (tuple, list)) and len(rec) in (2, 3, 4):
-        return rec[0], rec[1], rec[2] if len(rec) >= 3 else None
+        return json_key(rec[0], i), rec[1], rec[2] if len(rec) >= 3 else None
     raise InvalidRecordError(f"record {i}: expected (key, value, timestamp) or (key, value, timestamp, headers) "
                              f"or a mapping, got {rec!r}")
+
+
+def json_key(key: Any, i: int) -> Any:
+    """A list or mapping key → its compact JSON text (an ARRAY or STRUCT key); any other key as it is."""
+    if isinstance(key, (list, tuple, Mapping)):
+        try:
+            return json.dumps(dict(key) if isinstance(key, Mapping) else list(key), separators=(",", ":"),
+                              ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidRecordError(f"record {i}: the key is not JSON-serializable: {exc}") from None
+    return key
 
 
 def record_headers(rec: Any, where: str) -> Headers:

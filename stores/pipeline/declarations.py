@@ -8,7 +8,7 @@ a ``TopologyError`` naming the store.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -16,7 +16,11 @@ from pyspark.sql.types import TimestampNTZType, TimestampType
 
 from ..catalog.schema import Column, SqlType, StoreSpec, parse_type
 
-__all__ = ["StoreDecl", "TopologyError", "key_names", "number_kind", "duration_ms"]
+__all__ = ["StoreDecl", "TopologyError", "key_names", "number_kind", "duration_ms", "check_tombstones",
+           "TOMBSTONE_RULES"]
+
+#: How a table of records tells a delete: Kafka's rule (the default) or the rule before issue 51.
+TOMBSTONE_RULES = ("kafka", "all_null")
 
 _UNITS_MS = {"millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
 
@@ -31,7 +35,7 @@ class StoreDecl:
 
     spec: StoreSpec
     df: DataFrame
-    shape: str  # "aggregate" | "window" | "session" | "latest" | "versioned"
+    shape: str  # "aggregate" | "window" | "session" | "latest" | "versioned" | "table_aggregate" | "open_session" | "join"
     output_mode: str
     key_col: str  # the key column, or the first of a composite key's (``key_cols``)
     value_cols: tuple[str, ...]
@@ -41,6 +45,12 @@ class StoreDecl:
     key_cols: tuple[str, ...] = ()  # every key column, in key order (one for a simple key)
     having: str | None = None  # a filter after the aggregation (Spark SQL): rows failing it delete their key
     sum_types: tuple[str, ...] = ()  # table aggregates: "int" or "float" per summed column
+    # tables of records, versioned tables: "kafka" (a null value deletes) or "all_null" (all-null values delete too)
+    tombstones: str | None = None
+    # what a kind of store adds to its definition (upgrades.py fingerprints it): (name, JSON-able value) pairs
+    definition_extra: tuple[tuple[str, Any], ...] = ()
+    # what foreachBatch runs on the driver for this kind (a table aggregate's or a join's plan), or None
+    driver_plan: Any = field(default=None, compare=False, hash=False)
 
 
 def key_names(store: str, key: Any) -> tuple[str, ...]:
@@ -51,6 +61,24 @@ def key_names(store: str, key: Any) -> tuple[str, ...]:
     if len(set(names)) != len(names):
         raise TopologyError(f"store {store!r}: key columns {list(names)} name a column twice")
     return names
+
+
+def check_tombstones(store: str, df: DataFrame, rule: Any) -> str:
+    """``tombstones=`` checked against the DataFrame: Kafka's rule needs the stream's tombstone column.
+
+    Why refuse instead of guessing: once a projection has dropped the column, a tombstone and a value whose
+    fields are all null look alike, and either guess silently changes what the store holds.
+    """
+    if rule not in TOMBSTONE_RULES:
+        raise TopologyError(f"store {store!r}: tombstones must be one of {', '.join(map(repr, TOMBSTONE_RULES))}, "
+                            f"got {rule!r}")
+    if rule == "kafka" and "tombstone" not in df.columns:
+        raise TopologyError(
+            f"store {store!r}: a record whose value is null (a tombstone) deletes its key, and the stream's "
+            "'tombstone' column says which records those are; this DataFrame has dropped it (its columns are "
+            f"{df.columns}). Keep it in the projection (select(..., 'tombstone')), or pass tombstones='all_null' "
+            "to delete on records whose value columns are all null")
+    return rule
 
 
 def _plan_text(df: DataFrame) -> str:

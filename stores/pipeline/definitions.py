@@ -14,6 +14,13 @@ than *what* it is (the log path, bootstrap servers, client settings — they
 may carry credentials, and must never reach ``store.json``) are removed.
 Only options that change which records are read stay: topics, value schema,
 key type, starting offsets.
+
+The stream's ``tombstone`` column (issue 51) is taken out of the source's
+column list: every stream gained it, and a store that does not read it
+computes what it computed before, so its fingerprint stays what it was. A
+store whose rows it decides (a table of records, a versioned table, a join)
+records its tombstone rule in the definition instead: Kafka's rule changes
+what such a store holds, so it is rebuilt once.
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ _UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{
 # The options of a streaming source leaf: "[k=v, k=v, ...], [attributes]". Values may hold ", " (a schema DDL).
 _OPTIONS = re.compile(r"\[((?:[A-Za-z][\w.]*=[^\]]*))\], \[")
 _OPTION = re.compile(r"(?:^|, )([A-Za-z][\w.]*)=(.*?)(?=, [A-Za-z][\w.]*=|$)")
+# the stream's tombstone column after offset in a column list (our sources), or Spark's Kafka source's projection
+_TOMBSTONE_ATTR = re.compile(r"(offset#\d+L), tombstone#\d+(?=[,\]])|, isnull\(value#\d+\) AS tombstone#\d+")
 
 
 def normalize_plan(plan: str) -> str:
@@ -40,7 +49,8 @@ def normalize_plan(plan: str) -> str:
         kept = {k: v for k, v in _OPTION.findall(m.group(1)) if k in _KEPT_OPTIONS}
         return "[" + ", ".join(f"{k}={kept[k]}" for k in sorted(kept)) + "], ["
 
-    text = _OPTIONS.sub(options, plan)
+    text = _TOMBSTONE_ATTR.sub(lambda m: m.group(1) or "", plan)
+    text = _OPTIONS.sub(options, text)
     text = _EXPR_ID.sub("", text)
     text = _OBJ_HASH.sub("", text)
     text = _UUID.sub("", text)
@@ -74,5 +84,10 @@ def definition_of(decl: Any, plan_text: str) -> dict[str, Any]:
         "source_topics": list(spec.source_topics),
         "plan": hashlib.sha256(plan.encode()).hexdigest(),
     }
+    if getattr(decl, "tombstones", None) == "kafka":  # absent under the earlier rule: those stores keep their print
+        out["tombstones"] = "kafka"
+    extra = getattr(decl, "definition_extra", None)
+    if extra:  # what a kind of store adds (a join's sides, conditions, aggregates beyond sums)
+        out.update(dict(extra))
     out["fingerprint"] = fingerprint(out)
     return out

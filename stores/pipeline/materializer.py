@@ -28,7 +28,8 @@ from pyspark.sql import functions as F
 
 from ..engine.batch import DELETED, KEY, TS, WE, WS, value_name
 from ..iqv2.position import Position
-from .table_aggregate import aggregate_rows, group_deltas
+from .side_state import SIDE_STATE_FILE
+from .stream_rows import TOMBSTONE
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def _projection(decl: Any) -> list[Any]:
         c = F.col(col) if isinstance(col, str) else col
         return F.when(c.isNull(), F.lit(None)).otherwise(F.unix_millis(c.cast("timestamp")))
 
-    if decl.shape in ("table_aggregate", "open_session"):  # a stateful step's own rows (see the sink)
+    if decl.shape in ("table_aggregate", "open_session", "join"):  # already projected by its declaration
         return [F.col(f"`{c}`") for c in decl.df.columns]
     types = dict(decl.df.dtypes)
     key_cols = getattr(decl, "key_cols", ()) or (decl.key_col,)
@@ -116,6 +117,8 @@ def _projection(decl: Any) -> list[Any]:
         for c in ("topic", "partition", "offset"):
             if c in types:
                 cols.append(F.col(c).alias(f"__{c}"))
+        if getattr(decl, "tombstones", None) == "kafka":  # the record's value was null: a delete (Kafka's rule)
+            cols.append(F.col(TOMBSTONE).alias("__tomb"))
     return cols
 
 
@@ -123,10 +126,12 @@ def rows_to_table(decl: Any, table: pa.Table, batch_ts: int | None) -> pa.Table:
     """The projected batch (Arrow) → the writer's change table (engine/batch.py), in the order the store applies it.
 
     ``latest``: every record in log order, so the last one of a key wins;
-    all-null values delete (a store without value columns never deletes).
+    a tombstone (``__tomb``: the record's value was null) deletes, or with
+    ``tombstones="all_null"`` (no ``__tomb``) a record whose values are all
+    null (a store without value columns then never deletes).
     ``versioned``: every record with a timestamp in log order (of two
-    versions with one timestamp the later record wins), all-null values as
-    tombstones. Aggregates: one change per emitted row, record time the
+    versions with one timestamp the later record wins), tombstones by the
+    same rule. Aggregates: one change per emitted row, record time the
     ``timestamp`` column's or else the batch's. Rows without a key are
     dropped, as Kafka Streams drops null-key records.
     """
@@ -153,7 +158,9 @@ def rows_to_table(decl: Any, table: pa.Table, batch_ts: int | None) -> pa.Table:
             we = pc.subtract(we, pa.scalar(spec.gap_ms, we.type))
         cols[WE] = we
     keep = pc.is_valid(cols[KEY])
-    if latest:
+    if latest and "__tomb" in names:
+        cols[DELETED] = pc.fill_null(table.column("__tomb"), False)
+    elif latest:
         cols[DELETED] = (_all_null(list(values.values()), n) if values
                          else pa.array(np.zeros(n, dtype=bool)))
     elif "__keep" in names:  # an aggregate row that fails the HAVING filter deletes its key (a tombstone)
@@ -177,20 +184,6 @@ def _open_session_table(decl: Any, table: pa.Table) -> pa.Table:
     return out if pc.all(keep).as_py() is not False else out.filter(keep)
 
 
-def _table_aggregate_rows(decl: Any, table: pa.Table, batch_ts: int | None, writer: Any, batch_id: int
-                          ) -> pa.Table | None:
-    """The retraction step's rows → the aggregates' change table (None: nothing to change, or a replay)."""
-    spec = decl.spec
-    sum_types = decl.sum_types
-    if len(table) == 0:
-        return None
-    stores = writer.partition_stores
-    last = [stores[p].last_batch_id() for p in range(spec.partitions)]
-    if all(b is not None and b >= batch_id for b in last):
-        return None  # a replay every partition applied: the current totals already include it
-    return aggregate_rows(spec, stores.__getitem__, group_deltas(table, sum_types), batch_ts, sum_types)
-
-
 def rows_to_empty(decl: Any) -> pa.Table:
     """An empty change table of the store: the batch's Position and id are recorded even with nothing to write."""
     cols: dict[str, Any] = {KEY: pa.array([], _KEY_INPUT.get(decl.spec.key.type.value, pa.string()))}
@@ -201,6 +194,19 @@ def rows_to_empty(decl: Any) -> pa.Table:
 
 _KEY_INPUT = {"BIGINT": pa.int64(), "INTEGER": pa.int64(), "DOUBLE": pa.float64(), "BOOLEAN": pa.bool_(),
               "TIMESTAMP": pa.int64(), "DATE": pa.int64(), "BLOB": pa.binary()}
+
+
+def open_driver(decl: Any, checkpoint: Path) -> Any:
+    """The driver side of ``decl`` over the side state in ``checkpoint`` (a table aggregate's, or a join's)."""
+    from .join_state import JoinState, JoinStatePlan
+    from .table_aggregate import AggregatePlan, TableAggregator
+
+    plan = decl.driver_plan
+    if isinstance(plan, AggregatePlan):
+        return TableAggregator(plan, checkpoint / SIDE_STATE_FILE)
+    if isinstance(plan, JoinStatePlan):
+        return JoinState(plan, checkpoint / SIDE_STATE_FILE)
+    raise TypeError(f"store {decl.spec.name!r}: no driver for {type(plan).__name__}")
 
 
 def _all_null(columns: list[Any], n: int) -> Any:
@@ -224,6 +230,7 @@ class BatchSink:
         self._writer = writer
         self._on_applied = on_applied
         self.last_batch_seconds = 0.0
+        self._driver: Any = None  # a table aggregate's or a join's driver side (its side state), opened on first use
 
     def frame(self) -> DataFrame:
         """The store's DataFrame projected to the columns the sink reads, for ``writeStream``.
@@ -235,6 +242,12 @@ class BatchSink:
         """
         return self.decl.df.select(*_projection(self.decl))
 
+    def driver(self) -> Any:
+        """The driver side of a store kept in side state (table aggregates, joins), on this checkpoint."""
+        if self._driver is None:
+            self._driver = open_driver(self.decl, self.checkpoint)
+        return self._driver
+
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         t0 = time.perf_counter()
         sources, batch_ts = read_batch_offsets(self.checkpoint, batch_id)
@@ -243,8 +256,8 @@ class BatchSink:
         table = batch_df.toArrow()
         t1 = time.perf_counter()
         writer = self._writer()
-        if self.decl.shape == "table_aggregate":
-            rows = _table_aggregate_rows(self.decl, table, batch_ts, writer, batch_id)
+        if self.decl.driver_plan is not None:
+            rows = self.driver().apply(batch_id, table, batch_ts)
         else:
             rows = rows_to_table(self.decl, table, batch_ts)
         if rows is not None:

@@ -49,6 +49,8 @@ from .faults import SourceTruncatedException, classify_failure, fault_reason, is
 from .materializer import BatchSink, last_committed_batch, position_from_offsets, read_batch_offsets
 from .runtime_shared import SharedQueries
 from .shared_query import QueryGroup
+from .side_state import SIDE_STATE_FILE
+from .side_state import behind as side_state_behind
 from .stream_rows import MISSING_SOURCE_TOPIC
 from .upgrades import begin_upgrade
 
@@ -348,6 +350,8 @@ class SparkRuntime(SharedQueries):
         if reason is None:
             reason = self.abandoned_members.pop(u.name, None)
         committed = last_committed_batch(ck)
+        if reason is None and u.decl.driver_plan is not None:  # a table aggregate's or a join's state beside Spark's
+            reason = side_state_behind(ck / SIDE_STATE_FILE, committed)
         if reason is None:
             applied = self.app.writer(u.name).last_batch_id()
             if committed is None:

@@ -2,12 +2,20 @@
 
 A stream has exactly these columns whatever feeds it: ``key``, the value
 fields of the declared schema, ``timestamp``, ``topic``, ``partition``,
-``offset``. Values are JSON objects; conversion is lenient (a field of the
-wrong type reads as null, never a failed query), as Spark's PERMISSIVE JSON.
+``offset``, ``tombstone``. Values are JSON objects; conversion is lenient (a
+field of the wrong type reads as null, never a failed query), as Spark's
+PERMISSIVE JSON.
+
+``tombstone`` is true for a record whose value is null (Kafka's tombstone) and
+only then: a value whose fields are all null (``{"mapping": null}``, or a
+value that is not a JSON object) is a record with null fields, not a delete.
+Once the fields are flattened into columns the two look alike, which is why
+the stream says so in a column of its own.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import date, datetime, timezone
 from typing import Any
@@ -38,7 +46,7 @@ from ..catalog.schema import SqlType, parse_type
 
 __all__ = [
     "MISSING_SOURCE_TOPIC", "SOURCE_TRUNCATED", "METADATA_COLUMNS", "SPLIT", "parse_value_schema", "stream_schema",
-    "row_converter", "admit", "slices", "HEADERS", "HEADERS_TYPE", "has_headers",
+    "row_converter", "admit", "slices", "HEADERS", "HEADERS_TYPE", "has_headers", "TOMBSTONE", "KEY_TYPES",
 ]
 
 # Errors raised in a source reach the app only as text inside a Spark error (spark-notes.md), so each
@@ -46,7 +54,9 @@ __all__ = [
 MISSING_SOURCE_TOPIC = "MISSING_SOURCE_TOPIC"  # → MissingSourceTopicException (KIP-662)
 SOURCE_TRUNCATED = "SOURCE_TRUNCATED"  # records the checkpoint has seen are gone (truncated, recreated, retention)
 
-METADATA_COLUMNS = ("timestamp", "topic", "partition", "offset")
+#: The record's value was null (a tombstone), as distinct from a value whose fields are all null.
+TOMBSTONE = "tombstone"
+METADATA_COLUMNS = ("timestamp", "topic", "partition", "offset", TOMBSTONE)
 #: The record headers column a stream adds when asked (``include_headers``), typed as Spark's Kafka source
 #: types it with ``includeHeaders=true``: ARRAY<STRUCT<key: STRING, value: BINARY>>, in record order.
 HEADERS = "headers"
@@ -56,8 +66,10 @@ SPLIT = 200_000  # records per Spark task: bounds a task's memory and spreads a 
 
 _SUPPORTED = (BooleanType, DateType, DoubleType, FloatType, IntegerType, LongType, ShortType,
               StringType, TimestampType, TimestampNTZType, ArrayType, StructType, MapType, DecimalType)
-#: Key types a stream can declare (``key_type=``): the log's key (text, or Kafka's bytes) read as that type.
-KEY_TYPES = ("string", "int", "bigint", "double", "boolean", "date", "timestamp", "binary", "decimal(p,s)")
+#: Key types a stream can declare (``key_type=``): the log's key (text, or Kafka's bytes) read as that type;
+#: ``array<…>`` and ``struct<…>`` keys are JSON text (Kafka's JSON key format), as ksqlDB's ARRAY/STRUCT keys.
+KEY_TYPES = ("string", "int", "bigint", "double", "boolean", "date", "timestamp", "binary", "decimal(p,s)",
+             "array<…>", "struct<…>")
 
 
 def parse_value_schema(ddl: str | StructType) -> StructType:
@@ -188,22 +200,37 @@ def _top_level_split(ddl: str) -> list[str]:
     return parts
 
 
-def stream_schema(value_schema: StructType, key_type: str = "string", include_headers: bool = False) -> StructType:
-    """The stream's columns: key, the value fields, timestamp, topic, partition, offset (then headers if asked)."""
-    kt = _TYPES.get(key_type.strip().lower()) if isinstance(key_type, str) else None
-    if key_type.strip().lower() in ("binary", "bytes"):
+def key_spark_type(key_type: str) -> DataType:
+    """A stream's ``key_type`` → the Spark type of its ``key`` column (ValueError naming the choices)."""
+    text = key_type.strip().lower() if isinstance(key_type, str) else ""
+    kt: DataType | None = _TYPES.get(text)
+    if text in ("binary", "bytes"):
         kt = BinaryType()
-    if kt is None:
+    if kt is None and text.startswith(("array", "struct")) and "<" in text:
+        try:
+            kt = _type_of(key_type, "key type")
+        except ValueError:
+            kt = None
+        if kt is not None and not _nested_ok(kt, False):
+            kt = None
+    if kt is None and text:
         kt = _decimal_type(key_type)  # ValueError past precision 38, saying so
     if kt is None or not isinstance(kt, (StringType, LongType, IntegerType, DoubleType, BooleanType, DateType,
-                                         TimestampType, BinaryType, DecimalType)):
+                                         TimestampType, BinaryType, DecimalType, ArrayType, StructType)):
         raise ValueError(f"key type {key_type!r} is not supported; use one of {', '.join(KEY_TYPES)}")
+    return kt
+
+
+def stream_schema(value_schema: StructType, key_type: str = "string", include_headers: bool = False) -> StructType:
+    """The stream's columns: key, the value fields, timestamp, topic, partition, offset, tombstone (then headers if
+    asked)."""
     return StructType(
-        [StructField("key", kt, True)] + list(value_schema.fields) + [
+        [StructField("key", key_spark_type(key_type), True)] + list(value_schema.fields) + [
             StructField("timestamp", TimestampType(), True),
             StructField("topic", StringType(), False),
             StructField("partition", IntegerType(), False),
             StructField("offset", LongType(), False),
+            StructField(TOMBSTONE, BooleanType(), False),
         ] + ([StructField(HEADERS, HEADERS_TYPE, True)] if include_headers else []))
 
 
@@ -230,18 +257,17 @@ def row_converter(schema: StructType) -> Any:
     With a headers column the function takes the record's headers too: ``(name, bytes or None)`` pairs
     (confluent-kafka's ``Message.headers()``, the EventLog's), or None for none.
     """
-    tail = 5 if has_headers(schema) else 4
+    tail = 6 if has_headers(schema) else 5
     value_fields = [(f.name, _caster(f.dataType, f.name)) for f in schema.fields[1:-tail]]
     key_cast = _key_caster(schema.fields[0].dataType)
 
     def convert(key: Any, value: Any, ts: int, topic: str, partition: int, offset: int) -> tuple:
-        if value is None:
-            vals = [None] * len(value_fields)
-        else:
-            vals = [c(value.get(n)) for n, c in value_fields]
-        return (key_cast(key), *vals, _ts(ts), topic, partition, offset)
+        if value is None:  # a tombstone: its fields are null, and the tombstone column says why
+            return (key_cast(key), *([None] * len(value_fields)), _ts(ts), topic, partition, offset, True)
+        vals = [c(value.get(n)) for n, c in value_fields]
+        return (key_cast(key), *vals, _ts(ts), topic, partition, offset, False)
 
-    if tail == 4:
+    if tail == 5:
         return convert
 
     def convert_with_headers(key: Any, value: Any, ts: int, topic: str, partition: int, offset: int,
@@ -263,6 +289,17 @@ def _key_caster(dt: DataType) -> Any:
     if isinstance(dt, BinaryType):
         return lambda k: None if k is None else (bytes(k) if isinstance(k, (bytes, bytearray)) else str(k).encode())
     cast = _caster(dt, "key")
+    if isinstance(dt, (ArrayType, StructType)):  # JSON text (Kafka's JSON key format); unreadable keys are null
+        def nested_key(k: Any) -> Any:
+            if isinstance(k, (bytes, bytearray)):
+                k = bytes(k).decode("utf-8", "replace")
+            if isinstance(k, str):
+                try:
+                    k = json.loads(k)
+                except (ValueError, RecursionError):
+                    return None
+            return cast(k)
+        return nested_key
 
     def key(k: Any) -> Any:
         if isinstance(k, (bytes, bytearray)):

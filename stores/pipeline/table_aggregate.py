@@ -1,30 +1,49 @@
-"""Aggregating a table (issue 16 item 6): count, sum, min, max, avg per group of each key's CURRENT value,
-with retraction.
+"""Aggregating a table (issues 16 and 51): aggregates per group of each key's CURRENT row, with retraction.
 
 A changelog topic is a table: the latest record of a key is its row, a
-record with all-null values deletes it. ``GROUP BY category`` over that
-table must move a key from its old group to its new one when its row
-changes (ksqlDB's table aggregation, Kafka Streams' ``KGroupedTable`` adder
-and subtractor). Spark's update-mode aggregation has no subtractor, so:
+tombstone deletes it. ``GROUP BY category`` over that table must move a key
+from its old group to its new one when its row changes (ksqlDB's table
+aggregation, Kafka Streams' ``KGroupedTable`` adder and subtractor).
 
-1. one stateful operator, keyed by the table key (``applyInPandasWithState``,
-   state in the checkpoint), remembers each key's previous row and emits, per
-   key and batch, ``(old group, old values, new group, new values)``;
-2. foreachBatch turns those into deltas per group (-1/-old for the old row,
-   +1/+new for the new), reads the groups' current aggregates from the store
-   and writes the new ones (a group whose count reaches 0 is deleted),
-   with the batch's Position and id.
+How (issue 51; issue 16 kept each key's previous row in Spark state through
+``applyInPandasWithState`` and the groups' totals in the store): the
+streaming query only projects the records, and foreachBatch keeps the table
+in the store's side state (``side_state.py``): ``rows`` holds each key's
+current row (its group, the aggregated values in stored forms, and the log
+position of the record that made it), ``groups`` each group's count and its
+sums and averages (kept incrementally: exact integer, double and DECIMAL
+arithmetic). Per batch, the last record of each key replaces its row; the
+groups its old and new rows are in are *touched*; and for each touched group
+the store gets its current aggregates:
 
-Exactly once: a replayed batch recomputes the same deltas from the same
-checkpointed state, and every store partition that applied the batch id
-skips it; the ones that did not read the aggregates as they were before it.
+- count, sum, avg from ``groups`` (an avg is its exact sum over its exact
+  non-null count, rounded half up for DECIMAL as Spark does);
+- min, max, topk from ``rows`` through an index on (group, value): one seek
+  each, exact whatever left the group (no multiset to keep, no cap);
+- collect_list / collect_set from ``rows`` in log order (by the partition and
+  offset of the record that gave each member its current value: a member
+  that changes moves to the end, as in ksqlDB), nulls left out as Spark's
+  ``collect_list`` does; at most ``MAX_COLLECT`` members, else the store
+  fails saying so.
+
+A group whose count reaches 0 is deleted; one that fails ``having`` is
+deleted from the store but keeps its state, so it comes back when it
+qualifies again (ksqlDB's HAVING on a table). A row failing ``where`` (a
+filter on the table, computed by Spark per record) is in no group, nor is one
+whose group column is null (Kafka Streams drops null group keys).
+
+Exactly once: see ``side_state.py``; the touched groups of the last batch are
+kept with it, so a replay writes the same rows.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,75 +51,45 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..catalog.decimals import EXACT, DecimalType, decode_decimal, parse_decimal
-from ..catalog.partitioner import partition_for_key
-from ..catalog.schema import coerce_key
+from ..catalog.nested import NestedType
+from ..catalog.schema import SqlType
+from ..engine.batch import DELETED, KEY, TS, value_name
+from .side_state import SideState, arrow_from_stored, sql_type_of, stored_values
 
-__all__ = ["retraction_columns", "retract_rows", "group_deltas", "aggregate_rows", "parse_aggregates", "needs_state",
-           "AGG_FUNCTIONS", "MAX_DISTINCT"]
+__all__ = ["Aggregate", "AggregatePlan", "TableAggregator", "AGG_FUNCTIONS", "MAX_COLLECT", "result_decimal",
+           "latest_per_key"]
 
-
-def retraction_columns(group: str, sums: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(state columns, output columns) of the stateful step; state = the key's previous group and summed values."""
-    state = ["g", *(f"s{i}" for i in range(len(sums)))]
-    out = ["k", "old_g", *(f"old_s{i}" for i in range(len(sums))), "new_g", *(f"new_s{i}" for i in range(len(sums)))]
-    return state, out
+AGG_FUNCTIONS = ("sum", "min", "max", "avg", "collect_list", "collect_set", "topk", "topk_distinct")
+MAX_COLLECT = 10_000  # members a collect_list/collect_set of one group may hold; more fails the store, saying so
 
 
-def _plain(v: Any, kind: str | None) -> Any:
-    """A pandas cell → the Python value Spark's state encoder takes (a float64 cell of a bigint column → int)."""
-    if v is None or v != v:  # None, NaN, NaT
-        return None
-    v = v.item() if hasattr(v, "item") else v
-    if kind == "int":
-        return int(v)
-    if kind == "float":
-        return float(v)
-    return v
+@dataclass(frozen=True)
+class Aggregate:
+    """One output column: ``fn`` over source column ``source`` (an index into the plan's sources).
 
-
-def retract_rows(key: tuple[Any, ...], frames: Iterator[Any], state: Any, *, group: str, sums: Sequence[str],
-                 value_cols: Sequence[str], kinds: Sequence[str | None] = ()) -> Iterator[Any]:
-    """The ``applyInPandasWithState`` function: one output row per key and batch (old row → new row).
-
-    ``kinds`` ("int", "float" or None) per (group, sums…): pandas turns an integer column holding a null into
-    float64, and Spark's state encoder would store such a float in a bigint field as null.
+    ``kind``: "int", "float" or "decimal(p,s)" for sum/avg (how it adds up); ``k``: topk's count.
     """
-    import pandas as pd
 
-    pdf = pd.concat(list(frames), ignore_index=True)
-    order = [c for c in ("topic", "partition", "offset") if c in pdf.columns]
-    if order:
-        pdf = pdf.sort_values(order, kind="stable")
-    old = state.get if state.exists else None
-    last = pdf.iloc[-1]
-    deleted = all(pd.isna(last[c]) for c in value_cols)  # a tombstone: the key's row is gone
-    kinds = list(kinds) or [None] * (1 + len(sums))
-    new = None if deleted else tuple(_plain(last[c], k) for c, k in zip((group, *sums), kinds))
-    if new is not None and new[0] is None:
-        new = None  # a row without a group is in no group (as Kafka Streams drops null group keys)
-    if new is None:
-        state.remove()
-    else:
-        state.update(new)
-    none = (None,) * (1 + len(sums))
-    row = (key[0], *(old if old is not None else none), *(new if new is not None else none))
-    yield pd.DataFrame([row], columns=retraction_columns(group, sums)[1])
+    out: str
+    fn: str
+    source: int
+    kind: str = ""
+    k: int = 0
 
 
-AGG_FUNCTIONS = ("sum", "min", "max", "avg")
-MAX_DISTINCT = 10_000  # distinct values a group's min/max keeps (its multiset); more fails the store, saying so
+@dataclass(frozen=True)
+class AggregatePlan:
+    """What the aggregator needs: the table key's type, the group and source columns' types, the aggregates."""
 
-
-def parse_aggregates(sum_types: Sequence[str]) -> list[tuple[str, str]]:
-    """``("int", "min:float", "avg:int")`` → ``[("sum", "int"), ("min", "float"), ("avg", "int")]``.
-
-    A bare kind is a sum (what ``StoreDecl.sum_types`` held before min/max/avg).
-    """
-    out = []
-    for t in sum_types:
-        fn, _, kind = t.rpartition(":")
-        out.append((fn or "sum", kind))
-    return out
+    name: str
+    key_type: Any
+    group_types: tuple[Any, ...]
+    source_types: tuple[Any, ...]
+    aggregates: tuple[Aggregate, ...]
+    value_types: tuple[Any, ...]  # the store's value columns: count, then one per aggregate
+    value_names: tuple[str, ...]
+    group_names: tuple[str, ...]
+    having: Any = None  # a conditions.RowCondition over the store's columns, or None
 
 
 def result_decimal(fn: str, kind: str) -> DecimalType:
@@ -112,169 +101,236 @@ def result_decimal(fn: str, kind: str) -> DecimalType:
     return DecimalType(min(p, 38), min(s, 38))
 
 
-def _arrow_kind(kind: str) -> pa.DataType:
-    """The Arrow type deltas of a kind add up in: int64, float64, or decimal128(38, s) (exact)."""
-    if kind == "int":
-        return pa.int64()
-    if kind.startswith("decimal("):
-        d = parse_decimal(kind)
-        assert d is not None
-        return pa.decimal128(38, d.scale)
-    return pa.float64()
+def latest_per_key(table: pa.Table, key: str = "__k") -> pa.Table:
+    """Each key's last record of the batch in log order (topic, partition, offset when present); null keys dropped,
+    as Kafka Streams drops null-key records."""
+    names = table.column_names
+    order = [(c, "ascending") for c in ("__topic", "__partition", "__offset") if c in names]
+    if order:
+        table = table.take(pc.sort_indices(table, order))
+    table = table.filter(pc.is_valid(table.column(key)))
+    if len(table) == 0:
+        return table
+    idx = pa.array(np.arange(len(table), dtype=np.int64))
+    last = (pa.table({"k": table.column(key), "i": idx}).group_by("k", use_threads=False)
+            .aggregate([("i", "max")]).column("i_max"))
+    return table.take(pc.take(last, pc.sort_indices(last)))  # in log order
 
 
-def _jsonable(v: Any) -> Any:
-    return str(v) if isinstance(v, Decimal) else v
+class TableAggregator:
+    """The driver side of one table aggregate store: its side state, and batch → change table."""
 
+    def __init__(self, plan: AggregatePlan, path: Path) -> None:
+        self.plan = plan
+        g = [f"g{i}" for i in range(len(plan.group_types))]
+        s = [f"s{i}" for i in range(len(plan.source_types))]
+        self._g, self._s = g, s
+        gdef = ", ".join(f"{c} {sql_type_of(t)}" for c, t in zip(g, plan.group_types))
+        sdef = "".join(f", {c} {sql_type_of(t)}" for c, t in zip(s, plan.source_types))
+        gl = ", ".join(g)
+        tables = [f"CREATE TABLE IF NOT EXISTS rows (k {sql_type_of(plan.key_type)} PRIMARY KEY, {gdef}{sdef}, "
+                  "p INTEGER, o INTEGER)",
+                  f"CREATE INDEX IF NOT EXISTS rows_g ON rows ({gl})",
+                  f"CREATE TABLE IF NOT EXISTS groups ({gdef}, n INTEGER NOT NULL, agg TEXT, PRIMARY KEY ({gl}))",
+                  f"CREATE TABLE IF NOT EXISTS touched ({gdef})"]
+        for i in sorted({a.source for a in plan.aggregates if a.fn in ("min", "max", "topk", "topk_distinct")}):
+            tables.append(f"CREATE INDEX IF NOT EXISTS rows_g_s{i} ON rows ({gl}, s{i})")
+        self.state = SideState(path, tables, f"store {plan.name!r}")
+        self._match = " AND ".join(f"{c} = ?" for c in g)
 
-def needs_state(sum_types: Sequence[str]) -> bool:
-    """Does the store keep an internal state column (min/max multisets, avg sums and counts)?"""
-    return any(fn != "sum" for fn, _k in parse_aggregates(sum_types))
+    def close(self) -> None:
+        self.state.close()
 
+    # -- one batch ---------------------------------------------------------------------------------------------
+    def apply(self, batch_id: int, table: pa.Table, batch_ts: int | None) -> pa.Table | None:
+        """The projected batch (``__k``, ``__g<i>``, ``__s<i>``, and ``__keep``/``__tomb``/``__topic``/
+        ``__partition``/``__offset`` when present) → the store's change table (None: nothing to change)."""
+        latest = latest_per_key(table)
+        with self.state.batch(batch_id) as (con, fresh):
+            if fresh:
+                touched = self._update(con, latest)
+                con.execute("DELETE FROM touched")
+                con.executemany(f"INSERT INTO touched VALUES ({', '.join('?' * len(self._g))})", touched)
+            else:  # a replay: the groups this batch touched, as it recorded them
+                touched = [tuple(r) for r in con.execute("SELECT * FROM touched")]
+            if not touched:
+                return None
+            return self._rows(con, touched, batch_ts)
 
-def group_deltas(table: pa.Table, sum_types: Sequence[str]) -> pa.Table:
-    """The stateful step's rows → one row per touched group: ``g``, ``dc`` (count delta), ``d0``… (sum deltas).
+    def _update(self, con: sqlite3.Connection, latest: pa.Table) -> list[tuple[Any, ...]]:
+        plan, n = self.plan, len(latest)
+        if n == 0:
+            return []
+        names = latest.column_names
+        keys = stored_values(latest.column("__k"), plan.key_type)
+        groups = [stored_values(latest.column(f"__g{i}"), t) for i, t in enumerate(plan.group_types)]
+        sources = [stored_values(latest.column(f"__s{i}"), t) for i, t in enumerate(plan.source_types)]
+        present = np.ones(n, dtype=bool)
+        for col in groups:
+            present &= np.array([v is not None for v in col], dtype=bool)
+        if "__tomb" in names:
+            present &= ~pc.fill_null(latest.column("__tomb"), False).to_numpy(zero_copy_only=False)
+        if "__keep" in names:
+            present &= pc.fill_null(latest.column("__keep"), False).to_numpy(zero_copy_only=False)
+        parts = latest.column("__partition").to_pylist() if "__partition" in names else [0] * n
+        offs = latest.column("__offset").to_pylist() if "__offset" in names else list(range(n))
+        old: dict[Any, tuple[Any, ...]] = {}
+        cols = ", ".join(self._g + self._s)
+        for i in range(0, n, 500):
+            chunk = keys[i:i + 500]
+            for row in con.execute(f"SELECT k, {cols} FROM rows WHERE k IN ({', '.join('?' * len(chunk))})", chunk):
+                old[row[0]] = tuple(row[1:])
+        ng = len(self._g)
+        deltas: dict[tuple[Any, ...], list[Any]] = {}
+        new_rows = []
+        for j, k in enumerate(keys):
+            before = old.get(k)
+            if before is not None:
+                self._delta(deltas, before[:ng], before[ng:], -1)
+            if present[j]:
+                g = tuple(c[j] for c in groups)
+                s = tuple(c[j] for c in sources)
+                self._delta(deltas, g, s, 1)
+                new_rows.append((k, *g, *s, parts[j], offs[j]))
+        for i in range(0, n, 500):
+            chunk = keys[i:i + 500]
+            con.execute(f"DELETE FROM rows WHERE k IN ({', '.join('?' * len(chunk))})", chunk)
+        con.executemany(f"INSERT INTO rows VALUES ({', '.join('?' * (3 + ng + len(self._s)))})", new_rows)
+        self._apply_deltas(con, deltas)
+        return list(deltas)
 
-    ``sum_types`` says per aggregate (``parse_aggregates``) whether its values are ``int`` (exact int64
-    arithmetic) or ``float``. An avg also gets ``n<i>`` (the delta of its non-null count); a min/max gets
-    ``m<i>``: the JSON of its multiset delta ``[[value, ±count], …]`` (built in Python: a batch's touched keys).
-    """
-    aggs = parse_aggregates(sum_types)
-    parts = []
-    for side, sign in (("old", -1), ("new", 1)):
-        g = table.column(f"{side}_g")
-        keep = pc.is_valid(g)
-        cols = {"g": pc.filter(g, keep), "dc": pa.array(np.full(pc.sum(keep.cast(pa.int64())).as_py() or 0, sign,
-                                                               dtype=np.int64))}
-        for i, (fn, kind) in enumerate(aggs):
-            t = _arrow_kind(kind)
-            raw = pc.filter(table.column(f"{side}_s{i}"), keep).cast(t)
-            filled = pc.fill_null(raw, pa.scalar(0, pa.int64()).cast(t))
-            cols[f"d{i}"] = filled if sign > 0 else pc.negate_checked(filled)
-            if fn == "avg":
-                cols[f"n{i}"] = pc.multiply(pc.is_valid(raw).cast(pa.int64()), pa.scalar(sign, pa.int64()))
-        parts.append(pa.table(cols))
-    both = pa.concat_tables(parts, promote_options="permissive")
-    names = ["dc", *(f"d{i}" for i in range(len(aggs))), *(f"n{i}" for i, (fn, _k) in enumerate(aggs) if fn == "avg")]
-    out = both.group_by("g", use_threads=False).aggregate([(n, "sum") for n in names])
-    result = {"g": out.column("g"), **{n: out.column(f"{n}_sum") for n in names}}
-    multi = [i for i, (fn, _k) in enumerate(aggs) if fn in ("min", "max")]
-    if multi:
-        result.update(_multiset_deltas(table, out.column("g").to_pylist(), multi))
-    return pa.table(result)
+    def _delta(self, deltas: dict[tuple[Any, ...], list[Any]], g: tuple[Any, ...], s: tuple[Any, ...],
+               sign: int) -> None:
+        """Adds one row's contribution (``sign`` ±1) to its group's delta: [count, per aggregate: sum or (sum, n)]."""
+        d = deltas.get(g)
+        if d is None:
+            d = deltas[g] = [0] + [None] * len(self.plan.aggregates)
+        d[0] += sign
+        for i, a in enumerate(self.plan.aggregates):
+            if a.fn not in ("sum", "avg"):
+                continue
+            v = self._number(a, s[a.source])
+            cur = d[1 + i] or (0, 0)
+            if v is None:
+                d[1 + i] = cur
+                continue
+            d[1 + i] = (EXACT.add(cur[0], sign * v) if isinstance(v, Decimal) else cur[0] + sign * v, cur[1] + sign)
 
+    def _number(self, a: Aggregate, v: Any) -> Any:
+        if v is None:
+            return None
+        t = self.plan.source_types[a.source]
+        if isinstance(t, DecimalType):
+            return decode_decimal(t, v)
+        return float(v) if a.kind == "float" else int(v)
 
-def _multiset_deltas(table: pa.Table, groups: list[Any], aggs: Sequence[int]) -> dict[str, pa.Array]:
-    """Per min/max aggregate ``i``: ``m<i>``, each group's multiset delta as JSON ``[[value, ±count], …]``."""
-    index = {g: j for j, g in enumerate(groups)}
-    out = {}
-    for i in aggs:
-        acc: list[dict[Any, int]] = [{} for _ in groups]
-        for side, sign in (("old", -1), ("new", 1)):
-            for g, v in zip(table.column(f"{side}_g").to_pylist(), table.column(f"{side}_s{i}").to_pylist()):
-                if g is not None and v is not None and v == v:  # NaN is no value (as a null)
-                    d = acc[index[g]]
-                    d[v] = d.get(v, 0) + sign
-        out[f"m{i}"] = pa.array([json.dumps([[_jsonable(v), c] for v, c in d.items() if c]) for d in acc], pa.string())
-    return out
-
-
-def aggregate_rows(spec: Any, store_of: Callable[[int], Any], deltas: pa.Table, batch_ts: int | None,
-                   sum_types: Sequence[Any]) -> pa.Table:
-    """Current aggregates of the touched groups (read from the store's partitions) plus the deltas → a change table.
-
-    ``store_of(partition)`` is the derived store's PartitionStore (its writer's); a group whose count
-    reaches 0 (or below, which a consistent changelog never gives) is deleted. Min/max and avg read and
-    write the store's internal state column (``StoreSpec.internal``): each min/max's multiset of the
-    group's current values (value → how many rows hold it), each avg's exact sum and non-null count, so a
-    retracted row takes its value out exactly (a min whose last holder moved away falls to the next value).
-    """
-    aggs = parse_aggregates(sum_types)
-    stateful = needs_state(sum_types)
-    groups = [coerce_key(spec.key.type, g) for g in deltas.column("g").to_pylist()]
-    current: dict[Any, Any] = {}
-    by_part: dict[int, list[Any]] = {}
-    for g in groups:
-        by_part.setdefault(partition_for_key(g, spec.partitions, spec.key.type), []).append(g)
-    for p, keys in by_part.items():
-        try:
-            current.update(store_of(p).stored_rows(keys))
-        except Exception as exc:  # noqa: BLE001 - named with the store and partition
-            raise RuntimeError(f"store {spec.name!r} partition {p}: cannot read the current aggregates: "
-                               f"{type(exc).__name__}: {exc}") from exc
-    n_aggs = len(aggs)
-    counts: list[Any] = []
-    outs: list[list[Any]] = [[] for _ in range(n_aggs)]
-    states: list[str | None] = []
-    deleted = []
-    dc = deltas.column("dc").to_pylist()
-    ds = [deltas.column(f"d{i}").to_pylist() for i in range(n_aggs)]
-    extra = {n: deltas.column(n).to_pylist() for n in deltas.column_names if n[0] in "nm" and n[1:].isdigit()}
-    types = [c.type for c in spec.values[1:1 + n_aggs]]
-    for g, cur in list(current.items()):  # stored DECIMALs are their 16 bytes: the numbers, to add to
-        if any(isinstance(t, DecimalType) for t in types):
-            current[g] = (cur[0], *(decode_decimal(t, v) if isinstance(t, DecimalType) and v is not None else v
-                                    for t, v in zip(types, cur[1:1 + n_aggs])), *cur[1 + n_aggs:])
-    for j, g in enumerate(groups):
-        cur = current.get(g)
-        count = (cur[0] if cur is not None else 0) + dc[j]
-        gone = count <= 0
-        deleted.append(gone)
-        counts.append(None if gone else count)
-        state = json.loads(cur[1 + n_aggs]) if stateful and cur is not None and cur[1 + n_aggs] else {}
-        for i, (fn, kind) in enumerate(aggs):
-            if gone:
-                outs[i].append(None)
-            elif fn == "sum":
-                base = (cur[1 + i] or 0) if cur is not None else 0
-                outs[i].append(EXACT.add(base, ds[i][j]) if isinstance(ds[i][j], Decimal) else base + ds[i][j])
-            elif fn == "avg":
-                total, n = state.get(str(i), (0, 0))
-                if isinstance(types[i], DecimalType):  # exact: the sum as text, the mean rounded half up, as Spark
-                    total = EXACT.add(Decimal(total), ds[i][j])
-                    n = n + extra[f"n{i}"][j]
-                    state[str(i)] = [str(total), n]
-                    step = Decimal(1).scaleb(-types[i].scale, EXACT)
-                    outs[i].append(EXACT.divide(total, n).quantize(step, ROUND_HALF_UP, EXACT) if n > 0 else None)
+    def _apply_deltas(self, con: sqlite3.Connection, deltas: dict[tuple[Any, ...], list[Any]]) -> None:
+        """Each touched group's count, sums and avg parts plus its delta → ``groups`` (a count of 0 deletes it)."""
+        ng = len(self._g)
+        for g, d in deltas.items():
+            row = con.execute(f"SELECT n, agg FROM groups WHERE {self._match}", g).fetchone()
+            n = (row[0] if row else 0) + d[0]
+            con.execute(f"DELETE FROM groups WHERE {self._match}", g)
+            if n <= 0:
+                continue
+            agg = json.loads(row[1]) if row and row[1] else {}
+            for i, a in enumerate(self.plan.aggregates):
+                if a.fn not in ("sum", "avg") or d[1 + i] is None:
                     continue
-                total, n = total + ds[i][j], n + extra[f"n{i}"][j]
-                state[str(i)] = [total, n]
-                outs[i].append(total / n if n > 0 else None)
-            else:
-                outs[i].append(_apply_multiset(spec, g, i, fn, kind, state, extra[f"m{i}"][j]))
-        states.append(None if gone or not stateful else json.dumps(state, separators=(",", ":")))
-    n = len(groups)
-    cols: dict[str, Any] = {"k": deltas.column("g"), "v0": pa.array(counts, pa.int64())}
-    for i, (fn, kind) in enumerate(aggs):
-        t = types[i]
-        at = (pa.decimal128(t.precision, t.scale) if isinstance(t, DecimalType)
-              else pa.int64() if kind == "int" and fn != "avg" else pa.float64())
-        cols[f"v{i + 1}"] = pa.array(outs[i], at)
-    if stateful:
-        cols[f"v{n_aggs + 1}"] = pa.array(states, pa.string())
-    ts = pa.nulls(n, pa.int64()) if batch_ts is None else pa.array(np.full(n, batch_ts, dtype=np.int64))
-    cols["ts"] = ts
-    cols["del"] = pa.array(deleted, pa.bool_())
-    return pa.table(cols)
+                total, cnt = agg.get(str(i), (0, 0))
+                dsum, dn = d[1 + i]
+                if a.kind.startswith("decimal("):
+                    agg[str(i)] = [str(EXACT.add(Decimal(total), dsum)), cnt + dn]
+                else:
+                    agg[str(i)] = [total + dsum, cnt + dn]
+            con.execute(f"INSERT INTO groups VALUES ({', '.join('?' * (ng + 2))})",
+                        (*g, n, json.dumps(agg, separators=(",", ":"))))
+
+    # -- the store's rows --------------------------------------------------------------------------------------
+    def _rows(self, con: sqlite3.Connection, touched: list[tuple[Any, ...]], batch_ts: int | None) -> pa.Table:
+        plan = self.plan
+        counts: list[Any] = []
+        outs: list[list[Any]] = [[] for _ in plan.aggregates]
+        for g in touched:
+            row = con.execute(f"SELECT n, agg FROM groups WHERE {self._match}", g).fetchone()
+            if row is None:
+                counts.append(None)
+                for o in outs:
+                    o.append(None)
+                continue
+            counts.append(row[0])
+            agg = json.loads(row[1]) if row[1] else {}
+            for i, a in enumerate(plan.aggregates):
+                outs[i].append(self._value(con, g, i, a, agg))
+        n = len(touched)
+        cols: dict[str, Any] = {KEY: self._keys(touched), value_name(0): pa.array(counts, pa.int64())}
+        for i, (a, t) in enumerate(zip(plan.aggregates, plan.value_types[1:])):
+            cols[value_name(i + 1)] = _arrow_out(outs[i], t)
+        gone = pa.array([c is None for c in counts], pa.bool_())
+        if plan.having is not None:
+            named = {name: cols[value_name(i)] for i, name in enumerate(plan.value_names)}
+            for i, name in enumerate(plan.group_names):
+                named[name] = arrow_from_stored([g[i] for g in touched], plan.group_types[i])
+            keep = plan.having.keep(pa.table({c: named[c] for c in plan.having.columns}) if plan.having.columns
+                                    else pa.table({"_": pa.nulls(n)}))
+            gone = pc.or_(gone, pc.invert(keep))
+        cols[TS] = pa.nulls(n, pa.int64()) if batch_ts is None else pa.array(np.full(n, batch_ts, dtype=np.int64))
+        cols[DELETED] = gone
+        return pa.table(cols)
+
+    def _keys(self, touched: list[tuple[Any, ...]]) -> pa.Array:
+        types = self.plan.group_types
+        parts = [arrow_from_stored([g[i] for g in touched], t) for i, t in enumerate(types)]
+        if len(parts) == 1:
+            return parts[0]
+        return pa.StructArray.from_arrays(parts, names=list(self.plan.group_names))
+
+    def _value(self, con: sqlite3.Connection, g: tuple[Any, ...], i: int, a: Aggregate, agg: dict[str, Any]) -> Any:
+        plan, src = self.plan, f"s{a.source}"
+        if a.fn == "sum":
+            total = agg.get(str(i), (0, 0))[0]
+            return Decimal(total) if a.kind.startswith("decimal(") else total
+        if a.fn == "avg":
+            total, cnt = agg.get(str(i), (0, 0))
+            if cnt <= 0:
+                return None
+            out_t = plan.value_types[1 + i]
+            if isinstance(out_t, DecimalType):  # exact: the mean rounded half up, as Spark
+                step = Decimal(1).scaleb(-out_t.scale, EXACT)
+                return EXACT.divide(Decimal(total), cnt).quantize(step, ROUND_HALF_UP, EXACT)
+            return total / cnt
+        if a.fn in ("min", "max"):
+            fn = "min" if a.fn == "min" else "max"
+            return con.execute(f"SELECT {fn}({src}) FROM rows WHERE {self._match}", g).fetchone()[0]
+        if a.fn in ("topk", "topk_distinct"):
+            distinct = "DISTINCT " if a.fn == "topk_distinct" else ""
+            vals = [r[0] for r in con.execute(
+                f"SELECT {distinct}{src} FROM rows WHERE {self._match} AND {src} IS NOT NULL ORDER BY {src} DESC "
+                f"LIMIT {int(a.k)}", g)]
+            return _json_list(vals, plan.source_types[a.source])
+        vals = [r[0] for r in con.execute(f"SELECT {src} FROM rows WHERE {self._match} AND {src} IS NOT NULL "
+                                          f"ORDER BY p, o LIMIT {MAX_COLLECT + 1}", g)]
+        if len(vals) > MAX_COLLECT:
+            raise RuntimeError(f"store {plan.name!r}: group {g!r}: {a.fn} {a.out!r} would hold more than {MAX_COLLECT} "
+                               "values; collect over a finer group, or aggregate the values another way")
+        if a.fn == "collect_set":
+            vals = list(dict.fromkeys(vals))
+        return _json_list(vals, plan.source_types[a.source])
 
 
-def _apply_multiset(spec: Any, group: Any, i: int, fn: str, kind: str, state: dict[str, Any], delta: str) -> Any:
-    """A min/max's multiset (in ``state[str(i)]``) plus this batch's delta → the new min or max (None: empty)."""
-    cast: Callable[[Any], Any] = int if kind == "int" else Decimal if kind.startswith("decimal(") else float
-    bag = {cast(v): c for v, c in state.get(str(i), ())}
-    for v, c in json.loads(delta):
-        v = cast(v)
-        left = bag.get(v, 0) + c
-        if left > 0:
-            bag[v] = left
-        else:
-            bag.pop(v, None)
-    if len(bag) > MAX_DISTINCT:
-        raise RuntimeError(
-            f"store {spec.name!r}: group {group!r}: {fn} of value column {spec.values[1 + i].name!r} would keep "
-            f"{len(bag)} distinct values (at most {MAX_DISTINCT}): a min/max under retraction must remember every "
-            "current value of its group; aggregate a coarser column, or use a windowed or append-only aggregate")
-    state[str(i)] = [[_jsonable(v), c] for v, c in sorted(bag.items())]
-    if not bag:
-        return None
-    return min(bag) if fn == "min" else max(bag)
+def _json_list(vals: Sequence[Any], t: Any) -> str:
+    """Stored scalar forms → the canonical JSON of an ARRAY of them (booleans as true/false)."""
+    if t is SqlType.BOOLEAN:
+        vals = [None if v is None else bool(v) for v in vals]
+    return json.dumps(list(vals), separators=(",", ":"), ensure_ascii=False)
+
+
+def _arrow_out(values: list[Any], t: Any) -> pa.Array:
+    """One aggregate's values (stored forms, Python numbers, Decimals or JSON text) → the column the writer takes."""
+    if isinstance(t, DecimalType):
+        if any(isinstance(v, bytes) for v in values):  # min/max: the stored 16 bytes, as SQLite ordered them
+            return pa.array(values, pa.binary())
+        return pa.array(values, pa.decimal128(t.precision, t.scale))
+    if isinstance(t, NestedType):
+        return pa.array(values, pa.string())
+    return arrow_from_stored(values, t)

@@ -15,8 +15,9 @@ Shapes and the store kind each becomes:
   → window store (update mode; ``output_mode="append"`` emits only closed
   windows). ``F.session_window`` → session store (append mode only, Spark's rule).
 - ``table(name, stream_df, key=...)`` (no aggregation) → the latest value per
-  key in log order; a record whose value fields are all null (a tombstone,
-  ``value=None``) deletes the key.
+  key in log order; a tombstone (a record whose value is null, ``value=None``)
+  deletes the key, as in Kafka; a value whose fields are all null is a row of
+  nulls (``tombstones="all_null"`` makes it delete, the rule before issue 51).
 - ``versioned_table(name, stream_df, key=..., timestamp=...)`` → versioned
   store: every record is a version valid from its event time; tombstones too.
 """
@@ -46,12 +47,13 @@ from .declarations import (
     _plan_text,
     _require_col,
     _split_having,
+    check_tombstones,
     key_names,
 )
 from .kafka_source import source_options
 from .shared_query import DEFAULT_STORES_PER_QUERY
 from .stateful_tables import session_table_decl, table_aggregate_decl
-from .stream_rows import HEADERS, METADATA_COLUMNS, parse_value_schema, stream_schema
+from .stream_rows import HEADERS, METADATA_COLUMNS, TOMBSTONE, key_spark_type, parse_value_schema, stream_schema
 
 __all__ = ["Topology", "StoreDecl", "TopologyError", "DEFAULT_MAX_RECORDS_PER_BATCH"]
 
@@ -113,11 +115,14 @@ class Topology:
     def stream(self, topic: str | Sequence[str], value_schema: str | StructType = "value STRING", *,
                key_type: str = "string", max_records_per_batch: int | None = None,
                starting_offsets: str = "earliest", include_headers: bool = False) -> DataFrame:
-        """A streaming DataFrame over ``topic`` (or several): key, value fields, timestamp, topic, partition, offset.
+        """A streaming DataFrame over ``topic`` (or several): key, value fields, timestamp, topic, partition, offset,
+        tombstone.
 
         ``value_schema`` is the DDL of the JSON value's fields (``"amount
         DOUBLE, item STRING"``); missing or mistyped fields read as null, a
-        tombstone as all-null. ``max_records_per_batch`` caps a micro-batch
+        tombstone (a null value) as all-null with ``tombstone`` true. ``key_type``
+        may be ``array<…>`` or ``struct<…>`` (the key's JSON text, ksqlDB's ARRAY/STRUCT
+        keys). ``max_records_per_batch`` caps a micro-batch
         (default: the topology's ``max_records_per_batch``, itself no cap unless given).
         ``include_headers`` adds ``headers`` ARRAY<STRUCT<key: STRING, value:
         BINARY>> (the record's headers in order, as Spark's Kafka source with
@@ -191,23 +196,34 @@ class Topology:
             reader = reader.option("maxOffsetsPerTrigger", str(int(max_records)))
         raw = reader.load()
         value = F.from_json(F.col("value").cast("string"), schema)
-        key_col = F.col("key") if key_type.strip().lower() in ("binary", "bytes") else F.col("key").cast("string").cast(key_type)
+        kt = key_spark_type(key_type)
+        if key_type.strip().lower() in ("binary", "bytes"):
+            key_col = F.col("key")
+        elif kt.typeName() in ("array", "struct"):  # JSON text, as Kafka's JSON key format carries them
+            key_col = F.from_json(F.col("key").cast("string"), kt)
+        else:
+            key_col = F.col("key").cast("string").cast(key_type)
         return raw.select(key_col.alias("key"),
                           *[value[f.name].alias(f.name) for f in schema.fields],
-                          "timestamp", "topic", "partition", "offset", *(["headers"] if headers else []))
+                          "timestamp", "topic", "partition", "offset", F.col("value").isNull().alias(TOMBSTONE),
+                          *(["headers"] if headers else []))
 
     # -- stores -------------------------------------------------------
     def table(self, name: str, df: DataFrame, *, key: str | Sequence[str], window: str | None = None,
               timestamp: str | None = None, partitions: int | None = None,
-              output_mode: str | None = None, retention_ms: int | None = None) -> StoreSpec:
+              output_mode: str | None = None, retention_ms: int | None = None,
+              tombstones: str = "kafka") -> StoreSpec:
         """Materialize ``df`` as a key-value, window or session store (see the module docstring).
 
         ``key`` is a column, or a list of columns for a composite key (``groupBy("region", "product")``).
+        ``tombstones`` (a table of records): ``"kafka"`` — only a record whose value is null deletes its key —
+        or ``"all_null"`` — a record whose value columns are all null deletes it too.
         """
         self._check_new(name, df)
         plan = _plan_text(df)
         aggregated = _is_aggregate(plan)
         having = None
+        tombstone_rule: str | None = None
         if aggregated:
             df, having = _split_having(name, df, plan)
             plan = _plan_text(df) if having is not None else plan
@@ -237,6 +253,7 @@ class Topology:
             shape, default_mode, allowed = "latest", "append", ("append",)
             if timestamp is None and cols.get("timestamp") == "timestamp":
                 timestamp = "timestamp"
+            tombstone_rule = check_tombstones(name, df, tombstones)
         mode = _check_mode(name, shape, output_mode or default_mode, allowed)
         skip = {*keys, window, timestamp} | ({*METADATA_COLUMNS, HEADERS} if shape == "latest" else set())
         value_cols = tuple(c for c in df.columns if c not in skip)
@@ -251,16 +268,19 @@ class Topology:
                           gap_ms=gap if shape == "session" else None,
                           history_retention_ms=None, options={"retention_ms": retention_ms} if retention_ms else {})
         return self._add(StoreDecl(spec, df, shape, mode, keys[0], value_cols, window, timestamp, key_cols=keys,
-                                   having=having))
+                                   having=having, tombstones=tombstone_rule))
 
     def versioned_table(self, name: str, df: DataFrame, *, key: str | Sequence[str], timestamp: str = "timestamp",
-                        partitions: int | None = None, history_retention_ms: int | None = None) -> StoreSpec:
-        """Keep every version of each key by event time (``timestamp``); all-null values are tombstones."""
+                        partitions: int | None = None, history_retention_ms: int | None = None,
+                        tombstones: str = "kafka") -> StoreSpec:
+        """Keep every version of each key by event time (``timestamp``); a tombstone (a record whose value is null)
+        is a version that deletes (``tombstones="all_null"``: a record whose values are all null too)."""
         self._check_new(name, df)
         plan = _plan_text(df)
         if _is_aggregate(plan):
             raise TopologyError(f"store {name!r}: a versioned table takes the records themselves, "
                                 "not an aggregation; use table() for aggregates")
+        tombstone_rule = check_tombstones(name, df, tombstones)
         cols = dict(df.dtypes)
         keys = key_names(name, key)
         for k in keys:
@@ -274,19 +294,69 @@ class Topology:
         spec = self._spec(name, df, plan, StoreKind.VERSIONED, keys, value_cols, partitions,
                           history_retention_ms=history_retention_ms)
         return self._add(StoreDecl(spec, df, "versioned", "append", keys[0], value_cols, None, timestamp,
-                                   key_cols=keys))
+                                   key_cols=keys, tombstones=tombstone_rule))
 
-    def table_aggregate(self, name: str, df: DataFrame, *, key: str = "key", group_by: str, count: str = "count",
-                        sums: dict[str, str] | None = None, mins: dict[str, str] | None = None,
+    def table_aggregate(self, name: str, df: DataFrame, *, key: str = "key", group_by: str | Sequence[str],
+                        count: str = "count", sums: dict[str, str] | None = None, mins: dict[str, str] | None = None,
                         maxs: dict[str, str] | None = None, avgs: dict[str, str] | None = None,
-                        partitions: int | None = None) -> StoreSpec:
-        """Count, sums, mins, maxs, avgs per ``group_by`` value over the TABLE ``df`` is the changelog of
-        (issue 16 item 6), with retraction. See ``stateful_tables.table_aggregate_decl``.
+                        collect_lists: dict[str, str] | None = None, collect_sets: dict[str, str] | None = None,
+                        topks: dict[str, tuple[str, int]] | None = None,
+                        topk_distincts: dict[str, tuple[str, int]] | None = None,
+                        where: Any = None, having: Any = None, partitions: int | None = None) -> StoreSpec:
+        """Aggregates per ``group_by`` value(s) over the TABLE ``df`` is the changelog of (issues 16 and 51), with
+        retraction, ``where`` and ``having``. See ``stateful_tables.table_aggregate_decl``.
         """
         self._check_new(name, df)
         return self._add(table_aggregate_decl(name, df, key=key, group_by=group_by, count=count, sums=sums,
-                                              mins=mins, maxs=maxs, avgs=avgs, topics=self._topics_of(df),
+                                              mins=mins, maxs=maxs, avgs=avgs, collect_lists=collect_lists,
+                                              collect_sets=collect_sets, topks=topks, topk_distincts=topk_distincts,
+                                              where=where, having=having, topics=self._topics_of(df),
                                               partitions=self._partitions(df, partitions)))
+
+    def join_table(self, name: str, left: DataFrame, right: DataFrame | Sequence[DataFrame], *,
+                   on: str | None | Sequence[str | None] = None, how: str | Sequence[str] = "inner",
+                   key: str = "key", right_key: str | Sequence[str] = "key", columns: Any = None, where: Any = None,
+                   tombstones: str | Sequence[str] = "kafka", partitions: int | None = None) -> StoreSpec:
+        """A table-table join maintained by Spark (issue 51): ksqlDB's ``CREATE TABLE … AS SELECT … FROM a JOIN b``.
+
+        ``left`` and ``right`` are streams read as tables (latest record per key, tombstones delete). ``on=None``
+        joins on the key (``how`` inner, left, right or full); ``on="fk"`` names a left value column holding the
+        right key, a foreign-key join (KIP-213, inner or left), keyed by the left key. ``right`` may be a list to
+        chain joins (``on``/``how``/``right_key`` then lists too; a foreign key may be any earlier input's
+        column). ``columns`` picks (a list) or renames (a mapping output → input column) the value columns;
+        ``where`` is a Spark SQL condition on the result's columns (a row failing it is not in the store).
+        See ``joins.py`` and ``join_state.py``.
+        """
+        self._check_new(name, left)
+        rights = list(right) if isinstance(right, (list, tuple)) else [right]
+        if not rights:
+            raise TopologyError(f"store {name!r}: join_table needs at least one right input")
+        from .joins import _listed, join_decl
+
+        n = len(rights)
+        decl = join_decl(name, [left, *rights], keys=[key, *_listed(right_key, n, "right_key", name)],
+                         on=_listed(on, n, "on", name), how=_listed(how, n, "how", name), as_of=False,
+                         columns=columns, where=where, tombstones=_listed(tombstones, n + 1, "tombstones", name),
+                         topics=self._topics_of_all([left, *rights]),
+                         partitions=self._partitions(left, partitions))
+        return self._add(decl)
+
+    def stream_table_join(self, name: str, stream: DataFrame, table: DataFrame, *, on: str | None = None,
+                          how: str = "inner", key: str = "key", table_key: str = "key", columns: Any = None,
+                          where: Any = None, tombstones: str | Sequence[str] = "kafka",
+                          partitions: int | None = None) -> StoreSpec:
+        """Each stream record enriched with the table's row as of the record's timestamp (issue 51): ksqlDB's
+        stream-table join, kept as a table of the stream's latest record per key (``on``: the stream column holding
+        the table key, None for the stream's key; ``how`` inner or left). Table records that arrive late (an
+        older timestamp) correct the rows they apply to. See ``join_state.py``.
+        """
+        self._check_new(name, stream)
+        from .joins import _listed, join_decl
+
+        decl = join_decl(name, [stream, table], keys=[key, table_key], on=[on], how=[how], as_of=True,
+                         columns=columns, where=where, tombstones=_listed(tombstones, 2, "tombstones", name),
+                         topics=self._topics_of_all([stream, table]), partitions=self._partitions(stream, partitions))
+        return self._add(decl)
 
     def session_table(self, name: str, df: DataFrame, *, key: str = "key", gap: str | int,
                       timestamp: str = "timestamp", count: str = "count", sums: dict[str, str] | None = None,
@@ -351,6 +421,9 @@ class Topology:
                              partitions=partitions, source_topics=topics, **extra)
         except ValueError as exc:
             raise TopologyError(str(exc)) from None
+
+    def _topics_of_all(self, dfs: Sequence[DataFrame]) -> tuple[str, ...]:
+        return tuple(sorted({t for df in dfs for t in self._topics_of(df)}))
 
     def _topics_of(self, df: DataFrame) -> tuple[str, ...]:
         ids = _stream_ids(df)

@@ -57,9 +57,9 @@ def test_a_stream_with_headers_has_sparks_column_and_rows() -> None:
     assert schema.fields[-1].name == "headers" and schema.fields[-1].dataType == HEADERS_TYPE
     assert HEADERS_TYPE.simpleString() == "array<struct<key:string,value:binary>>"
     row = row_converter(schema)("k", {"n": 1}, 5, "t", 0, 9, [("a", b"1"), ("b", None)])
-    assert row[1] == 1 and row[-1] == [("a", b"1"), ("b", None)] and row[-2] == 9
-    assert row_converter(schema)("k", None, 5, "t", 0, 9, None)[-1] == []
-    assert len(row_converter(stream_schema(parse_value_schema("n BIGINT")))("k", {}, 5, "t", 0, 9)) == 6
+    assert row[1] == 1 and row[-1] == [("a", b"1"), ("b", None)] and row[-3:-1] == (9, False)
+    assert row_converter(schema)("k", None, 5, "t", 0, 9, None)[-2:] == (True, [])  # a tombstone with no headers
+    assert len(row_converter(stream_schema(parse_value_schema("n BIGINT")))("k", {}, 5, "t", 0, 9)) == 7
     with pytest.raises(ValueError, match="clashes with a column the stream adds"):
         parse_value_schema("headers STRING")
 

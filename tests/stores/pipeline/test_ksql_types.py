@@ -1,24 +1,29 @@
-"""Issue 16 without a JVM: the log's key types and nested value fields (item 7, item 2), and the table
-aggregate's arithmetic against a real store partition (item 6)."""
+"""Issues 16 and 51 without a JVM: the log's key types (ARRAY and STRUCT keys too) and nested value fields, the
+tombstone column, and the table aggregate (``table_aggregate.py``) against DuckDB over the current rows, into a
+real store through its writer."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from datetime import date, datetime, timezone
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
 
-from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
+from stores.catalog.decimals import DecimalType
+from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec, parse_type
 from stores.engine import open_partition
 from stores.engine.writer import PartitionedWriter
 from stores.iqv2.position import Position, PositionBound
 from stores.iqv2.query import RangeQuery
 from stores.pipeline.open_sessions import merge_sessions
+from stores.pipeline.side_state import SideStateLost
 from stores.pipeline.stream_rows import parse_value_schema, row_converter, stream_schema
-from stores.pipeline.table_aggregate import aggregate_rows, group_deltas
+from stores.pipeline.table_aggregate import MAX_COLLECT, Aggregate, AggregatePlan, TableAggregator, result_decimal
 
 SCHEMA = parse_value_schema("a BIGINT, tags ARRAY<STRING>, pos STRUCT<x: DOUBLE, at: TIMESTAMP>, "
                             "m MAP<STRING, BIGINT> NOT NULL, d DATE")
@@ -46,11 +51,33 @@ def test_keys_of_every_type_from_text_or_kafka_bytes(key_type: str, raw: object,
     assert row_converter(stream_schema(SCHEMA, key_type))(raw, None, 5, "t", 0, 1)[0] == want
 
 
-@pytest.mark.parametrize("key_type", ["array<int>", "uuid"])
+@pytest.mark.parametrize("key_type", ["uuid", "map<string,int>", "array<decimal(4,2)>"])
 def test_unsupported_key_types_name_the_supported_ones(key_type: str) -> None:
     with pytest.raises(ValueError, match="use one of string, int, bigint, double, boolean, date, timestamp, binary, "
-                                         "decimal"):
+                                         "decimal.*array<…>, struct<…>"):
         stream_schema(SCHEMA, key_type)
+
+
+@pytest.mark.parametrize("key_type, raw, want", [
+    ("array<string>", '["1","0"]', ["1", "0"]), ("array<string>", b'["1", 2]', ["1", "2"]),
+    ("array<bigint>", "[3, 4]", [3, 4]), ("array<bigint>", "not json", None), ("array<bigint>", '{"a": 1}', None),
+    ("struct<f1: string, f2: string>", '{"f1": "1", "f2": "0"}', ("1", "0")),
+    ("struct<f1: string, f2: bigint>", '{"f2": 7}', (None, 7)),
+])
+def test_array_and_struct_keys_are_read_as_json(key_type: str, raw: object, want: object) -> None:
+    """ksqlDB's ARRAY/STRUCT keys (issue 51 item 4): Kafka's JSON key format, leniently as value fields are."""
+    assert row_converter(stream_schema(SCHEMA, key_type))(raw, None, 5, "t", 0, 1)[0] == want
+
+
+def test_only_a_null_value_is_a_tombstone() -> None:
+    """Issue 51 item 1: the tombstone column is true for a record whose value is null, false for a value whose
+    fields are all null (or that is not an object): the rows a Kafka table keeps with null columns."""
+    convert = row_converter(stream_schema(parse_value_schema("mapping MAP<STRING, ARRAY<INT>>")))
+    assert convert("four", None, 5, "t", 0, 1)[-1] is True
+    assert convert("four", {"mapping": None}, 5, "t", 0, 1)[-2:] == (1, False)
+    assert convert("four", {}, 5, "t", 0, 1)[1:2] == (None,)
+    with_headers = row_converter(stream_schema(parse_value_schema("n BIGINT"), include_headers=True))
+    assert with_headers("k", None, 5, "t", 0, 1, [("a", b"1")])[-2:] == (True, [("a", b"1")])
 
 
 def test_decimal_keys_and_values_from_the_log_are_exact_or_null() -> None:
@@ -80,45 +107,133 @@ def test_value_fields_json_cannot_carry_are_refused(ddl: str, message: str) -> N
         parse_value_schema(ddl)
 
 
-PER_CAT = StoreSpec("per_cat", StoreKind.KEY_VALUE, Column("category", SqlType.VARCHAR),
-                    (Column("users", SqlType.BIGINT), Column("total", SqlType.BIGINT)), partitions=3)
+def _agg_batch(plan: AggregatePlan, recs: list[tuple[Any, ...]]) -> pa.Table:
+    """The projected batch a table aggregate's query gives: ``(key, groups, sources, tombstone, partition, offset)``
+    per record, as ``__k``, ``__g<i>``, ``__s<i>``, ``__tomb``, ``__partition``, ``__offset``."""
+    def arrow_type(t: Any) -> pa.DataType:
+        if isinstance(t, DecimalType):
+            return pa.decimal128(t.precision, t.scale)
+        return {SqlType.VARCHAR: pa.string(), SqlType.DOUBLE: pa.float64()}.get(t, pa.int64())
+    ng, ns = len(plan.group_types), len(plan.source_types)
+    cols: dict[str, Any] = {"__k": pa.array([r[0] for r in recs], pa.string())}
+    for i, t in enumerate(plan.group_types):
+        cols[f"__g{i}"] = pa.array([r[1 + i] for r in recs], arrow_type(t))
+    for i, t in enumerate(plan.source_types):
+        cols[f"__s{i}"] = pa.array([r[1 + ng + i] for r in recs], arrow_type(t))
+    cols["__tomb"] = pa.array([r[1 + ng + ns] for r in recs], pa.bool_())
+    cols["__partition"] = pa.array([r[2 + ng + ns] for r in recs], pa.int32())
+    cols["__offset"] = pa.array([r[3 + ng + ns] for r in recs], pa.int64())
+    return pa.table(cols)
 
 
-def test_deltas_applied_to_the_stores_totals_equal_a_recount(tmp_path: Path) -> None:
-    """Random moves between groups, batch by batch: the store equals GROUP BY over the current rows."""
-    stores = {p: open_partition(PER_CAT, p, tmp_path / f"p{p}.db") for p in range(3)}
-    writer = PartitionedWriter(PER_CAT, stores)
-    rnd = random.Random(11)
-    current: dict[str, tuple[str, int]] = {}
+def _store_rows(parts: dict[int, Any]) -> dict[Any, tuple[Any, ...]]:
+    return {kv.key: tuple(kv.value) for s in parts.values()
+            for kv in s.query(RangeQuery.with_no_bounds(), PositionBound.unbounded()).result}
+
+
+class _Having:
+    """``count > 1`` as the compiled conditions give it (conditions.py needs Spark to analyze; tested there)."""
+
+    text, columns = "(n > 1)", ("n",)
+
+    @staticmethod
+    def keep(table: pa.Table) -> pa.Array:
+        import pyarrow.compute as pc
+        return pc.fill_null(pc.greater(table.column("n"), 1), False)
+
+
+AGGS = (Aggregate("total", "sum", 0, "int"), Aggregate("lo", "min", 0, "int"), Aggregate("hi", "max", 0, "int"),
+        Aggregate("mean", "avg", 1, "float"), Aggregate("first", "min", 2), Aggregate("names", "collect_list", 2),
+        Aggregate("name_set", "collect_set", 2), Aggregate("top2", "topk", 0, k=2),
+        Aggregate("top2d", "topk_distinct", 0, k=2))
+PLAN = AggregatePlan("per_group", SqlType.VARCHAR, (SqlType.VARCHAR, SqlType.BIGINT),
+                     (SqlType.BIGINT, SqlType.DOUBLE, SqlType.VARCHAR), AGGS,
+                     (SqlType.BIGINT, SqlType.BIGINT, SqlType.BIGINT, SqlType.BIGINT, SqlType.DOUBLE, SqlType.VARCHAR,
+                      *(parse_type(t) for t in ("VARCHAR[]", "VARCHAR[]", "BIGINT[]", "BIGINT[]"))),
+                     ("n", "total", "lo", "hi", "mean", "first", "names", "name_set", "top2", "top2d"),
+                     ("region", "tier"))
+
+
+def test_table_aggregates_under_retraction_equal_duckdb_over_the_current_rows(tmp_path: Path) -> None:
+    """Users move between (region, tier) groups, change values (nulls too), are deleted by tombstones or fall out of
+    every group (a null group column): after each batch the store equals GROUP BY … HAVING over the current rows
+    in DuckDB — a min whose holder left falls to the next value, collect_list keeps log order (a member that
+    changes moves to the end), topk ranks what is there now. Batches are replayed after a crash now and then."""
+    import duckdb
+
+    spec = StoreSpec("per_group", StoreKind.KEY_VALUE, (Column("region", SqlType.VARCHAR),
+                                                        Column("tier", SqlType.BIGINT)),
+                     tuple(Column(n, t) for n, t in zip(PLAN.value_names, PLAN.value_types)), partitions=2)
+    plan = dataclasses.replace(PLAN, having=_Having())
+    parts = {p: open_partition(spec, p, tmp_path / f"p{p}.db") for p in range(2)}
+    writer = PartitionedWriter(spec, parts)
+    agg = TableAggregator(plan, tmp_path / "side.db")
+    rnd = random.Random(17)
+    current: dict[str, tuple[Any, ...]] = {}
+    offsets = {0: 0, 1: 0}
+    con = duckdb.connect()
     try:
-        for batch in range(12):
-            rows = []
-            for k in rnd.sample([f"u{i}" for i in range(20)], 8):
-                old = current.get(k)
-                new = None if rnd.random() < 0.2 else (rnd.choice("abcd"), rnd.randrange(-50, 100))
-                rows.append({"k": k, "old_g": old and old[0], "old_s0": old and old[1],
-                             "new_g": new and new[0], "new_s0": new and new[1]})
-                if new is None:
+        for batch in range(18):
+            recs = []
+            for k in (f"u{rnd.randrange(25)}" for _ in range(rnd.randrange(1, 14))):
+                p = int(k[1:]) % 2
+                offsets[p] += 1
+                dead = rnd.random() < 0.12
+                row = (None if rnd.random() < 0.05 else rnd.choice("ab"), rnd.randrange(2),
+                       None if rnd.random() < 0.1 else rnd.randrange(-20, 20),
+                       None if rnd.random() < 0.1 else rnd.randrange(-400, 400) / 8,
+                       None if rnd.random() < 0.1 else rnd.choice(["ann", "bob", "cy", "dee"]))
+                recs.append((k, *((None,) * 5 if dead else row), dead, p, offsets[p]))
+                if dead or row[0] is None:
                     current.pop(k, None)
                 else:
-                    current[k] = new
-            table = pa.Table.from_pylist(rows, pa.schema([("k", pa.string()), ("old_g", pa.string()),
-                                                          ("old_s0", pa.int64()), ("new_g", pa.string()),
-                                                          ("new_s0", pa.int64())]))
-            change = aggregate_rows(PER_CAT, writer.partition_stores.__getitem__, group_deltas(table, ["int"]), 1, ["int"])
-            writer.write_table(batch, change, Position.from_map({"users": {0: batch}}))
-            got = {}
-            for s in stores.values():
-                for kv in s.query(RangeQuery.with_no_bounds(), PositionBound.unbounded()).result:
-                    got[kv.key] = tuple(kv.value)
-            want: dict[str, tuple[int, int]] = {}
-            for g, amount in current.values():
-                n, t = want.get(g, (0, 0))
-                want[g] = (n + 1, t + amount)
-            assert got == want, f"batch {batch}"
+                    current[k] = (*row, p, offsets[p])
+            table = _agg_batch(plan, recs)
+            change = agg.apply(batch, table, 7)
+            if batch % 6 == 3:  # the side state committed the batch, the store did not: Spark replays it
+                agg.close()
+                agg = TableAggregator(plan, tmp_path / "side.db")
+                change = agg.apply(batch, table, 7)
+            if change is not None:
+                writer.write_table(batch, change, Position.from_map({"users": {0: batch}}))
+            con.execute("CREATE OR REPLACE TABLE t (region VARCHAR, tier BIGINT, a BIGINT, f DOUBLE, name VARCHAR, "
+                        "p INT, o BIGINT)")
+            if current:
+                con.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?, ?, ?)", list(current.values()))
+            want = {}
+            for r in con.execute("""
+                SELECT region, tier, count(*), coalesce(sum(a), 0), min(a), max(a), avg(f), min(name),
+                       coalesce(list(name ORDER BY p, o) FILTER (WHERE name IS NOT NULL), []),
+                       coalesce(list(a ORDER BY a DESC) FILTER (WHERE a IS NOT NULL), [])[1:2],
+                       coalesce(list(DISTINCT a ORDER BY a DESC) FILTER (WHERE a IS NOT NULL), [])[1:2]
+                FROM t GROUP BY region, tier HAVING count(*) > 1""").fetchall():
+                names = r[8]
+                want[(r[0], r[1])] = (*r[2:6], r[6], r[7], names, list(dict.fromkeys(names)), r[9], r[10])
+            got = _store_rows(parts)
+            assert got.keys() == want.keys(), f"batch {batch}"
+            for g, w in want.items():
+                assert got[g][:4] == w[:4] and got[g][5:] == w[5:], (batch, g, got[g], w)
+                assert got[g][4] == pytest.approx(w[4], abs=1e-9) if w[4] is not None else got[g][4] is None
+        with pytest.raises(SideStateLost, match="is at batch 17, Spark runs batch 19"):
+            agg.apply(19, _agg_batch(plan, []), 7)
     finally:
-        for s in stores.values():
+        agg.close()
+        con.close()
+        for s in parts.values():
             s.close()
+
+
+def test_a_collect_over_too_many_members_fails_saying_why(tmp_path: Path) -> None:
+    plan = AggregatePlan("big", SqlType.VARCHAR, (SqlType.VARCHAR,), (SqlType.VARCHAR,),
+                         (Aggregate("names", "collect_list", 0),), (SqlType.BIGINT, parse_type("VARCHAR[]")),
+                         ("n", "names"), ("g",))
+    agg = TableAggregator(plan, tmp_path / "side.db")
+    try:
+        recs = [(f"k{i}", "g", f"n{i}", False, 0, i) for i in range(MAX_COLLECT + 1)]
+        with pytest.raises(RuntimeError, match="collect_list 'names' would hold more than 10000 values"):
+            agg.apply(0, _agg_batch(plan, recs), None)
+    finally:
+        agg.close()
 
 
 def test_sessions_merge_as_kafka_merges_them() -> None:
@@ -154,87 +269,6 @@ def test_sessions_equal_a_recomputation_whatever_the_batching() -> None:
         assert state == oracle(events)
 
 
-AGG_TYPES = ("sum:int", "min:int", "max:int", "avg:int", "min:float", "avg:float")
-PER_CAT_AGGS = StoreSpec(
-    "per_cat_aggs", StoreKind.KEY_VALUE, Column("category", SqlType.VARCHAR),
-    (Column("users", SqlType.BIGINT), Column("total", SqlType.BIGINT), Column("lo", SqlType.BIGINT),
-     Column("hi", SqlType.BIGINT), Column("mean", SqlType.DOUBLE), Column("lo_f", SqlType.DOUBLE),
-     Column("mean_f", SqlType.DOUBLE)),
-    partitions=2, internal=(Column("__aggregate_state", SqlType.VARCHAR),))
-
-
-def test_min_max_avg_under_retraction_equal_duckdb_over_the_current_rows(tmp_path: Path) -> None:
-    """Users move between groups and their values change (nulls too): each batch, the store equals GROUP BY over
-    the current rows in DuckDB — a min whose holder left falls to the next value, an avg is exact (item 3)."""
-    import duckdb
-
-    stores = {p: open_partition(PER_CAT_AGGS, p, tmp_path / f"p{p}.db") for p in range(2)}
-    writer = PartitionedWriter(PER_CAT_AGGS, stores)
-    rnd = random.Random(17)
-    current: dict[str, tuple[str, int | None, float | None]] = {}
-    srcs = (1, 1, 1, 1, 2, 2)  # which value each aggregate reads: the int amount, or the float score
-    i64, f64 = pa.int64(), pa.float64()
-    schema = pa.schema([("k", pa.string()), ("old_g", pa.string()),
-                        *((f"old_s{i}", i64 if s == 1 else f64) for i, s in enumerate(srcs)), ("new_g", pa.string()),
-                        *((f"new_s{i}", i64 if s == 1 else f64) for i, s in enumerate(srcs))])
-    con = duckdb.connect()
-    try:
-        for batch in range(15):
-            rows = []
-            for k in rnd.sample([f"u{i}" for i in range(25)], 9):
-                old = current.get(k)
-                new = None if rnd.random() < 0.15 else (
-                    rnd.choice("abc"), None if rnd.random() < 0.1 else rnd.randrange(-20, 20),
-                    None if rnd.random() < 0.1 else rnd.randrange(-400, 400) / 8)
-                row = {"k": k, "old_g": old and old[0], "new_g": new and new[0]}
-                for i, s in enumerate(srcs):
-                    row[f"old_s{i}"] = old[s] if old else None
-                    row[f"new_s{i}"] = new[s] if new else None
-                rows.append(row)
-                if new is None:
-                    current.pop(k, None)
-                else:
-                    current[k] = new
-            change = aggregate_rows(PER_CAT_AGGS, writer.partition_stores.__getitem__,
-                                    group_deltas(pa.Table.from_pylist(rows, schema), AGG_TYPES), 1, AGG_TYPES)
-            writer.write_table(batch, change, Position.from_map({"users": {0: batch}}))
-            got = {}
-            for s in stores.values():
-                for kv in s.query(RangeQuery.with_no_bounds(), PositionBound.unbounded()).result:
-                    got[kv.key] = tuple(kv.value)
-            con.execute("CREATE OR REPLACE TABLE t (g VARCHAR, a BIGINT, f DOUBLE)")
-            if current:
-                con.executemany("INSERT INTO t VALUES (?, ?, ?)", list(current.values()))
-            want = {r[0]: tuple(r[1:]) for r in con.execute(
-                "SELECT g, count(*), coalesce(sum(a), 0), min(a), max(a), avg(a), min(f), avg(f) FROM t GROUP BY g"
-            ).fetchall()}
-            assert got.keys() == want.keys(), f"batch {batch}"
-            assert all(len(v) == 7 for v in got.values())  # the internal state column is never read by queries
-            for g, w in want.items():
-                assert got[g][:5] == w[:5] and got[g][5] == w[5], (batch, g, got[g], w)
-                assert got[g][6] == pytest.approx(w[6], abs=1e-9) if w[6] is not None else got[g][6] is None
-    finally:
-        con.close()
-        for s in stores.values():
-            s.close()
-
-
-def test_the_internal_column_is_kept_in_store_json_but_not_among_the_columns() -> None:
-    assert StoreSpec.from_json(PER_CAT_AGGS.to_json()) == PER_CAT_AGGS
-    assert StoreSpec.from_json(PER_CAT_AGGS.to_json()).internal == PER_CAT_AGGS.internal
-    assert "__aggregate_state" not in [c.name for c in PER_CAT_AGGS.columns()]
-    assert "internal" not in PER_CAT.to_json()  # stores without one write store.json as before
-
-
-def test_a_min_over_too_many_distinct_values_fails_saying_why() -> None:
-    from stores.pipeline.table_aggregate import MAX_DISTINCT, _apply_multiset
-
-    state = {"0": [[v, 1] for v in range(MAX_DISTINCT)]}
-    assert _apply_multiset(PER_CAT_AGGS, "a", 0, "min", "int", state, "[[-1, 1], [0, -1]]") == -1
-    with pytest.raises(RuntimeError, match="would keep 10001 distinct values .*aggregate a coarser column"):
-        _apply_multiset(PER_CAT_AGGS, "a", 0, "min", "int", state, "[[-5, 1]]")
-
-
 def test_session_min_max_avg_equal_a_recomputation() -> None:
     from stores.pipeline.open_sessions import session_values
 
@@ -262,49 +296,46 @@ def test_session_min_max_avg_equal_a_recomputation() -> None:
 
 
 def test_decimal_sum_min_max_avg_under_retraction_are_exact(tmp_path: Path) -> None:
-    """DECIMAL(6,2) amounts (item 7 x item 3): sum DECIMAL(16,2), min/max DECIMAL(6,2) and avg DECIMAL(10,6)
-    equal DuckDB's DECIMAL GROUP BY over the current rows exactly — tenths never drift as floats would."""
+    """DECIMAL(6,2) amounts: sum DECIMAL(16,2), min/max DECIMAL(6,2) and avg DECIMAL(10,6) equal DuckDB's DECIMAL
+    GROUP BY over the current rows exactly — tenths never drift as floats would."""
     import duckdb
 
-    from stores.pipeline.table_aggregate import needs_state, result_decimal
-
-    kinds = ("sum:decimal(6,2)", "min:decimal(6,2)", "max:decimal(6,2)", "avg:decimal(6,2)")
-    assert [result_decimal(k.split(":")[0], "decimal(6,2)").value for k in kinds] == [
+    kinds = ("sum", "min", "max", "avg")
+    assert [result_decimal(k, "decimal(6,2)").value for k in kinds] == [
         "DECIMAL(16,2)", "DECIMAL(6,2)", "DECIMAL(6,2)", "DECIMAL(10,6)"]
     assert result_decimal("sum", "decimal(38,10)").value == "DECIMAL(38,10)"
-    assert result_decimal("avg", "decimal(36,10)").value == "DECIMAL(38,14)" and needs_state(kinds)
+    assert result_decimal("avg", "decimal(36,10)").value == "DECIMAL(38,14)"
+    d62 = DecimalType(6, 2)
+    plan = AggregatePlan("dec_aggs", SqlType.VARCHAR, (SqlType.VARCHAR,), (d62,),
+                         tuple(Aggregate(k, k, 0, "decimal(6,2)") for k in kinds),
+                         (SqlType.BIGINT, *(result_decimal(k, "decimal(6,2)") for k in kinds)),
+                         ("n", *kinds), ("g",))
     spec = StoreSpec("dec_aggs", StoreKind.KEY_VALUE, Column("g", SqlType.VARCHAR),
-                     (Column("n", SqlType.BIGINT), Column("total", "DECIMAL(16,2)"), Column("lo", "DECIMAL(6,2)"),
-                      Column("hi", "DECIMAL(6,2)"), Column("mean", "DECIMAL(10,6)")),
-                     partitions=2, internal=(Column("__aggregate_state", SqlType.VARCHAR),))
-    stores = {p: open_partition(spec, p, tmp_path / f"d{p}.db") for p in range(2)}
-    writer = PartitionedWriter(spec, stores)
-    dec = pa.decimal128(6, 2)
-    schema = pa.schema([("k", pa.string()), ("old_g", pa.string()), *((f"old_s{i}", dec) for i in range(4)),
-                        ("new_g", pa.string()), *((f"new_s{i}", dec) for i in range(4))])
+                     tuple(Column(n, t) for n, t in zip(plan.value_names, plan.value_types)), partitions=2)
+    parts = {p: open_partition(spec, p, tmp_path / f"d{p}.db") for p in range(2)}
+    writer = PartitionedWriter(spec, parts)
+    agg = TableAggregator(plan, tmp_path / "side.db")
     rnd = random.Random(23)
     current: dict[str, tuple[str, Decimal | None]] = {}
     con = duckdb.connect()
+    off = 0
     try:
         for batch in range(12):
-            rows = []
+            recs = []
             for k in rnd.sample([f"u{i}" for i in range(20)], 8):
-                old = current.get(k)
-                new = None if rnd.random() < 0.15 else (rnd.choice("ab"), None if rnd.random() < 0.1 else
-                                                        Decimal(rnd.choice(["0.10", "0.20", "-0.30", "99.99", "1.05"])))
-                row = {"k": k, "old_g": old and old[0], "new_g": new and new[0]}
-                for i in range(4):
-                    row[f"old_s{i}"], row[f"new_s{i}"] = old and old[1], new and new[1]
-                rows.append(row)
-                if new is None:
+                off += 1
+                dead = rnd.random() < 0.15
+                new = (rnd.choice("ab"), None if rnd.random() < 0.1 else
+                       Decimal(rnd.choice(["0.10", "0.20", "-0.30", "99.99", "1.05"])))
+                recs.append((k, *((None, None) if dead else new), dead, 0, off))
+                if dead:
                     current.pop(k, None)
                 else:
                     current[k] = new
-            change = aggregate_rows(spec, writer.partition_stores.__getitem__,
-                                    group_deltas(pa.Table.from_pylist(rows, schema), kinds), 1, kinds)
-            writer.write_table(batch, change, Position.from_map({"t": {0: batch}}))
-            got = {kv.key: tuple(kv.value) for s in stores.values()
-                   for kv in s.query(RangeQuery.with_no_bounds(), PositionBound.unbounded()).result}
+            change = agg.apply(batch, _agg_batch(plan, recs), 1)
+            if change is not None:
+                writer.write_table(batch, change, Position.from_map({"t": {0: batch}}))
+            got = _store_rows(parts)
             con.execute("CREATE OR REPLACE TABLE t (g VARCHAR, a DECIMAL(6,2))")
             if current:
                 con.executemany("INSERT INTO t VALUES (?, ?)", list(current.values()))
@@ -317,6 +348,7 @@ def test_decimal_sum_min_max_avg_under_retraction_are_exact(tmp_path: Path) -> N
                 assert w[4] is None or got[g][4] == Decimal(str(w[4])).quantize(Decimal("0.000001")), (got[g], w)
                 assert all(type(v) is Decimal for v in got[g][1:] if v is not None)
     finally:
+        agg.close()
         con.close()
-        for s in stores.values():
+        for s in parts.values():
             s.close()

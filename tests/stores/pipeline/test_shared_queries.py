@@ -47,8 +47,8 @@ def build(spark, log, state_dir: Path) -> StreamsApp:
         orders = t.stream("orders", value_schema="amount DOUBLE, item STRING")  # the same DataFrame each time
         t.table(name, agg(orders), key="item" if "item" in name else "key")
     orders = t.stream("orders", value_schema="amount DOUBLE, item STRING")
-    t.table("last_amount", orders.select("key", "amount", "timestamp", "topic", "partition", "offset"), key="key")
-    t.table("last_item", orders.select("key", "item", "timestamp", "topic", "partition", "offset"), key="key")
+    t.table("last_amount", orders.select("key", "amount", "timestamp", "topic", "partition", "offset", "tombstone"), key="key")
+    t.table("last_item", orders.select("key", "item", "timestamp", "topic", "partition", "offset", "tombstone"), key="key")
     return StreamsApp(t, application_id=f"shared-{state_dir.name}", state_dir=state_dir)
 
 

@@ -66,8 +66,8 @@ def test_partitions_and_read_return_the_records_between_offsets(log):
     end = r.latestOffset(start, ReadAllAvailable())
     rows = [row for part in r.partitions(start, end) for row in r.read(part)]
     assert len(rows) == 20
-    key, amount, item, ts, topic, partition, offset = rows[0]
-    assert (topic, isinstance(amount, float), item) == ("orders", True, "x")
+    key, amount, item, ts, topic, partition, offset, tombstone = rows[0]
+    assert (topic, isinstance(amount, float), item, tombstone) == ("orders", True, "x", False)
     assert r.partitions(end, end) == []
 
 
@@ -133,6 +133,7 @@ def test_lenient_value_conversion(tmp_path):
     s = r.initialOffset()
     rows = [row for p in r.partitions(s, r.latestOffset(s, ReadAllAvailable())) for row in r.read(p)]
     assert [(row[1], row[2]) for row in rows] == [(None, "5"), (None, None), (None, None)]
+    assert [row[-1] for row in rows] == [False, True, False]  # only the null value is a tombstone (issue 51)
 
 
 # -- offsets log → Position ---------------------------------------------------------------

@@ -132,5 +132,5 @@ def test_a_kafka_stream_has_the_event_logs_columns_without_the_connector_jar(spa
     t = Topology(spark, KafkaSource("127.0.0.1:9", partitions_override={"orders": 4}))
     df = t.stream("orders", value_schema="amount DOUBLE", key_type="bigint")
     assert df.isStreaming
-    assert df.columns == ["key", "amount", "timestamp", "topic", "partition", "offset"]
+    assert df.columns == ["key", "amount", "timestamp", "topic", "partition", "offset", "tombstone"]
     assert dict(df.dtypes)["key"] == "bigint"
