@@ -74,6 +74,7 @@ class Template:
     program: Program | None = None  # the residual as an expression tree, when it is simple (residual_program.py)
     long_chains: bool = False  # an AND/OR chain was rebuilt balanced (rewrites.balance_chains): see Plan.long_chains
     lane: Any = NO_LANE_YET  # its point lane (point_lanes.py), made on first use: a PointLane, or None
+    subscription: Any = None  # SUBSCRIBE: its SubscribeTemplate (subscribe.py)
 
     def slot_values(self, params: Any) -> tuple[Any, ...]:
         """The parameter values in placeholder order: what a residual program reads (``Plan.residual_values``)."""

@@ -1,0 +1,113 @@
+"""Stored forms → a store relation's rows: changelog records and partition files alike, decoded once.
+
+A changelog record holds one batch's canonical change rows of one partition (``engine/batch.py``: ``k``, ``ts``,
+``ws``, ``we``, ``del``, ``v0`` …, internal columns after the values), in arrival order: of several changes to one
+row the last wins, as the store's merge applies them. So for key-value, window and session stores a record alone
+says each touched row's new contents (or that it is gone). Versioned records are versions whose effect on the
+current versions depends on what the store held (``versioned.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import pyarrow as pa
+
+from ..catalog.schema import StoreKind, StoreSpec
+from ..engine.batch import DELETED, KEY, TS, WE, WS, value_name
+from ..engine.codec import ValueCodec
+
+__all__ = ["RowMaker", "record_changes", "snapshot_sql"]
+
+Row = tuple[Any, ...]
+
+
+class RowMaker:
+    """Builds rows in ``spec.columns()`` order from stored forms, and the identity a row is known by (stored)."""
+
+    def __init__(self, spec: StoreSpec) -> None:
+        self.spec = spec
+        self.kind = spec.kind
+        self.n = len(spec.values)
+        self.codec = ValueCodec(spec)
+        self.composite = spec.composite
+        self.windowed = spec.kind in (StoreKind.WINDOW, StoreKind.SESSION)
+        self.nulls = (None,) * self.n
+
+    def key_columns(self, raw_key: Any) -> tuple[Any, ...]:
+        key = self.codec.key(raw_key)
+        return tuple(key) if self.composite else (key,)
+
+    def row(self, raw_key: Any, values: Any, ts: Any = None, ws: Any = None, we: Any = None) -> Row:
+        """A row; ``values`` the stored value columns (None: a deleted row, whose values are all None). For a
+        versioned store ``ts`` is the version's valid_from (a current version: valid_to None)."""
+        keys = self.key_columns(raw_key)
+        vals = self.nulls if values is None else self.codec.plain_value(values, 0)
+        kind = self.kind
+        if kind is StoreKind.KEY_VALUE:
+            return (*keys, *vals)
+        if kind is StoreKind.TIMESTAMPED_KEY_VALUE:
+            return (*keys, *vals, None if values is None else ts)
+        if kind is StoreKind.VERSIONED:
+            return (*keys, *vals, None if values is None else ts, None)
+        return (*keys, ws, we, *vals)
+
+
+def record_changes(maker: RowMaker, rows: pa.Table) -> dict[Any, Row | None]:
+    """Each row a non-versioned record touches → its new row, or None when it is deleted (the last change wins).
+
+    Keys are stored identities: the stored key, with ``(ws, we)`` for window and session stores.
+    """
+    n = len(rows)
+    if n == 0:
+        return {}
+    keys = rows.column(KEY).to_pylist()
+    dels = rows.column(DELETED).to_pylist() if DELETED in rows.column_names else [False] * n
+    vals = [rows.column(value_name(i)).to_pylist() for i in range(maker.n)]
+    ts = rows.column(TS).to_pylist() if TS in rows.column_names else [None] * n
+    out: dict[Any, Row | None] = {}
+    if maker.windowed:
+        ws, we = rows.column(WS).to_pylist(), rows.column(WE).to_pylist()
+        for i in range(n):
+            ident = (keys[i], ws[i], we[i])
+            out[ident] = None if dels[i] else maker.row(keys[i], [c[i] for c in vals], ts[i], ws[i], we[i])
+        return out
+    for i in range(n):
+        out[keys[i]] = None if dels[i] else maker.row(keys[i], [c[i] for c in vals], ts[i])
+    return out
+
+
+def deleted_row(maker: RowMaker, ident: Any) -> Row:
+    """The row a delete shows: the identity columns, every other store column None."""
+    if maker.windowed:
+        k, ws, we = ident
+        return maker.row(k, None, None, ws, we)
+    return maker.row(ident, None)
+
+
+def snapshot_sql(spec: StoreSpec) -> str:
+    """A partition's rows in stored forms, as ``raw_rows`` reads them (a versioned store: each key's latest
+    version, tombstones too, which a catch-up needs and the answer leaves out)."""
+    v = "".join(f", v{i}" for i in range(len(spec.values)))
+    if spec.kind in (StoreKind.KEY_VALUE, StoreKind.TIMESTAMPED_KEY_VALUE):
+        return f"SELECT k, ts{v} FROM kv"
+    if spec.kind is StoreKind.VERSIONED:
+        return f"SELECT k, vf, tomb{v} FROM ver WHERE vt IS NULL"
+    return f"SELECT k, ws, we, ts{v} FROM win"
+
+
+def raw_rows(maker: RowMaker, raw: Iterable[tuple[Any, ...]]) -> dict[Any, Row | None]:
+    """``snapshot_sql``'s rows → identity → row (a versioned key whose latest version is a tombstone → None)."""
+    out: dict[Any, Row | None] = {}
+    n = maker.n
+    if maker.windowed:
+        for r in raw:
+            out[(r[0], r[1], r[2])] = maker.row(r[0], r[4:4 + n], r[3], r[1], r[2])
+    elif maker.kind is StoreKind.VERSIONED:
+        for r in raw:
+            out[r[0]] = None if r[2] else maker.row(r[0], r[3:3 + n], r[1])
+    else:
+        for r in raw:
+            out[r[0]] = maker.row(r[0], r[2:2 + n], r[1])
+    return out
