@@ -19,7 +19,13 @@ from typing import Any
 from ..catalog.schema import StoreSpec
 from ..engine.codec import ValueCodec
 from ..iqv2.position import Position
-from .errors import INVALID_RESUME_POSITION, SUBSCRIBER_TOO_SLOW, SUBSCRIPTION_CLOSED, SubscriptionError
+from .errors import (
+    INVALID_RESUME_POSITION,
+    SUBSCRIBER_TOO_SLOW,
+    SUBSCRIPTION_CLOSED,
+    SUBSCRIPTION_UNAVAILABLE,
+    SubscriptionError,
+)
 from .events import Changes, Event, Progress, Rebuilt, Snapshot
 from .hub import Entry, FilterRow, Hub, batch_parts
 from .locate import restricted
@@ -32,6 +38,11 @@ __all__ = ["Feed", "KeyFilter", "DEFAULT_BUFFER_BYTES"]
 
 DEFAULT_BUFFER_BYTES = 1 << 20
 REPLAY_POLL_S = 0.05
+
+
+def _last_batch(store: Any) -> int:
+    last = None if store is None else store.last_batch_id()
+    return -1 if last is None else last
 
 
 class KeyFilter:
@@ -142,11 +153,17 @@ class Feed:
                 bound = restricted(from_position, hub.topics(self.spec))
             self._use_snapshot(hub.snapshot(bound, self.timeout_s), rebuilt=False)
             return
-        if from_position is None:
-            with hub.cond:
-                head = hub.head()
-                self._cursor = hub.next_seq
-                self.position = head.batch.position if head is not None and head.batch is not None else None
+        if from_position is None:  # from now on: after the batch the store's furthest partition has committed
+            serving, _ = hub.serving_now()
+            now = max(_last_batch(hub.access.partition(self.store, p)) for p in range(serving.spec.partitions))
+            if now < 0:
+                self._attach(hub.first_seq_of(serving.topic), None)
+                return
+            entry = hub.whole_batch_at_or_after(serving.topic, now, time.monotonic() + self.timeout_s)
+            if entry is None or entry.batch is None:
+                raise SubscriptionError(SUBSCRIPTION_UNAVAILABLE, f"the changelog of store {self.store!r} did not "
+                                        f"reach batch {now} (the store's) within {self.timeout_s:.0f} s")
+            self._attach(entry.seq + 1, entry.batch.position)
             return
         point = locate_resume(hub, from_position)
         if isinstance(point, Attach):
