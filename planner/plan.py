@@ -86,14 +86,16 @@ class Subscription:
     - ``sql`` over the snapshot's rows, and over each batch's upserted rows: the subscription's rows for them
       (the SELECT's columns, then the store's ``added`` identity columns it does not list, so every row says
       which store row it shows: ``identity_at`` are the positions of the ``identity`` columns in it);
-    - each batch's deleted rows (identity columns set, the rest NULL) are deletes of the subscription;
-    - without ``membership`` (no filter, or one on identity columns and ``_partition`` only), an upsert whose row
-      the filter drops was never shown (its identity never passes): nothing to send; deleted rows whose identity
-      ``delete_sql`` keeps are sent as deletes (None: every one);
-    - with ``membership`` (the filter reads value columns: a row can leave the answer by an update), the engine
-      keeps the identities it has shown (``stores.live`` offers a bounded set); ``failing_sql`` gives the
-      identities of upserted rows the filter drops: each one shown is sent as a delete, as is each deleted row
-      shown.
+    - ``delete_sql`` over each batch's deleted rows (identity columns set, the rest NULL) gives the identities
+      (as the answer's rows show them) to send as deletes: all of them, or with a filter on identity columns
+      (and ``_partition``) only, those the filter keeps (a row it drops was never shown);
+    - without ``membership`` that is all: a filter on identity columns decides once per row, so an upserted row
+      it drops was never shown either;
+    - with ``membership`` (the filter reads value columns: an update can take a row out of the answer) the
+      engine keeps the identities it has shown (``stores.live.ShownKeys``: bounded; past its budget it answers
+      "maybe", which sends a delete of a row the subscriber may not hold, never misses one): ``failing_sql``
+      over the upserted rows gives the identities the filter now drops, sent as deletes when shown, and
+      ``delete_sql``'s identities are sent only when shown.
 
     ``snapshot``/``progress``: the WITH options (EMIT CHANGES: both true). ``resume``: AS OF POSITION: with a
     snapshot the Position it must be at or past; without, the Position to continue after. ``keys``: rows the

@@ -68,7 +68,7 @@ class SubscribeTemplate:
     spec: StoreSpec
     answer: Template
     failing: Template | None
-    deletes: Template | None
+    deletes: Template
     identity: tuple[str, ...]
     identity_at: tuple[int, ...]
     added: tuple[str, ...]
@@ -241,8 +241,12 @@ def analyze_subscribe(sql: str, stmt: Subscribe, catalog: Mapping[str, StoreSpec
     """A SUBSCRIBE (or EMIT CHANGES) statement → a template whose ``subscription`` the binder completes."""
     snapshot, progress = _options(sql, stmt)
     position = stmt.args.get("position")
-    position_json = position_literal_json(position) if position is not None else None
     select = _select_of(sql, stmt)
+    inner_position = select.args.get("position")
+    if position is None and inner_position is not None and stmt.args.get("emit_changes"):
+        position = inner_position  # SELECT … AS OF POSITION '…' EMIT CHANGES: the clause ends the SELECT
+        select.set("position", None)
+    position_json = position_literal_json(position) if position is not None else None
     table = _check_shape(sql, select, stmt)
     line, col = node_position(sql, table)
     store, spec = resolve_store(catalog, table, line=line, col=col)
@@ -268,15 +272,16 @@ def analyze_subscribe(sql: str, stmt: Subscribe, catalog: Mapping[str, StoreSpec
     cols = {c.name.lower() for c in where.find_all(exp.Column)} if where is not None else set()
     membership = bool(cols - {n.lower() for n in identity} - {"_partition"})
     answer = analyze(sql, answer_tree, catalog)
-    failing = deletes = None
-    if where is not None:
-        ident_cols = [exp.column(n, quoted=True) for n in identity]
-        frm = (select.args.get("from_") or select.args.get("from")).this
-        if membership:
-            drop = exp.Not(this=exp.Coalesce(this=exp.Paren(this=where.this.copy()), expressions=[exp.false()]))
-            failing = analyze(sql, exp.select(*ident_cols).from_(frm.copy()).where(drop), catalog)
-        else:
-            deletes = analyze(sql, exp.select(*ident_cols).from_(frm.copy()).where(where.this.copy()), catalog)
+    ident_cols = [exp.column(n, quoted=True) for n in identity]
+    frm = (select.args.get("from_") or select.args.get("from")).this
+    failing = None
+    if where is not None and membership:
+        drop = exp.Not(this=exp.Coalesce(this=exp.Paren(this=where.this.copy()), expressions=[exp.false()]))
+        failing = analyze(sql, exp.select(*ident_cols).from_(frm.copy()).where(drop), catalog)
+    deleted = exp.select(*[c.copy() for c in ident_cols]).from_(frm.copy())
+    if where is not None and not membership:
+        deleted = deleted.where(where.this.copy())
+    deletes = analyze(sql, deleted, catalog)
     template = Template(kind=StatementKind.SUBSCRIBE, explain=explain, position_json=position_json,
                         param_mode=answer.param_mode, param_count=answer.param_count, param_names=answer.param_names,
                         deps=dict(answer.deps))
@@ -339,7 +344,7 @@ def bind_subscription(text: str, template: Template, params: Any, settings: Mapp
         store=sub.store, relation=sub.answer.scans[0].relation, sql=_residual(sub.answer, params),
         identity=sub.identity, identity_at=sub.identity_at, added=sub.added, membership=sub.membership,
         failing_sql=_residual(sub.failing, params) if sub.failing is not None else None,
-        delete_sql=_residual(sub.deletes, params) if sub.deletes is not None else None,
+        delete_sql=_residual(sub.deletes, params),
         snapshot=sub.snapshot, progress=sub.progress,
         resume=Position.from_json(sub.position_json) if sub.position_json else None,
         keys=keys, emit_changes=sub.emit_changes, store_kind=sub.spec.kind.value, full_scan=full_scan)
@@ -361,8 +366,7 @@ def subscription_explain(s: Subscription) -> str:
                      + ("" if s.keys.ranges is None else f" ranges={list(s.keys.ranges)}")
                      + ("" if s.keys.partitions is None else f" partitions={sorted(s.keys.partitions)}"))
     lines.append(f"rows of {s.relation}: {s.sql}")
+    lines.append(f"deleted rows{' (if shown)' if s.membership else ''}: {s.delete_sql}")
     if s.membership:
-        lines.append(f"leaving the answer (shown identities kept): {s.failing_sql}")
-    elif s.delete_sql is not None:
-        lines.append(f"deletes shown: {s.delete_sql}")
+        lines.append(f"rows leaving the answer (if shown): {s.failing_sql}")
     return "\n".join(lines)

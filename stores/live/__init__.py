@@ -59,9 +59,10 @@ from .events import ROW_TAIL, Changes, Event, Progress, Rebuilt, Snapshot, ident
 from .feed import DEFAULT_BUFFER_BYTES, Feed, KeyFilter
 from .feeds import LiveFeeds, open_feed
 from .hub import HubLimits
+from .shown import ShownKeys
 
 __all__ = [
-    "LiveFeeds", "open_feed", "Feed", "KeyFilter", "HubLimits", "DEFAULT_BUFFER_BYTES",
+    "LiveFeeds", "open_feed", "Feed", "KeyFilter", "HubLimits", "DEFAULT_BUFFER_BYTES", "ShownKeys",
     "Snapshot", "Changes", "Progress", "Rebuilt", "Event", "identity_names", "ROW_TAIL",
     "SubscriptionError", "SUBSCRIPTION_TOO_OLD", "SUBSCRIBER_TOO_SLOW", "INVALID_RESUME_POSITION",
     "RESUME_POSITION_AHEAD", "SUBSCRIPTION_UNAVAILABLE", "SUBSCRIPTION_CLOSED", "NOT_UP_TO_BOUND",
