@@ -36,7 +36,7 @@ from .snapshot import SnapshotData
 
 __all__ = ["Feed", "KeyFilter", "DEFAULT_BUFFER_BYTES"]
 
-DEFAULT_BUFFER_BYTES = 1 << 20
+DEFAULT_BUFFER_BYTES = 16 << 20  # of decoded changes; shared by the feeds behind together
 REPLAY_POLL_S = 0.05
 
 
@@ -62,6 +62,9 @@ class KeyFilter:
     def keep(self, partition: int, key: Any) -> bool:
         if self.partitions is not None and partition not in self.partitions:
             return False
+        return self.keep_key(key)
+
+    def keep_key(self, key: Any) -> bool:
         if not self.by_key:
             return True
         if self.keys is not None and key in self.keys:
@@ -119,17 +122,40 @@ class Feed:
         return self._cursor
 
     def fail_too_slow(self) -> None:
-        """The hub: this feed's pending changes outgrew its buffer (called with the hub's lock held)."""
-        with self._lock:
-            if self._failed is None and not self._closed:
-                at = self.position
-                self._failed = SubscriptionError(
-                    SUBSCRIBER_TOO_SLOW,
-                    f"the subscription to store {self.store!r} fell more than its buffer ({self.buffer_bytes} bytes) "
-                    "behind the store" + (f"; resume from {at.to_json()}" if at is not None else
-                                          "; it had not received a whole answer yet: subscribe again"),
-                    resume_from=at)
-            self._cursor = None
+        """The hub: this feed's pending changes outgrew its buffer (called with the hub's lock held; never waits for
+        the feed's reader: plain assignments, read by it at its next step)."""
+        if self._failed is None and not self._closed:
+            at = self.position
+            self._failed = SubscriptionError(
+                SUBSCRIBER_TOO_SLOW,
+                f"the subscription to store {self.store!r} fell more than its buffer ({self.buffer_bytes} bytes) "
+                "behind the store" + (f"; resume from {at.to_json()}" if at is not None else
+                                      "; it had not received a whole answer yet: subscribe again"),
+                resume_from=at)
+        self._cursor = None
+
+    def offer(self, entry: Entry) -> bool:
+        """The hub appended ``entry`` (its lock held): a feed following keys the batch does not touch passes it
+        here, in the hub's thread, and is not woken; True when the feed has something to look at.
+
+        Why: a thousand feeds each following a key would otherwise all wake and look at every batch.
+        """
+        f = self._filter
+        batch = entry.batch
+        if f is None or not f.by_key or f.keys is None or f.ranges is not None or batch is None:
+            return True
+        if not self._lock.acquire(blocking=False):  # its reader is at work: it takes this entry itself
+            return True
+        try:
+            if (self._failed is not None or self._closed or self._cursor != entry.seq or self._await is not None
+                    or self._snap is not None or self._out or batch.touches(f.keys)):
+                return True
+            self._cursor = entry.seq + 1
+            if batch.complete:
+                self.position = batch.position
+            return False
+        finally:
+            self._lock.release()
 
     def wake(self) -> None:
         """New entries (or an end): tell whoever waits on this feed outside ``poll``."""
@@ -286,15 +312,28 @@ class Feed:
             self._use_snapshot(self.hub.snapshot(None, self.timeout_s), rebuilt=True)
             return
         batch = entry.batch
-        assert batch is not None and entry.event is not None
-        with self._lock:
+        assert batch is not None
+        with self._lock:  # the hub's offer of the next entry waits for this one's events to be queued
             if self._failed is not None or self._cursor != entry.seq:
                 return
             self._cursor = entry.seq + 1
-        if self._await is not None:
-            self._skip_to(entry)
-            return
-        self._emit(entry.event, entry.rows, batch.complete)
+            if self._await is not None:
+                self._skip_to(entry)
+                return
+            f = self._filter
+            if f is not None and f.by_key:
+                touched = batch.keys()
+                mine = [k for k in touched if f.keep_key(k)] if f.ranges is not None or f.keys is None \
+                    or len(f.keys) > len(touched) else [k for k in f.keys if batch.touches((k,))]
+                rows = tuple(r for k in mine for r in entry.rows_of(k) if f.keep(r[0], k))
+                if not rows:
+                    self._emit(None, (), batch)  # none of its keys: nothing built
+                    return
+                self._emit(Changes(batch.position, self.spec, tuple(r[2] for r in rows if not r[3]),
+                                   tuple(r[2] for r in rows if r[3]), batch.complete), (), batch)
+                return
+            event, rows = entry.parts()
+            self._emit(event, rows, batch)
 
     def _skip_to(self, entry: Entry) -> None:
         """Waiting for the resume point: pass entries until it, then go on after it."""
@@ -316,12 +355,17 @@ class Feed:
                 return
             self.position = entry.batch.position
 
-    def _emit(self, event: Changes, rows: tuple[FilterRow, ...], complete: bool) -> None:
+    def _emit(self, event: Changes | None, rows: tuple[FilterRow, ...], batch: Any) -> None:
+        complete = batch.complete
+        if event is None:
+            if complete:
+                self.position = batch.position
+            return
         f = self._filter
-        if f is not None:
+        if f is not None and rows:
             ups = [r for p, k, r, deleted in rows if not deleted and f.keep(p, k)]
             dels = [r for p, k, r, deleted in rows if deleted and f.keep(p, k)]
-            if len(ups) + len(dels) != len(rows):
+            if len(ups) + len(dels) != len(event.upserts) + len(event.deletes):
                 event = Changes(event.position, event.spec, tuple(ups), tuple(dels), event.complete)
         if event.upserts or event.deletes:
             self._out.append(event)
@@ -335,7 +379,7 @@ class Feed:
         assert reader is not None and self._replay_maker is not None
         for batch in reader.poll(wait_s):
             event, rows = batch_parts(self._replay_maker, batch)
-            self._emit(event, rows, batch.complete)
+            self._emit(event, rows, batch)
             self._replay_batch = batch.batch_id
         seq = self.hub.seq_after_batch(reader.topic, self._replay_batch)
         if seq is not None:  # the backlog reaches back to here: follow the shared tail from now on

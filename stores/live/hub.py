@@ -52,25 +52,50 @@ class HubLimits:
     serving_check_s: float = 0.25
 
 
-@dataclass(eq=False)
 class Entry:
-    """One step of the backlog: a whole batch (``batch`` and its shared ``event``), or a ``rebuilt`` marker."""
+    """One step of the backlog: a whole batch (``batch``; its shared event and filter rows made on first use by
+    ``parts``), or a ``rebuilt`` marker."""
 
-    seq: int
-    kind: str
-    topic: str
-    batch: Batch | None
-    event: Changes | None
-    rows: tuple[tuple[int, Any, tuple[Any, ...], bool], ...]  # (partition, stored key, row, deleted): key filters
-    nbytes: int
-    cum: int  # bytes of the backlog up to and including this entry (since the hub began)
+    __slots__ = ("seq", "kind", "topic", "batch", "nbytes", "cum", "_maker", "_parts", "_by_key", "_tail")
+
+    def __init__(self, seq: int, kind: str, topic: str, batch: Batch | None, nbytes: int, cum: int,
+                 maker: RowMaker | None = None) -> None:
+        self.seq, self.kind, self.topic, self.batch, self.nbytes, self.cum = seq, kind, topic, batch, nbytes, cum
+        self._maker = maker
+        self._parts: tuple[Changes, tuple[FilterRow, ...]] | None = None
+        self._by_key: dict[Any, list[FilterRow]] = {}
+        self._tail: str | None = None
+
+    def parts(self) -> tuple[Changes, tuple[FilterRow, ...]]:
+        """The batch's event (every feed without a key filter gets this very object) and its rows with what a
+        key filter looks at; decoded once, by whichever feed asks first."""
+        got = self._parts
+        if got is None:
+            assert self.batch is not None and self._maker is not None
+            got = self._parts = batch_parts(self._maker, self.batch)
+        return got
+
+    def rows_of(self, key: Any) -> list[FilterRow]:
+        """The rows of one stored key, as ``parts`` has them (made once per key, shared): a feed following a few
+        keys builds only theirs."""
+        got = self._by_key.get(key)
+        if got is None:
+            assert self.batch is not None and self._maker is not None
+            maker = self._maker
+            if self._tail is None:
+                self._tail = self.batch.position.to_json()
+            tail = self._tail
+            got = [(p, key, (*(deleted_row(maker, ident) if row is None else row), p, tail), row is None)
+                   for p, ident, row in self.batch.changes_of(key)]
+            self._by_key[key] = got
+        return got
 
 
 FilterRow = tuple[int, Any, tuple[Any, ...], bool]  # (partition, stored key, row, deleted)
 
 
 class Follower(Protocol):
-    """What the hub sees of a feed: where it reads, its budget, and how to end or wake it."""
+    """What the hub sees of a feed: where it reads, its budget, and how to end, skip or wake it."""
 
     buffer_bytes: int
 
@@ -78,6 +103,8 @@ class Follower(Protocol):
     def cursor(self) -> int | None: ...
 
     def fail_too_slow(self) -> None: ...
+
+    def offer(self, entry: Entry) -> bool: ...
 
     def wake(self) -> None: ...
 
@@ -261,7 +288,7 @@ class Hub:
                 self.mark += 1
                 self._snap = None
                 self.stats["rebuilds"] += 1
-                self._push(Entry(self.next_seq, "rebuilt", serving.topic, None, None, (), 64, self.cum + 64))
+                self._push(Entry(self.next_seq, "rebuilt", serving.topic, None, 64, self.cum + 64))  # wakes all
             self.cond.notify_all()
         if rebuilt:
             self._wake_all()
@@ -275,27 +302,34 @@ class Hub:
 
     # -- the backlog ---------------------------------------------------------------------------------
     def _append_batch(self, batch: Batch) -> None:
-        maker = self._maker
-        assert maker is not None
-        event, rows = batch_parts(maker, batch)
         with self.cond:
             self.stats["batches"] += 1
             self._began.setdefault(batch.topic, batch.batch_id)
-            self._push(Entry(self.next_seq, "batch", batch.topic, batch, event, rows, batch.nbytes,
-                             self.cum + batch.nbytes))
-        self._wake_all()
+            woken = self._push(Entry(self.next_seq, "batch", batch.topic, batch, batch.nbytes,
+                                     self.cum + batch.nbytes, self._maker))
+        for f in woken:
+            f.wake()
 
-    def _push(self, entry: Entry) -> None:
-        """Append (the lock held), hold feeds to their budgets, evict what nobody needs."""
+    def _push(self, entry: Entry) -> list[Follower]:
+        """Append (the lock held); the feeds with something to look at (the others passed it: ``offer``); hold
+        feeds to their budgets and evict what nobody needs.
+
+        A feed's budget counts what it has not taken of the batches before the newest one: the newest is behind
+        every feed the moment it arrives, however big it is.
+        """
         self.entries.append(entry)
         self.next_seq += 1
         self.cum = entry.cum
-        for f in list(self.feeds):
+        feeds = list(self.feeds)
+        woken = [f for f in feeds if f.offer(entry)]
+        settled = self.cum - entry.nbytes
+        for f in feeds:
             cursor = f.cursor
-            if cursor is not None and self.cum - self._cum_before(cursor) > f.buffer_bytes:
+            if cursor is not None and settled - self._cum_before(cursor) > f.buffer_bytes:
                 f.fail_too_slow()
         self._evict()
         self.cond.notify_all()
+        return woken
 
     def _cum_before(self, seq: int) -> int:
         if not self.entries or seq >= self.next_seq:
@@ -376,6 +410,22 @@ class Hub:
                 if e.batch is not None and e.topic == topic and pred(e):
                     return e
             return None
+
+    def place(self, topic: str, batch_id: int) -> tuple[str, Entry | None]:
+        """Where batch ``batch_id`` of ``topic`` stands, in one look: ("held", its entry), ("ahead", None: not read
+        yet), ("older", None: before what is held, or the hub follows another topic)."""
+        with self.cond:
+            if self.serving is None or self.serving.topic != topic:
+                return "older", None
+            held = [e for e in self.entries if e.topic == topic and e.batch is not None]
+            for e in held:
+                if e.batch.batch_id == batch_id:  # type: ignore[union-attr]
+                    return "held", e
+            if held and batch_id > held[-1].batch.batch_id:  # type: ignore[union-attr]
+                return "ahead", None
+            if not held and self._began.get(topic) is not None and batch_id >= self._began[topic]:
+                return "ahead", None
+            return "older", None
 
     def first_batch(self, topic: str) -> int | None:
         """The oldest batch of ``topic`` held (None: none)."""

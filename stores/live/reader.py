@@ -12,16 +12,17 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+import pyarrow as pa
 
 from ..catalog.schema import StoreKind, StoreSpec
 from ..changelog.topics import Item, Tail
 from ..iqv2.position import Position
 from .access import StoreAccess
 from .errors import SUBSCRIPTION_UNAVAILABLE, SubscriptionError
-from .rows import RowMaker, record_changes
+from .rows import RecordRows, RowMaker
 from .versioned import NeedMore, NotReady, Resolved, VersionRun, read_latest, record_versions, resolve
 
 __all__ = ["Batch", "ChangeReader", "TopicRecreated", "token"]
@@ -45,24 +46,81 @@ def token(source: Position, topic: str, offsets: Mapping[int, int]) -> Position:
     return Position.from_map(raw)
 
 
-@dataclass
 class Batch:
-    """One whole batch: per partition, each row it touched → the row's new contents (None: gone)."""
+    """One whole batch: per partition, each row it touched → the row's new contents (None: gone).
 
-    batch_id: int
-    topic: str
-    offsets: dict[int, int]
-    source: Position
-    changes: dict[int, dict[Any, Row | None]]
-    complete: bool = True
-    position: Position = field(init=False)
-    nbytes: int = field(init=False)
+    Decoded on first use (``changes``) and shared: a feed following a few keys asks ``keys()`` (the stored keys
+    the batch touched, read from the records' key columns without decoding a value) and needs no decoding at all
+    when none of its keys is there. A versioned batch comes resolved (its rows were read against the store).
+    """
 
-    def __post_init__(self) -> None:
-        self.position = token(self.source, self.topic, self.offsets)
-        rows = sum(len(c) for c in self.changes.values())
-        width = max((len(r) for c in self.changes.values() for r in c.values() if r is not None), default=1)
-        self.nbytes = 512 + rows * (160 + 40 * width)  # rows kept twice (by identity, and as the event's)
+    __slots__ = ("batch_id", "topic", "offsets", "source", "complete", "position", "nbytes", "_maker", "_raw",
+                 "_records", "_changes", "_keys")
+
+    def __init__(self, batch_id: int, topic: str, offsets: dict[int, int], source: Position, complete: bool, *,
+                 maker: RowMaker, raw: Mapping[int, pa.Table] | None = None,
+                 changes: dict[int, dict[Any, Row | None]] | None = None) -> None:
+        self.batch_id = batch_id
+        self.topic = topic
+        self.offsets = offsets
+        self.source = source
+        self.complete = complete
+        self.position = token(source, topic, offsets)
+        self._maker = maker
+        self._raw = dict(raw) if raw is not None else None
+        self._records: dict[int, RecordRows] | None = None
+        self._changes = changes
+        self._keys: dict[Any, list[tuple[int, Any]]] | None = None
+        if changes is not None:
+            rows = sum(len(c) for c in changes.values())
+        else:
+            rows = sum(t.num_rows for t in (raw or {}).values())
+        self.nbytes = 512 + rows * (160 + 40 * (len(maker.spec.columns()) + 2))  # decoded, and as the event's rows
+
+    def _rows(self) -> dict[int, RecordRows]:
+        got = self._records
+        if got is None:
+            got = self._records = {p: RecordRows(self._maker, rows) for p, rows in (self._raw or {}).items()}
+        return got
+
+    @property
+    def changes(self) -> dict[int, dict[Any, Row | None]]:
+        """Per partition, every row touched → its new contents (None: gone); made once, shared."""
+        out = self._changes
+        if out is None:  # two threads may both decode: the same result, one kept
+            out = {p: r.changes() for p, r in self._rows().items()}
+            self._changes = out
+        return out
+
+    def _key_index(self) -> dict[Any, list[tuple[int, Any]]]:
+        got = self._keys
+        if got is None:
+            got = {}
+            windowed = self._maker.windowed
+            idents = ({p: c.keys() for p, c in self._changes.items()} if self._changes is not None
+                      else {p: r.final.keys() for p, r in self._rows().items()})
+            for p, ids in idents.items():
+                for ident in ids:
+                    got.setdefault(ident[0] if windowed else ident, []).append((p, ident))
+            self._keys = got
+        return got
+
+    def keys(self) -> Iterable[Any]:
+        """The stored keys this batch touched (any partition), found without building a row."""
+        return self._key_index().keys()
+
+    def touches(self, keys: Iterable[Any]) -> bool:
+        """Does this batch touch any of ``keys``? (In the number of ``keys``, not of the batch's rows.)"""
+        index = self._key_index()
+        return any(k in index for k in keys)
+
+    def changes_of(self, key: Any) -> list[tuple[int, Any, Row | None]]:
+        """(partition, identity, new row or None) of the rows of one stored key: only those are built."""
+        where = self._key_index().get(key, ())
+        if self._changes is not None:
+            return [(p, ident, self._changes[p][ident]) for p, ident in where]
+        rows = self._rows()
+        return [(p, ident, rows[p].row(rows[p].final[ident])) for p, ident in where]
 
 
 class ChangeReader:
@@ -150,8 +208,7 @@ class ChangeReader:
                 if b > self._store_batch + 1:
                     break
             _, items = self.pending.pop(0)
-            out.append(self._batch(b, items, {p: record_changes(self.maker, it.record.rows) for p, it in items.items()},
-                                   True))
+            out.append(self._batch(b, items, True, raw={p: it.record.rows for p, it in items.items()}))
         return out
 
     def _release_versioned(self) -> list[Batch]:
@@ -172,17 +229,18 @@ class ChangeReader:
                 raise SubscriptionError(SUBSCRIPTION_UNAVAILABLE, f"store {self.store!r} runs ahead of its changelog")
             return []
         assert isinstance(got, Resolved)
-        out = [self._batch(b, items, got.changes[i], got.complete[i]) for i, (b, items) in enumerate(self.pending)]
+        out = [self._batch(b, items, got.complete[i], changes=got.changes[i]) for i, (b, items) in enumerate(self.pending)]
         self.pending = []
         return out
 
-    def _batch(self, b: int, items: dict[int, Item], changes: dict[int, dict[Any, Row | None]],
-               complete: bool) -> Batch:
+    def _batch(self, b: int, items: dict[int, Item], complete: bool, *, raw: Mapping[int, pa.Table] | None = None,
+               changes: dict[int, dict[Any, Row | None]] | None = None) -> Batch:
         source = Position.empty()
         for it in items.values():
             source = source.merge(it.record.position)
         self.last_batch = b
-        return Batch(b, self.topic, {p: it.offset for p, it in items.items()}, source, changes, complete)
+        return Batch(b, self.topic, {p: it.offset for p, it in items.items()}, source, complete, maker=self.maker,
+                     raw=raw, changes=changes)
 
     def close(self) -> None:
         if self._tail is not None:

@@ -47,7 +47,7 @@ class Hub(Protocol):
 
     def find(self, pred: Callable[[Any], bool]) -> Any: ...
 
-    def head(self) -> Any: ...
+    def place(self, topic: str, batch_id: int) -> tuple[str, Any]: ...
 
     def first_batch(self, topic: str) -> int | None: ...
 
@@ -156,12 +156,13 @@ def _by_offsets(hub: Hub, resume: Position, named: str, generation: int, topic: 
     if len(batches) != 1:
         raise _invalid(f"the resume Position's offsets are of different batches ({sorted(batches)}) of {named}")
     b = batches.pop()
-    head = hub.head()
-    if head is not None and head.batch is not None and head.topic == topic and b > head.batch.batch_id:
-        return Await(topic, batch_id=b)
-    first = hub.first_batch(topic)
-    if first is not None and first <= b:
+    where, entry = hub.place(topic, b)
+    if where == "held":  # read meanwhile: its offsets must be the resume Position's
+        if entry is not None and entry.batch is not None and entry.batch.offsets == offsets:
+            return Attach(entry.seq + 1, entry.batch.position)
         raise _invalid(f"batch {b} of {named} is held with other offsets than the resume Position's")
+    if where == "ahead":
+        return Await(topic, batch_id=b)
     source = Position.empty()
     for it in items.values():
         source = source.merge(it.record.position)

@@ -54,28 +54,48 @@ class RowMaker:
         return (*keys, ws, we, *vals)
 
 
+class RecordRows:
+    """One non-versioned record's rows as column lists (read from Arrow in C), with the index of the last change
+    of each row it touches; rows are built only when asked for (``row``)."""
+
+    __slots__ = ("maker", "keys", "dels", "vals", "ts", "ws", "we", "final")
+
+    def __init__(self, maker: RowMaker, rows: pa.Table) -> None:
+        n = len(rows)
+        self.maker = maker
+        self.keys = rows.column(KEY).to_pylist() if n else []
+        self.dels = rows.column(DELETED).to_pylist() if n and DELETED in rows.column_names else [False] * n
+        self.vals = [rows.column(value_name(i)).to_pylist() for i in range(maker.n)] if n else []
+        self.ts = rows.column(TS).to_pylist() if n and TS in rows.column_names else [None] * n
+        final: dict[Any, int] = {}
+        if maker.windowed and n:
+            self.ws, self.we = rows.column(WS).to_pylist(), rows.column(WE).to_pylist()
+            for i, ident in enumerate(zip(self.keys, self.ws, self.we)):
+                final[ident] = i
+        else:
+            self.ws = self.we = None
+            for i, k in enumerate(self.keys):
+                final[k] = i
+        self.final = final  # identity -> the index of its last change: the one the store kept
+
+    def row(self, i: int) -> Row | None:
+        """The row change ``i`` leaves (None: it deletes)."""
+        if self.dels[i]:
+            return None
+        ws = self.ws[i] if self.ws is not None else None
+        we = self.we[i] if self.we is not None else None
+        return self.maker.row(self.keys[i], [c[i] for c in self.vals], self.ts[i], ws, we)
+
+    def changes(self) -> dict[Any, Row | None]:
+        return {ident: self.row(i) for ident, i in self.final.items()}
+
+
 def record_changes(maker: RowMaker, rows: pa.Table) -> dict[Any, Row | None]:
     """Each row a non-versioned record touches → its new row, or None when it is deleted (the last change wins).
 
     Keys are stored identities: the stored key, with ``(ws, we)`` for window and session stores.
     """
-    n = len(rows)
-    if n == 0:
-        return {}
-    keys = rows.column(KEY).to_pylist()
-    dels = rows.column(DELETED).to_pylist() if DELETED in rows.column_names else [False] * n
-    vals = [rows.column(value_name(i)).to_pylist() for i in range(maker.n)]
-    ts = rows.column(TS).to_pylist() if TS in rows.column_names else [None] * n
-    out: dict[Any, Row | None] = {}
-    if maker.windowed:
-        ws, we = rows.column(WS).to_pylist(), rows.column(WE).to_pylist()
-        for i in range(n):
-            ident = (keys[i], ws[i], we[i])
-            out[ident] = None if dels[i] else maker.row(keys[i], [c[i] for c in vals], ts[i], ws[i], we[i])
-        return out
-    for i in range(n):
-        out[keys[i]] = None if dels[i] else maker.row(keys[i], [c[i] for c in vals], ts[i])
-    return out
+    return RecordRows(maker, rows).changes()
 
 
 def deleted_row(maker: RowMaker, ident: Any) -> Row:

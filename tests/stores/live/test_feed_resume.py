@@ -108,12 +108,18 @@ def test_a_point_older_than_the_backlog_is_replayed_from_the_changelog(env, kind
         writer.write(30)
         drain(other, Subscriber(spec), lambda: other.position is not None and batch_of(other.position,
                                                                                        writer.topic()) == 29)
+        writer.write(31)  # the backlog lets go of what no feed needs as the next batch comes
+        drain(other, Subscriber(spec), lambda: batch_of(other.position, writer.topic()) == 30)
         hub = feeds.hub(kind)
         assert hub.first_batch(writer.topic()) > 20, "the backlog still holds the resume point"
         feed = feeds.open_feed(kind, at, snapshot=False)
         assert feed.cursor is None  # reading the changelog itself
         writer.write(40)
         seen = _to(feed, sub, writer, 39)
+        for _ in range(100):  # the replay may reach the last batch before the shared tail has it: a moment more
+            if feed.cursor is not None:
+                break
+            feed.poll(0.05)
         # a versioned catch-up merges the batches it replays behind the store into whole answers (fewer progress points)
         assert seen[0] == 3 and (len(seen) > 5 or kind == "ver") and feed.cursor is not None  # follows the shared tail
         assert sub.answer() == writer.answer_at(39)
