@@ -113,7 +113,16 @@ def batch_parts(maker: RowMaker, batch: Batch) -> tuple[Changes, tuple[FilterRow
     """A whole batch → its shared event, and its rows with what a feed's key filter looks at."""
     tail = batch.position.to_json()
     rows: list[FilterRow] = []
-    upserts, deletes = [], []
+    upserts: list[tuple[Any, ...]] = []
+    deletes: list[tuple[Any, ...]] = []
+    records = batch.records() if maker.whole_columns else None
+    if records is not None:
+        for p, rec in sorted(records.items()):
+            ups, dels, marked = rec.whole(p, tail)
+            upserts += ups
+            deletes += dels
+            rows += marked
+        return Changes(batch.position, maker.spec, tuple(upserts), tuple(deletes), batch.complete), tuple(rows)
     for p, changes in sorted(batch.changes.items()):
         for ident, row in changes.items():
             full = (*(deleted_row(maker, ident) if row is None else row), p, tail)

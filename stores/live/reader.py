@@ -77,6 +77,10 @@ class Batch:
             rows = sum(t.num_rows for t in (raw or {}).values())
         self.nbytes = 512 + rows * (160 + 40 * (len(maker.spec.columns()) + 2))  # decoded, and as the event's rows
 
+    def records(self) -> dict[int, RecordRows] | None:
+        """The records' rows by partition (None for a versioned batch, which comes resolved)."""
+        return self._rows() if self._raw is not None and self._changes is None else None
+
     def _rows(self) -> dict[int, RecordRows]:
         got = self._records
         if got is None:
