@@ -19,17 +19,19 @@ from typing import Any
 from ..catalog.schema import StoreSpec
 from ..engine.codec import ValueCodec
 from ..iqv2.position import Position
+from ..log.eventlog import RecordsDeletedError
 from .errors import (
     INVALID_RESUME_POSITION,
     SUBSCRIBER_TOO_SLOW,
     SUBSCRIPTION_CLOSED,
+    SUBSCRIPTION_TOO_OLD,
     SUBSCRIPTION_UNAVAILABLE,
     SubscriptionError,
 )
 from .events import Changes, Event, Progress, Rebuilt, Snapshot
 from .hub import Entry, FilterRow, Hub, batch_parts
 from .locate import restricted
-from .reader import ChangeReader
+from .reader import ChangeReader, TopicRecreated
 from .resume import Attach, Await, Replay, locate_resume
 from .rows import RowMaker
 from .snapshot import SnapshotData
@@ -377,7 +379,22 @@ class Feed:
     def _step_replay(self, wait_s: float) -> None:
         reader = self._replay
         assert reader is not None and self._replay_maker is not None
-        for batch in reader.poll(wait_s):
+        try:
+            batches = reader.poll(wait_s)
+        except SubscriptionError:
+            raise
+        except TopicRecreated:  # the topic was created again under the replay: start over from a snapshot
+            reader.close()
+            self._replay = None
+            self._use_snapshot(self.hub.snapshot(None, self.timeout_s), rebuilt=True)
+            return
+        except RecordsDeletedError as exc:
+            raise SubscriptionError(SUBSCRIPTION_TOO_OLD, f"the changelog of store {self.store!r} was cut while "
+                                    f"this subscription replayed it: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - the log away: the subscriber resumes from its Position later
+            raise SubscriptionError(SUBSCRIPTION_UNAVAILABLE, f"reading the changelog of store {self.store!r} "
+                                    f"failed: {type(exc).__name__}: {exc}") from None
+        for batch in batches:
             event, rows = batch_parts(self._replay_maker, batch)
             self._emit(event, rows, batch)
             self._replay_batch = batch.batch_id

@@ -14,6 +14,7 @@ from stores.live import (
     RESUME_POSITION_AHEAD,
     SUBSCRIBER_TOO_SLOW,
     SUBSCRIPTION_TOO_OLD,
+    SUBSCRIPTION_UNAVAILABLE,
     Changes,
     HubLimits,
     LiveFeeds,
@@ -199,3 +200,26 @@ def test_a_slow_subscriber_ends_with_the_position_to_resume_from(env) -> None:
         assert err.value.resume_from == sub.position and "6000 bytes" in err.value.message
         assert slow not in feeds.hub("kv").feeds  # it holds nothing any more
         _to(feeds.open_feed("kv", err.value.resume_from, snapshot=False), sub, writer, 39)
+
+
+def test_a_replay_cut_by_retention_ends_too_old_and_a_lost_changelog_ends_every_feed(env) -> None:
+    log, app, writers, _ = env
+    spec = SPECS["kv"]
+    writer = Writer(app, writers, spec, workload("kv", 20))
+    writer.write(5)
+    with LiveFeeds(app) as feeds:
+        sub = Subscriber(spec)
+        _to(feeds.open_feed("kv"), sub, writer, 4)
+    writer.write(20)
+    with LiveFeeds(app) as feeds:  # a fresh server: the resume point is read from the changelog
+        feed = feeds.open_feed("kv", sub.position, snapshot=False)
+        assert feed.cursor is None
+        log.delete_records(writer.topic(), {p: 12 for p in range(3)})
+        with pytest.raises(SubscriptionError) as err:
+            drain(feed, sub, lambda: False, timeout_s=10)
+        assert err.value.code == SUBSCRIPTION_TOO_OLD and "was cut" in err.value.message
+        live = feeds.open_feed("kv", snapshot=False)
+        log.delete_topic(writer.topic())  # the changelog is gone while feeds follow it
+        with pytest.raises(SubscriptionError) as err:
+            drain(live, Subscriber(spec), lambda: False, timeout_s=10)
+        assert err.value.code == SUBSCRIPTION_UNAVAILABLE and err.value.resume_from is not None

@@ -264,9 +264,11 @@ def _stored(v: Any) -> Any:
 
 
 def crash_mid_batch(app: StreamsApp, log: EventLog, spec: StoreSpec, i: int, changes: list[Change],
-                    committed: set[int], generation: int = 0) -> None:
+                    committed: set[int], generation: int = 0, logged: set[int] | None = None,
+                    topic_id: str | None = None) -> None:
     """What a pipeline killed between two partitions' commits leaves: batch ``i``'s records in the changelog (all
-    partitions, as the writer appends them first) and the batch committed by the ``committed`` partitions only."""
+    partitions, as the writer appends them first; ``logged``: only those) and the batch committed by the
+    ``committed`` partitions only. ``topic_id``: stamp the records with another topic's id."""
     from stores.changelog import ChangelogRecord, EventLogChangelog
     from stores.engine.batch import changes_to_table, encode, split_by_partition
     from stores.engine.codec import ValueCodec
@@ -276,8 +278,8 @@ def crash_mid_batch(app: StreamsApp, log: EventLog, spec: StoreSpec, i: int, cha
     cl = EventLogChangelog(log)
     topic = changelog_topic(APP, spec.name, generation)
     pos = source_position(i)
-    records = {p: ChangelogRecord(spec, i, pos, share.observed, share.rows, cl.topic_id(topic))
-               for p, share in enumerate(split_by_partition(spec, table))}
+    records = {p: ChangelogRecord(spec, i, pos, share.observed, share.rows, topic_id or cl.topic_id(topic))
+               for p, share in enumerate(split_by_partition(spec, table)) if logged is None or p in logged}
     cl.append(topic, records)
     for p in sorted(committed):
         app.partition_store(spec.name, p).apply_rows(i, records[p].rows, pos, records[p].observed)
