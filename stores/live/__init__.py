@@ -31,13 +31,18 @@ generation, then its changes. Progress comes after each complete batch that chan
 and every heartbeat (1 s) otherwise.
 
 *Costs.* One thread and one changelog reader per store with feeds in a process (``hub.Hub``), whatever the
-number of feeds: each batch is decoded once into shared events; a feed is a cursor (~1-2 KB idle). Memory: the
-hub's backlog (recent batches and what the slowest feed still needs, capped; a feed further behind than its
-buffer ends with SUBSCRIBER_TOO_SLOW and the Position to resume from) and, while feeds start, one shared snapshot
-of the store as decoded rows. The write path is untouched; readers cost the pipeline a read of each record (the
-embedded log is polled every 20 ms) and a meta read per partition per batch. Resuming from a point older than
-the backlog reads the changelog with the feed's own reader until it meets the backlog; a point the log no
-longer holds (or of a generation since swapped out) is SUBSCRIPTION_TOO_OLD, with the oldest resumable Position.
+number of feeds; each batch is decoded at most once into shared events (column-wise for plain types), and only
+the rows of its keys for a feed following keys; a feed following keys a batch does not touch passes it in the
+hub's thread without waking. A feed is a cursor: ~3 KiB idle (``benchmarks/bench_live.py``). Memory: the hub's
+backlog (recent batches and what the slowest feed still needs, capped; a feed further behind than its buffer
+ends with SUBSCRIBER_TOO_SLOW and the Position to resume from) and, while feeds start, one shared snapshot of
+the store as decoded rows (read through SQLite, so a big store's snapshot costs what a row-path scan costs). The
+write path is untouched; readers cost the pipeline a read of each record (the embedded log is polled every
+20 ms: a change reaches a feed ~10 ms after its commit, p50; through a Spark pipeline with a 100 ms trigger
+the delivery was 1.02x the pull query's visibility, p50) and a meta read per partition now and then. Resuming
+from a point older than the backlog reads the changelog with the feed's own reader until it meets the backlog
+(a versioned store's replay holds the records it has not resolved yet); a point the log no longer holds, or of
+a generation since swapped out, is SUBSCRIPTION_TOO_OLD with the oldest resumable Position.
 
 Public API: ``LiveFeeds(source).open_feed(store, from_position=None, snapshot=True, ...) -> Feed``, iterating
 ``Snapshot`` / ``Changes`` / ``Progress`` / ``Rebuilt`` events; ``SubscriptionError`` with stable codes.
