@@ -30,7 +30,8 @@ from .errors import InvalidPositionError, SqlSyntaxError
 from .function_allowlist import ALLOWED_DUCKDB_FUNCTIONS, MAX_ARGUMENTS
 from .positions import line_col
 
-__all__ = ["Dialect", "IqgateDialect", "PositionClause", "Explain", "parse_statement", "SQLGLOT_FAILURES"]
+__all__ = ["Dialect", "IqgateDialect", "PositionClause", "Explain", "Subscribe", "SubscribeOption", "parse_statement",
+           "SQLGLOT_FAILURES"]
 
 
 class PositionClause(exp.Expression):
@@ -48,6 +49,23 @@ class Explain(exp.Expression):
     """``EXPLAIN [ANALYZE] <statement>``."""
 
     arg_types = {"this": True, "analyze": False}
+
+
+class Subscribe(exp.Expression):
+    """A live answer: ``SUBSCRIBE [TO] store | (SELECT …) [WITH (option [= value], …)] [AS OF POSITION '…']``
+    (Materialize's form), or ``SELECT … EMIT CHANGES [AS OF POSITION '…']`` (ksqlDB's, with ``emit_changes``).
+
+    ``this`` is the table or the query; ``options`` SubscribeOption nodes; ``position`` a PositionClause (the
+    resume point, or with a snapshot the Position it must be at or past). ``meta["start"]`` is where it begins.
+    """
+
+    arg_types = {"this": True, "options": False, "position": False, "emit_changes": False}
+
+
+class SubscribeOption(exp.Expression):
+    """``name [= value]`` in ``SUBSCRIBE … WITH (…)`` (a bare name means true, as in Materialize)."""
+
+    arg_types = {"this": True, "expression": False}
 
 
 def _positioned(fn: Any) -> Any:
@@ -308,9 +326,64 @@ class Parser(DuckDBParser):
         return clause
 
     def _parse_table_alias(self, alias_tokens: Any = None) -> exp.TableAlias | None:
-        if self._at_as_of_position():
+        if self._at_as_of_position() or self._at_emit_changes():
             return None
         return super()._parse_table_alias(alias_tokens)
+
+    def _at_emit_changes(self) -> bool:
+        cur, nxt = self._curr, self._next
+        return bool(cur and nxt and cur.text.upper() == "EMIT" and nxt.text.upper() == "CHANGES"
+                    and cur.token_type not in (TokenType.STRING, TokenType.IDENTIFIER))
+
+    def _at_word(self, word: str) -> bool:
+        cur = self._curr
+        return bool(cur and cur.text.upper() == word and cur.token_type not in (TokenType.STRING, TokenType.IDENTIFIER))
+
+    def _parse_subscribe(self) -> Subscribe:
+        """After ``SUBSCRIBE``: ``[TO] store | (query)``, then ``WITH (…)`` and ``AS OF POSITION '…'``."""
+        start = self._curr.start if self._curr else 0
+        self._advance()
+        if self._at_word("TO"):
+            self._advance()
+        if self._curr is None or self._curr.token_type == TokenType.SENTINEL:
+            self.raise_error("SUBSCRIBE needs a store name or a parenthesized SELECT", self._prev)
+        if self._match(TokenType.L_PAREN):
+            inner = self._parse_statement()
+            if inner is None:
+                self.raise_error("SUBSCRIBE (…) needs a SELECT inside the parentheses")
+            self._match_r_paren()
+        else:
+            inner = self._parse_table_parts()
+            if inner is None or not inner.name:
+                self.raise_error("SUBSCRIBE needs a store name or a parenthesized SELECT")
+        options = None
+        if self._match(TokenType.WITH):
+            self._match_l_paren()
+            options = self._parse_csv(self._parse_subscribe_option)
+            self._match_r_paren()
+        for word, what in (("ENVELOPE", "ENVELOPE is not supported: a subscription always sends upserts and deletes "
+                                        "by the store's key"),
+                           ("UP", "UP TO is not supported: a subscription runs until it is closed")):
+            if self._at_word(word):
+                self.raise_error(what)
+        node = Subscribe(this=inner, options=options, position=self._parse_position_clause())
+        node.meta["start"] = start
+        return node
+
+    def _parse_subscribe_option(self) -> SubscribeOption | None:
+        tok = self._curr
+        name = self._parse_var(any_token=True)
+        if name is None or tok is None:
+            self.raise_error("expected an option name (SNAPSHOT or PROGRESS) in SUBSCRIBE … WITH (…)")
+            return None
+        value = None
+        if self._match(TokenType.EQ):
+            value = self._parse_primary() or self._parse_var(any_token=True)
+            if value is None:
+                self.raise_error(f"expected a value after {name.name} =")
+        node = SubscribeOption(this=exp.to_identifier(name.name), expression=value)
+        node.meta["start"] = tok.start
+        return node
 
     def _parse_map(self) -> exp.ToMap | exp.Map:
         """``map(keys, values)`` is parsed by its keyword and kept two arguments: a third was dropped where DuckDB
@@ -323,7 +396,7 @@ class Parser(DuckDBParser):
         return node
 
     def _parse_alias(self, this: exp.Expr | None, explicit: bool = False) -> exp.Expr | None:
-        if self._at_as_of_position():
+        if self._at_as_of_position() or self._at_emit_changes():
             return this
         return super()._parse_alias(this, explicit)
 
@@ -341,7 +414,16 @@ class Parser(DuckDBParser):
             if inner is None:
                 self.raise_error("EXPLAIN needs a statement to explain")
             return Explain(this=inner, analyze=analyze)
-        return super()._parse_statement()
+        if self._at_word("SUBSCRIBE") and self._curr.token_type == TokenType.VAR:
+            return self._parse_subscribe()
+        start = self._curr.start if self._curr else 0
+        statement = super()._parse_statement()
+        if statement is not None and self._at_emit_changes():
+            self._advance(2)
+            node = Subscribe(this=statement, emit_changes=True, position=self._parse_position_clause())
+            node.meta["start"] = start
+            return node
+        return statement
 
 
 
@@ -362,7 +444,24 @@ class Generator(DuckDBGenerator):
         **DuckDBGenerator.TRANSFORMS,
         Explain: lambda self, e: self.explain_sql(e),
         PositionClause: lambda self, e: self.positionclause_sql(e),
+        Subscribe: lambda self, e: self.subscribe_sql(e),
+        SubscribeOption: lambda self, e: self.subscribeoption_sql(e),
     }
+
+    def subscribe_sql(self, expression: Subscribe) -> str:
+        position = expression.args.get("position")
+        tail = f" {self.sql(position)}" if position is not None else ""
+        if expression.args.get("emit_changes"):
+            return f"{self.sql(expression, 'this')} EMIT CHANGES{tail}"
+        inner = expression.this
+        what = self.sql(inner) if isinstance(inner, exp.Table) else f"({self.sql(inner)})"
+        options = expression.args.get("options")
+        opts = f" WITH ({', '.join(self.sql(o) for o in options)})" if options else ""
+        return f"SUBSCRIBE {what}{opts}{tail}"
+
+    def subscribeoption_sql(self, expression: SubscribeOption) -> str:
+        value = expression.args.get("expression")
+        return self.sql(expression, "this") + ("" if value is None else f" = {self.sql(value)}")
 
     def query_modifiers(self, expression: exp.Expr, *sqls: str) -> str:
         text = super().query_modifiers(expression, *sqls)

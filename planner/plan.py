@@ -24,7 +24,7 @@ from stores.iqv2.position import PositionBound
 from stores.iqv2.query import ResultOrder
 from stores.iqv2.request import StateQueryRequest
 
-__all__ = ["StatementKind", "StoreScan", "Plan", "PSEUDO_COLUMNS", "FAILURE_COLUMNS"]
+__all__ = ["StatementKind", "StoreScan", "Plan", "Subscription", "SubscriptionKeys", "PSEUDO_COLUMNS", "FAILURE_COLUMNS"]
 
 PSEUDO_COLUMNS = ("_partition", "_position", "_failure_reason", "_failure_message")
 FAILURE_COLUMNS = ("_failure_reason", "_failure_message")
@@ -36,6 +36,7 @@ class StatementKind(str, enum.Enum):
     SHOW_TABLES = "show_tables"
     DESCRIBE = "describe"
     SET = "set"
+    SUBSCRIBE = "subscribe"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,63 @@ class StoreScan:
 
 
 @dataclass(frozen=True, slots=True)
+class SubscriptionKeys:
+    """Which rows of the store a subscription can ever show, from its pushed key predicates (a superset: the SQL
+    still decides): any of ``keys``, or a key in one of the inclusive ``ranges`` (None: open), in
+    ``partitions`` (None: all). ``keys`` and ``ranges`` both None: every key. Values are the planner's key
+    values, as IQv2 requests carry them."""
+
+    keys: tuple[Any, ...] | None = None
+    ranges: tuple[tuple[Any, Any], ...] | None = None
+    partitions: frozenset[int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """A live answer of one store: the rows of ``sql`` over a relation of the store's rows, kept up to date.
+
+    The engine registers a relation of store rows (the shape of a pull query's scan relation: the store's
+    columns, ``_partition``, ``_position``, ``_failure_reason`` and ``_failure_message`` NULL) under
+    ``relation`` and runs:
+
+    - ``sql`` over the snapshot's rows, and over each batch's upserted rows: the subscription's rows for them
+      (the SELECT's columns, then the store's ``added`` identity columns it does not list, so every row says
+      which store row it shows: ``identity_at`` are the positions of the ``identity`` columns in it);
+    - ``delete_sql`` over each batch's deleted rows (identity columns set, the rest NULL) gives the identities
+      (as the answer's rows show them) to send as deletes: all of them, or with a filter on identity columns
+      (and ``_partition``) only, those the filter keeps (a row it drops was never shown);
+    - without ``membership`` that is all: a filter on identity columns decides once per row, so an upserted row
+      it drops was never shown either;
+    - with ``membership`` (the filter reads value columns: an update can take a row out of the answer) the
+      engine keeps the identities it has shown (``stores.live.ShownKeys``: bounded; past its budget it answers
+      "maybe", which sends a delete of a row the subscriber may not hold, never misses one): ``failing_sql``
+      over the upserted rows gives the identities the filter now drops, sent as deletes when shown, and
+      ``delete_sql``'s identities are sent only when shown.
+
+    ``snapshot``/``progress``: the WITH options (EMIT CHANGES: both true). ``resume``: AS OF POSITION: with a
+    snapshot the Position it must be at or past; without, the Position to continue after. ``keys``: rows the
+    SQL can never keep are not worth sending (``stores.live`` feeds take it as their key filter).
+    """
+
+    store: str
+    relation: str
+    sql: str
+    identity: tuple[str, ...]
+    identity_at: tuple[int, ...]
+    added: tuple[str, ...]
+    membership: bool
+    failing_sql: str | None
+    delete_sql: str | None
+    snapshot: bool
+    progress: bool
+    resume: Any  # stores.iqv2.position.Position | None
+    keys: SubscriptionKeys | None
+    emit_changes: bool
+    store_kind: str
+    full_scan: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """``kind`` says which other fields matter.
 
@@ -73,6 +131,7 @@ class Plan:
     EXPLAIN: ``explain`` holds the text; ``inner`` the explained plan.
     SHOW_TABLES / DESCRIBE: ``describe`` names the store for DESCRIBE.
     SET: ``settings`` holds the validated new session settings.
+    SUBSCRIBE: ``subscription`` (SUBSCRIBE … and SELECT … EMIT CHANGES).
     """
 
     kind: StatementKind
@@ -95,3 +154,4 @@ class Plan:
     # gateway may evaluate over the scan's rows instead of DuckDB, and the parameter values its slots refer to.
     residual_program: Any = None
     residual_values: tuple[Any, ...] = ()
+    subscription: Subscription | None = None

@@ -21,7 +21,7 @@ from stores.iqv2.position import Position, PositionBound
 
 from .analyze import Template, analyze
 from .deep import run_deep
-from .dialect import parse_statement
+from .dialect import Explain, Subscribe, parse_statement
 from .errors import ParameterError, SqlSyntaxError, TableScanDisabledError
 from .explain import explain_text
 from .limits import check_param_values, check_text, check_tree_depth
@@ -32,6 +32,7 @@ from .positions import line_col
 from .requests import bind_scan, check_params
 from .rewrites import balance_chains, rewrite_or_chains
 from .settings import resolve_session
+from .subscribe import analyze_subscribe, bind_subscription
 from .template import NO_LANE_YET as _NO_LANE_YET
 
 # given a function that stops the planning thread while it runs, and None after (a statement watch's attach)
@@ -123,7 +124,7 @@ class Planner:
         """``plan_shape()``, with the template from the cache."""
         if not isinstance(sql, str):
             raise TypeError(f"sql must be a string, got {type(sql).__name__}")
-        return _shape(self._entry(sql, catalog).template)
+        return _shape(self._entry(sql, catalog).template, sql)
 
     def point_lane(self, sql: str, catalog: Mapping[str, StoreSpec]) -> PointLane | None:
         """The point lane of ``sql`` (point_lanes.py), or None: then ``plan`` answers.
@@ -154,6 +155,9 @@ def _analyzed(text: str, catalog: Mapping[str, StoreSpec]) -> Template:
     tree = rewrite_or_chains(parse_statement(text))
     long_chains = balance_chains(tree) > 0
     check_tree_depth(tree)
+    explained = tree.this if isinstance(tree, Explain) and not tree.args.get("analyze") else None
+    if isinstance(tree, Subscribe) or isinstance(explained, Subscribe):
+        return analyze_subscribe(text, explained or tree, catalog, explain=explained is not None)
     template = analyze(text, tree, catalog)
     template.long_chains = long_chains
     return template
@@ -184,6 +188,10 @@ def _bind(template: Template, sql: str, params: Sequence[Any] | Mapping[str, Any
           session: Mapping[str, Any] | None) -> Plan:
     """A template bound to one call's parameters, session and bound."""
     settings = resolve_session(session) if session else _DEFAULTS
+    if template.kind is StatementKind.SUBSCRIBE:
+        if params:
+            check_param_values(params)
+        return bind_subscription(_normalize(sql), template, params, settings)
     if template.kind is not StatementKind.SELECT:
         if params:
             raise ParameterError(f"{template.kind.value} statements take no parameters")
@@ -241,10 +249,15 @@ def plan_shape(sql: str, catalog: Mapping[str, StoreSpec]) -> Plan:
     """
     if not isinstance(sql, str):
         raise TypeError(f"sql must be a string, got {type(sql).__name__}")
-    return _shape(_analyze_text(_normalize(sql), catalog, None))
+    return _shape(_analyze_text(_normalize(sql), catalog, None), sql)
 
 
-def _shape(template: Template) -> Plan:
+def _shape(template: Template, sql: str) -> Plan:
+    if template.kind is StatementKind.SUBSCRIBE:  # every parameter NULL: the columns of the rows it sends
+        nulls: Any = ({n: None for n in template.param_names} if template.param_mode == "named"
+                      else [None] * template.param_count)
+        return bind_subscription(_normalize(sql), template, nulls if template.param_mode else None,
+                                 _DEFAULTS | {"table_scans": True})
     if template.kind is not StatementKind.SELECT:
         return Plan(kind=template.kind, describe=template.describe, settings=MappingProxyType(dict(template.settings)))
     scans = tuple(StoreScan(relation=t.relation, store=t.store, requests=(), include_failures=t.include_failures)

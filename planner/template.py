@@ -73,6 +73,7 @@ class Template:
     system_tables: tuple[str, ...] = ()  # keys of planner.systables.SYSTEM_TABLES the residual SQL reads
     program: Program | None = None  # the residual as an expression tree, when it is simple (residual_program.py)
     long_chains: bool = False  # an AND/OR chain was rebuilt balanced (rewrites.balance_chains): see Plan.long_chains
+    subscription: Any = None  # SUBSCRIBE: its SubscribeTemplate (subscribe.py)
 
     def slot_values(self, params: Any) -> tuple[Any, ...]:
         """The parameter values in placeholder order: what a residual program reads (``Plan.residual_values``)."""

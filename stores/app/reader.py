@@ -234,6 +234,20 @@ class StateDirReader:
                 self._stores[key] = store
         return store
 
+    def partition_store(self, store: str, partition: int) -> PartitionStore | None:
+        """The open read-only store of one partition of the generation ``store.json`` names (None: no such file).
+
+        For readers that need more than IQv2 answers from the files: a live feed reads a partition's rows with
+        its last batch id in one snapshot (``stores.live``).
+        """
+        spec = self._spec(store)
+        return self._partition(spec, partition) if 0 <= partition < spec.partitions else None
+
+    def generation(self, store: str) -> int:
+        """The generation of ``store`` that answers (``store.json``'s; a replica's is its own local number)."""
+        self._spec(store)
+        return self._gens.get(store, 0)
+
     def point_read(self, store: str, partition: int, key: Any, bound: PositionBound) -> PointRead | None:
         """``StreamsApp.point_read`` over the files: a KeyQuery on one partition file, or None where ``query()``
         must answer (no such file, anything the partition store leaves to it)."""

@@ -135,6 +135,19 @@ class ChangelogLog(Protocol):
         """Read partitions onwards from ``{partition: offset}``."""
         ...
 
+    def low_offsets(self, topic: str) -> dict[int, int]:
+        """``{partition: first offset still held}`` (0 unless records were deleted)."""
+        ...
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        """``{partition: next offset}`` (exclusive ends; on Kafka they count transaction markers)."""
+        ...
+
+    def read_from(self, topic: str, partition: int, offset: int, limit: int) -> list[Item]:
+        """Up to ``limit`` records of one partition from the first at or after ``offset``, as far as the partition
+        holds them now (no waiting for more): a live feed's look-ups of a batch by offset (``stores.live``)."""
+        ...
+
 
 def changelog_log_for(source: Any, *, fsync: bool = True) -> ChangelogLog | None:
     """The changelog log that goes with a pipeline's source log: the same EventLog, or the same Kafka cluster.
@@ -199,6 +212,18 @@ class EventLogChangelog:
 
     def tail(self, topic: str, starts: Mapping[int, int]) -> Tail:
         return _EventLogTail(self.log, topic, starts)
+
+    def low_offsets(self, topic: str) -> dict[int, int]:
+        return self.log.low_offsets(topic)
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        return self.log.end_offsets(topic)
+
+    def read_from(self, topic: str, partition: int, offset: int, limit: int) -> list[Item]:
+        end = min(self.log.end_offsets(topic).get(partition, 0), offset + max(1, limit))
+        start = max(offset, self.log.low_offsets(topic).get(partition, 0))
+        return [Item(partition, off, ts, ChangelogRecord.from_value(value, f"{topic}/{partition}@{off}"))
+                for off, _key, value, ts in self.log.read_raw(topic, partition, start, end)] if end > start else []
 
 
 class _EventLogTail:
@@ -416,6 +441,30 @@ class KafkaChangelog:
 
     def tail(self, topic: str, starts: Mapping[int, int]) -> Tail:
         return _KafkaTail(self.conf, topic, starts, self.timeout_s)
+
+    def low_offsets(self, topic: str) -> dict[int, int]:
+        return self.client.low_offsets(topic)
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        return self.client.end_offsets(topic)
+
+    def read_from(self, topic: str, partition: int, offset: int, limit: int) -> list[Item]:
+        """A consumer of its own from ``offset`` until ``limit`` records or the partition's end (transaction
+        markers take offsets, so the first record may be further on)."""
+        t = _KafkaTail(self.conf, topic, {partition: offset}, self.timeout_s)
+        try:
+            deadline = time.monotonic() + self.timeout_s
+            items: list[Item] = []
+            for _ in range(100_000):  # bounded; the clock ends it
+                items += t.poll(0.1)
+                if len(items) >= limit or partition in t.eof:
+                    return items[:limit]
+                if time.monotonic() > deadline:
+                    raise KafkaError(f"cannot read {topic}/{partition} from offset {offset} from Kafka at "
+                                     f"{self.servers} within {self.timeout_s:.0f} s")
+            return items[:limit]
+        finally:
+            t.close()
 
     def close(self) -> None:
         """Flush and close every producer and the client; what is called on this changelog afterwards fails.
