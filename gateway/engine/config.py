@@ -41,6 +41,10 @@ class GatewayConfig:
     cannot hold every worker thread). ``arrow_scans`` reads range scans as
     Arrow streams of ``scan_batch_rows`` rows (``gateway/arrow_scans.py``);
     off, they are read as Python rows (the path before issue 14).
+    ``max_subscriptions`` is how many live answers (SUBSCRIBE, EMIT CHANGES)
+    this gateway runs at once (the rest are refused TOO_MANY_SUBSCRIPTIONS);
+    ``subscription_buffer_bytes`` how far (in decoded changes) one may fall
+    behind its store before it ends SUBSCRIBER_TOO_SLOW.
     """
 
     max_rows: int = 1_000_000
@@ -57,10 +61,13 @@ class GatewayConfig:
     max_waiters: int = 2
     arrow_scans: bool = True
     scan_batch_rows: int = 16_384
+    max_subscriptions: int = 1_000
+    subscription_buffer_bytes: int = 4 * 2**20
 
     def __post_init__(self) -> None:
         for name in ("max_rows", "statement_timeout_ms", "max_wait_ms", "max_request_bytes", "ndjson_batch_rows",
-                     "max_memory_bytes", "max_response_bytes", "max_waiters", "scan_batch_rows"):
+                     "max_memory_bytes", "max_response_bytes", "max_waiters", "scan_batch_rows", "max_subscriptions",
+                     "subscription_buffer_bytes"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise ValueError(f"GatewayConfig.{name} must be a positive integer, got {v!r}")

@@ -35,6 +35,15 @@ _STATIC: dict[StatementKind, list[tuple[str, str]]] = {
 
 def shape_columns(shape: Plan, catalog: Mapping[str, StoreSpec], settings: Mapping[str, Any],
                   context: SystemContext | None, cursor_factory: Callable[[], Any]) -> list[tuple[str, str]]:
+    if shape.kind is StatementKind.SUBSCRIBE and shape.subscription is not None:  # the rows its changes carry
+        from .live.changes import subscription_columns
+
+        sub = shape.subscription
+        cur = cursor_factory()
+        try:
+            return subscription_columns(cur, sub, catalog[sub.store])
+        finally:
+            cur.close()
     if shape.kind is not StatementKind.SELECT:
         return list(_STATIC[shape.kind])
     cur = cursor_factory()

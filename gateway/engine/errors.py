@@ -40,9 +40,11 @@ from iqgate_client.errors import (
     StatementTimeout,
     StateStoreMigratedError,
     StateStoreNotAvailableError,
+    StreamRequired,
     StreamsNotStartedError,
     StreamsRebalancingError,
     StreamsStoppedError,
+    SubscriptionError,
     Unauthorized,
     UnknownStoreError,
     UnknownTopicError,
@@ -63,6 +65,7 @@ __all__ = [
     "OutOfMemoryError", "ResponseTooLarge",
     "RequestTooLarge", "Unauthorized", "BadRequest", "NotAcceptable", "RouteNotFound",
     "MethodNotAllowed", "GatewayInternalError", "error_class_for_code", "translate", "ColumnNotYetAvailableError",
+    "SubscriptionError", "StreamRequired",
 ]
 
 

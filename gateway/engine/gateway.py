@@ -39,7 +39,7 @@ from .cancel import Cancellation
 from .config import GatewayConfig, Session
 from .describe import shape_columns
 from .duck import DuckPool, row_limit_error
-from .errors import BadRequest, GatewayInternalError, StateStoreMigratedError, translate
+from .errors import BadRequest, GatewayInternalError, StateStoreMigratedError, StreamRequired, translate
 from .guards import Guards, StatementWatch
 from .outcomes import PartitionOutcome
 from .partitions import local_partition_rows
@@ -59,6 +59,10 @@ __all__ = ["Gateway", "Session"]
 # generation); more than one swap of one store within a statement's time is not a thing to wait out
 _REPLANS = 2
 _POINT_LANE = "point lane"
+STREAM_REQUIRED = ("a SUBSCRIBE (or SELECT … EMIT CHANGES) is a live answer that never ends: read it with "
+                   "Gateway.subscribe(), over HTTP with Accept: application/x-ndjson or text/event-stream, over the "
+                   "PG port with COPY (SUBSCRIBE …) TO STDOUT or DECLARE c CURSOR FOR SUBSCRIBE … and FETCH, or "
+                   "with a DB-API cursor's execute() and fetches")
 
 
 class Gateway:
@@ -79,6 +83,8 @@ class Gateway:
         self._outcomes: dict[tuple[str, int], PartitionOutcome] = {}  # the point lane's, per store partition
         self._row_makers: dict[Any, Any] = {}  # the point lane's, per lane (lanes hash by identity)
         self._owns_source = False
+        self._live: Any = None  # live answers (live/service.py), made on the first subscription
+        self._live_lock = threading.Lock()
 
     @classmethod
     def open(cls, state_dir: str | Path, **config: Any) -> Gateway:
@@ -144,6 +150,9 @@ class Gateway:
         return dict(self._guards.tripped)
 
     def close(self) -> None:
+        live = self._live
+        if live is not None:
+            live.close()
         self._pool.close()
         if self._owns_source:
             self.source.close()  # type: ignore[attr-defined]
@@ -247,6 +256,8 @@ class Gateway:
             return statements.show_tables(catalog, self._pool)
         if kind is StatementKind.DESCRIBE:
             return statements.describe(catalog[plan.describe or ""], self._pool)
+        if kind is StatementKind.SUBSCRIBE:
+            raise StreamRequired(STREAM_REQUIRED)
         return self._select(plan, stmt, budget, catalog, watch)
 
     def _select(self, plan: Plan, stmt: Statement, budget: Budget, catalog: Mapping[str, StoreSpec],
@@ -308,6 +319,63 @@ class Gateway:
             answer.bind()
         return Result(columns=answer.columns, position=reads.position, partitions=reads.partitions,
                       statement=StatementKind.SELECT, answer=answer, pool=self._pool, long_chains=plan.long_chains)
+
+    # -- live answers ---------------------------------------------------------------------
+    def subscribe(self, text: str, params: Sequence[Any] | Mapping[str, Any] | None = None,
+                  position: Position | Mapping[str, Any] | str | None = None, *,
+                  session: Session | Mapping[str, Any] | None = None,
+                  resume: Position | Mapping[str, Any] | str | None = None) -> Any:
+        """A live answer (``SUBSCRIBE …`` or ``SELECT … EMIT CHANGES``): a ``live.Subscription`` to iterate.
+
+        First the snapshot (``insert`` messages: the answer the same SELECT gives at one Position), then every
+        change after it in Position order (``upsert`` / ``delete``), with ``progress`` messages at least every
+        second (unless ``WITH (PROGRESS = false)``). ``position`` stands in for the statement's ``AS OF
+        POSITION``; ``resume`` is a Position a subscription gave (its ``position``, a progress message's, an
+        end's ``resume_from``): the changes exactly after it follow, without a snapshot. It runs until closed,
+        or ends with ``SubscriptionError`` saying why and where to resume (the server's limit of concurrent
+        subscriptions, too slow a reader, a resume point older than the changelog holds…).
+        """
+        settings = self._settings(session)
+        catalog = self.catalog()
+        plan = self._plan(text, params, settings, catalog)
+        if plan.kind is not StatementKind.SUBSCRIBE or plan.subscription is None:
+            raise BadRequest(f"not a live answer ({plan.kind.value}): subscribe to SUBSCRIBE … or SELECT … EMIT "
+                             "CHANGES; run other statements with sql()")
+        start = bound_from(position)
+        again = bound_from(resume)
+
+        def replan() -> tuple[Any, Mapping[str, StoreSpec]]:
+            now = self.catalog()
+            new = self._plan(text, params, settings, now)
+            if new.subscription is None:  # pragma: no cover - the same text plans the same kind
+                raise GatewayInternalError("the subscription no longer plans as one")
+            return new.subscription, now
+
+        slot = self._activity.begin(text) if self._activity is not None else None
+        try:
+            return self._live_answers().open(plan.subscription, text, position=start, resume=again,
+                                             replan=replan, catalog=catalog)
+        finally:
+            if slot is not None:
+                self._activity.end(slot)
+
+    def subscriptions(self) -> dict[str, Any]:
+        """Open subscriptions against the limit, started, ended by reason (``/metrics``, ``/v1/health``)."""
+        live = self._live
+        if live is None:
+            return {"open": 0, "limit": self.config.max_subscriptions, "started": 0, "ended": {}}
+        return live.stats()
+
+    def _live_answers(self) -> Any:
+        with self._live_lock:
+            if self._live is None:
+                from .live.service import LiveAnswers  # stores.live is loaded by the first subscription
+
+                live_source = self.capabilities.live_source
+                target = live_source() if live_source is not None else self.source
+                self._live = LiveAnswers(target, self.config, self._pool.cursor,
+                                         lambda: self._guards.watch(self.config.statement_timeout_ms))
+            return self._live
 
     # -- the point lane ------------------------------------------------------------------
     def point(self, text: str, params: Sequence[Any] | Mapping[str, Any] | None = None,

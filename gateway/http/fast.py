@@ -27,10 +27,11 @@ from typing import Any
 from flask import Flask, Response
 
 from ..engine.config import GatewayConfig
-from ..engine.errors import GatewayError, GatewayInternalError
+from ..engine.errors import GatewayError, GatewayInternalError, StreamRequired
 from ..engine.statement import Form
 from .auth import check_bearer
 from .limits import parse_sql_request
+from .live import live_media, live_response
 from .metrics import Metrics
 from .renderers import JSON, error_response, json_body, position_header
 
@@ -86,9 +87,17 @@ class FastPath:
         try:
             check_bearer(environ.get("HTTP_AUTHORIZATION"), cfg.auth_token)
             req = parse_sql_request(environ["wsgi.input"].read(length) if length else b"", cfg.max_request_bytes)
-            result = self._gateway.sql(req.sql, req.params, req.position, partial=req.partial, wait_ms=req.wait_ms,
-                                       session=req.session, max_rows=req.max_rows, form=Form.ROWS,
-                                       cancelled=environ.get("waitress.client_disconnected"))
+            try:
+                result = self._gateway.sql(req.sql, req.params, req.position, partial=req.partial,
+                                           wait_ms=req.wait_ms, session=req.session, max_rows=req.max_rows,
+                                           form=Form.ROWS, cancelled=environ.get("waitress.client_disconnected"))
+            except StreamRequired:  # a SUBSCRIBE asked with Accept */* (or none): its changes as NDJSON (live.py)
+                media = live_media(environ.get("HTTP_ACCEPT"), JSON)
+                if media is None:
+                    raise
+                resp = live_response(self._gateway, req, environ, media)
+                self._metrics.observe("/v1/sql", resp.status_code, time.perf_counter() - t0)
+                return resp(environ, start_response)
             failed = [p.failure_reason for p in result.partitions if p.failure_reason]
             if failed:
                 self._metrics.partition_failures(failed)

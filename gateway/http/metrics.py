@@ -13,7 +13,7 @@ from typing import Any
 
 from stores.iqv2.position import Position
 
-__all__ = ["Metrics", "BUCKETS"]
+__all__ = ["Metrics", "BUCKETS", "subscription_lines"]
 
 BUCKETS: tuple[float, ...] = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -194,3 +194,19 @@ def _progress_lines(status: Mapping[str, Any]) -> list[str]:
             if value is not None:
                 out.append(f'{metric}{{store="{_label(name)}",phase="{_label(str(pr.get("phase", "")))}"}} {value}')
     return out
+
+
+def subscription_lines(stats: Mapping[str, Any]) -> str:
+    """Live answers (issue 46): open against the limit, started, ended by reason (``Gateway.subscriptions``)."""
+    out = ["# HELP iqgate_subscriptions_open Live answers (SUBSCRIBE, EMIT CHANGES) running now.",
+           "# TYPE iqgate_subscriptions_open gauge", f"iqgate_subscriptions_open {int(stats.get('open', 0))}",
+           "# HELP iqgate_subscriptions_limit Live answers this process runs at most (--max-subscriptions).",
+           "# TYPE iqgate_subscriptions_limit gauge", f"iqgate_subscriptions_limit {int(stats.get('limit', 0))}",
+           "# HELP iqgate_subscriptions_started_total Live answers started.",
+           "# TYPE iqgate_subscriptions_started_total counter",
+           f"iqgate_subscriptions_started_total {int(stats.get('started', 0))}",
+           "# HELP iqgate_subscriptions_ended_total Live answers ended, by why (CLOSED_BY_CLIENT, SUBSCRIBER_TOO_SLOW, ...).",
+           "# TYPE iqgate_subscriptions_ended_total counter"]
+    for reason, n in sorted((stats.get("ended") or {}).items()):
+        out.append(f'iqgate_subscriptions_ended_total{{reason="{_label(reason)}"}} {int(n)}')
+    return "\n".join(out) + "\n"

@@ -9,12 +9,13 @@ from flask import Flask, Response, request
 from stores.iqv2.state import State
 
 from ..engine.config import GatewayConfig
-from ..engine.errors import NotAcceptable
+from ..engine.errors import NotAcceptable, StreamRequired
 from ..engine.statement import Form
 from ..engine.types import duck_type
 from .fast import JSON_ACCEPTS
 from .limits import parse_sql_request
-from .metrics import Metrics
+from .live import SSE, live_media, live_response
+from .metrics import Metrics, subscription_lines
 from .openapi import openapi_document
 from .renderers import (
     ARROW,
@@ -54,11 +55,21 @@ def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metric
     @app.post("/v1/sql")
     def sql() -> Response:
         accept = request.headers.get("Accept")
+        if accept and SSE in accept:  # server-sent events: live answers only (live.py)
+            return live_response(gateway, parse_sql_request(request.get_data(), cfg.max_request_bytes),
+                                 request.environ, SSE)
         media = JSON if not accept or accept in JSON_ACCEPTS else negotiate(request.accept_mimetypes)
         req = parse_sql_request(request.get_data(), cfg.max_request_bytes)
-        result = gateway.sql(req.sql, req.params, req.position, partial=req.partial, wait_ms=req.wait_ms,
-                             session=req.session, max_rows=req.max_rows, form=Form.ARROW if media == ARROW else Form.ROWS,
-                             cancelled=request.environ.get("waitress.client_disconnected"))
+        try:
+            result = gateway.sql(req.sql, req.params, req.position, partial=req.partial, wait_ms=req.wait_ms,
+                                 session=req.session, max_rows=req.max_rows,
+                                 form=Form.ARROW if media == ARROW else Form.ROWS,
+                                 cancelled=request.environ.get("waitress.client_disconnected"))
+        except StreamRequired:  # a SUBSCRIBE: streamed when the client takes NDJSON (or anything)
+            live = live_media(accept, media)
+            if live is None:
+                raise
+            return live_response(gateway, req, request.environ, live)
         failed = [p.failure_reason for p in result.partitions if p.failure_reason]
         if failed:
             metrics.partition_failures(failed)
@@ -110,6 +121,7 @@ def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metric
                       "partitions", "peers", "changelogs"):
             if extra in status:
                 body[extra] = status[extra]
+        body["subscriptions"] = gateway.subscriptions()  # live answers of this serving process (issue 46)
         # 200 while the client runs, degraded included: its reads answer (the body says what is wrong)
         resp = Response(dumps(body), status=200 if state is State.RUNNING else 503, mimetype=JSON)
         if state in (State.CREATED, State.REBALANCING):
@@ -119,7 +131,7 @@ def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metric
     @app.get("/metrics")
     def prometheus() -> Response:
         text = metrics.render(gateway.store_positions(), gateway.state.value, source_status(gateway),
-                              gateway.statements_interrupted)
+                              gateway.statements_interrupted) + subscription_lines(gateway.subscriptions())
         return Response(text, mimetype="text/plain", headers={"Content-Type": "text/plain; version=0.0.4"})
 
     @app.get("/v1/openapi.json")

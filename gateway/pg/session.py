@@ -22,11 +22,11 @@ from planner.systables import SystemContext
 from stores.iqv2.position import Position
 
 from ..engine.cancel import Cancellation
-from ..engine.errors import GatewayError, GatewayInternalError, ResponseTooLarge, SqlError, translate
+from ..engine.errors import GatewayError, GatewayInternalError, ResponseTooLarge, SqlError, StreamRequired, translate
 from .answer import Answer, answer_of
 from .commands import ClientSettings, run_command
 from .copy_out import copy_header, copy_rows, copy_trailer, forced_columns, parse_copy
-from .sqlstate import error_fields
+from .live import LIVE_COMMANDS, close_all, copy_subscription, end_transaction, live_error_fields, run_live_command
 from .sqltext import Command, classify, highest_parameter, quote_label_keywords, split_statements
 from .types import column_type, decode_param, encoder, parameter_oid
 from .wire import Buffer, Out, ProtocolError
@@ -75,6 +75,7 @@ class Session:
     last_position: Position = field(default_factory=Position.empty)
     on_report: Callable[[str, str], None] | None = None
     sock: Any = None  # set by the server: rows are flushed to it a chunk at a time while a SELECT streams
+    live_cursors: dict[str, Any] = field(default_factory=dict)  # DECLARE … CURSOR FOR SUBSCRIBE (live.py)
 
     def __post_init__(self) -> None:
         if self.gateway_session is None:
@@ -93,7 +94,12 @@ class Session:
             raise GatewayError("current transaction is aborted, commands ignored until end of transaction block",
                                code="IN_FAILED_TRANSACTION")
         if command is not None:
-            return run_command(self, command, params)
+            if command.kind in LIVE_COMMANDS:
+                return run_live_command(self, command)
+            answer = run_command(self, command, params)
+            if command.kind in ("commit", "rollback"):
+                end_transaction(self)
+            return answer
         if not prepared.sql.strip():
             return Answer(columns=None, rows=[], tag="", empty=True)
         self.cancel.reset()
@@ -181,6 +187,9 @@ class Session:
             raise ProtocolError(f"there is no parameter ${inner.params}", "42P02")
         try:
             answer = self.run(inner, [])
+        except StreamRequired:  # COPY (SUBSCRIBE …) TO STDOUT: the changes as they come (live.py)
+            copy_subscription(self, command, copy)
+            return
         except GatewayError as exc:  # a position in the query is one in the COPY statement the client sent
             text = command.value or ""
             at = text.find(copy.query)
@@ -236,7 +245,7 @@ class Session:
             if err is None:  # a bug: the client gets XX000, the operator the traceback (as the HTTP face logs it)
                 log.error("unexpected error in a PG session%s", f" running {sql!r}" if sql else "", exc_info=exc)
                 err = GatewayInternalError(f"{type(exc).__name__}: {exc}")
-            fields = error_fields(err, sql)
+            fields = live_error_fields(err, sql)
             if err.code == "IN_FAILED_TRANSACTION":
                 fields.update(C="25P02", M=err.message)
             self.out.error(fields)
@@ -365,10 +374,11 @@ class Session:
         self.out.ready(self.tx)
 
     def close_portals(self) -> None:
-        """End every open portal's statement (the connection ends)."""
+        """End every open portal's statement and live cursor (the connection ends)."""
         for portal in self.portals.values():
             _drop(portal)
         self.portals.clear()
+        close_all(self)
 
     def _statement(self, name: str) -> Prepared:
         prepared = self.statements.get(name)

@@ -122,7 +122,7 @@ def _code_only(sql: str) -> str:
 @dataclass(frozen=True)
 class Command:
     """A session command: ``kind`` is begin/commit/rollback/noop/set/reset/show/settings/copy/discard/deallocate/
-    unsupported."""
+    declare/fetch/close_cursor/unsupported."""
 
     kind: str
     name: str = ""
@@ -215,8 +215,14 @@ def classify(sql: str) -> Command | None:
         return Command("rollback", tag="ROLLBACK")
     if first in ("SAVEPOINT", "RELEASE"):
         return Command("noop", tag=first)
-    if first in ("LISTEN", "UNLISTEN", "CLOSE"):
+    if first == "CLOSE":  # a live cursor's end (CLOSE ALL: every one); other cursors do not exist here
+        rest = text.split(None, 1)[1].strip() if len(text.split()) > 1 else ""
+        return Command("close_cursor", name=rest.strip('"') if rest.startswith('"') else rest.lower(),
+                       tag="CLOSE CURSOR" if rest.upper() != "ALL" else "CLOSE CURSOR ALL")
+    if first in ("LISTEN", "UNLISTEN"):
         return Command("noop", tag=first)
+    if first == "DECLARE" or first == "FETCH":  # live cursors (gateway/pg/live.py parses the rest)
+        return Command(first.lower(), value=text, tag=first)
     if first == "DISCARD":
         return Command("discard", tag="DISCARD " + (words[1] if len(words) > 1 else "ALL"))
     if first == "DEALLOCATE":
@@ -225,7 +231,7 @@ def classify(sql: str) -> Command | None:
     if first == "COPY":  # the statement as written (comments out): copy_out parses it
         return Command("copy", value="".join(" " if k == "comment" else sql[s:e] for k, s, e in lex(sql)).strip(),
                        tag="COPY")
-    if first in ("PREPARE", "EXECUTE", "FETCH", "DECLARE", "MOVE", "LOCK", "VACUUM", "CHECKPOINT", "NOTIFY"):
+    if first in ("PREPARE", "EXECUTE", "MOVE", "LOCK", "VACUUM", "CHECKPOINT", "NOTIFY"):
         return Command("unsupported", name=first, tag=first)
     if first == "SET":
         if words[1:3] in (["SESSION", "CHARACTERISTICS"], ["TRANSACTION", "ISOLATION"], ["TRANSACTION", "READ"]) \

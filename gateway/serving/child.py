@@ -59,7 +59,7 @@ def main() -> int:
     accept = AcceptBoard.attach(spec["accept_fd"], index) if spec.get("accept_fd") is not None else None
     cpu = serving_cpu(index) if opts.pin_cpus and opts.workers > 1 else None
     server = ServerThread(create_app(gw), threads=opts.http.threads, on_failure=_die, sock=http_sock, cpu=cpu,
-                          board=accept).start()
+                          board=accept, connection_limit=1000 + opts.config.max_subscriptions).start()
     pg = None
     if index == 0 and opts.pg is not None and spec.get("pg_fd") is not None:
         pg = pg_server(gw, opts.pg, opts.config.auth_token, socket.socket(fileno=spec["pg_fd"])).start()

@@ -63,7 +63,12 @@ class Follower:
             source_end_offsets=self._reader_caps.source_end_offsets,
             upcoming_columns=self._reader_caps.upcoming_columns, history=self._reader_caps.history,
             partition_roles=self._reader_caps.partition_roles,
-            partition_lags=self.partition_lags if self.mode == "replica" else None, partition_rows=None)
+            partition_lags=self.partition_lags if self.mode == "replica" else None, partition_rows=None,
+            live_source=self.live_source)
+
+    def live_source(self) -> StateDirReader:
+        """Live answers follow the state dir's stores and their changelogs (where ``app.json`` says they are)."""
+        return self.reader
 
     # -- the source -----------------------------------------------------------------------------------------
     @property

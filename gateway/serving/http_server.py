@@ -38,6 +38,7 @@ from typing import Any
 from waitress.server import create_server
 
 from .accept_board import AcceptBoard
+from .live_streams import install_stream_hooks
 
 __all__ = ["ServerThread", "freeze_startup_heap", "tune_process_for_serving", "keep_pandas_out", "lean_allocators",
            "serving_cpu", "SWITCH_INTERVAL_S"]
@@ -55,7 +56,7 @@ class ServerThread:
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, threads: int = 8, *,
                  on_failure: Callable[[BaseException], None] | None = None, sock: Any = None,
-                 cpu: int | None = None, board: AcceptBoard | None = None) -> None:
+                 cpu: int | None = None, board: AcceptBoard | None = None, connection_limit: int = 1000) -> None:
         """``sock``: an already listening socket to accept from (shared by ``--workers`` processes).
 
         ``cpu``: run the serving loop and its handler threads on that one CPU
@@ -69,17 +70,19 @@ class ServerThread:
 
         ``board``: with ``sock`` shared by several serving processes, accept
         only while no other process has fewer connections (accept_board.py).
+        ``connection_limit``: open connections at most (live answers hold one each).
         """
         where: dict[str, Any] = {"sockets": [sock]} if sock is not None else {"host": host, "port": port}
         self.cpu = cpu
         with _on_cpu(cpu), warnings.catch_warnings():  # the handler threads inherit the caller's affinity
             warnings.filterwarnings("ignore", "send_bytes", DeprecationWarning)  # in every waitress 3.x (setup.py)
             self._server = create_server(app, threads=threads, ident="iqgate", channel_timeout=60,
-                                         connection_limit=1000, clear_untrusted_proxy_headers=True,
+                                         connection_limit=connection_limit, clear_untrusted_proxy_headers=True,
                                          asyncore_use_poll=True, channel_request_lookahead=1,
                                          send_bytes=SEND_BYTES, **where)
         if board is not None:
             _accept_fairly(self._server, board)
+        self._streams = install_stream_hooks(self._server, threads)  # live answers (live_streams.py)
         if sock is not None:
             host = sock.getsockname()[0]
         self.host = host
@@ -129,6 +132,7 @@ class ServerThread:
         closing the server first closed that trigger under it (EBADF).
         """
         self._closing = True
+        self._streams.closing.set()  # live answers end (with their resume point) instead of holding the shutdown
         self._server.task_dispatcher.shutdown(cancel_pending=False, timeout=timeout_s)  # type: ignore[union-attr]
         self._server.close()
         self._thread.join(timeout_s)

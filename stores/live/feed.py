@@ -123,6 +123,12 @@ class Feed:
         """The next hub entry this feed reads (None: not reading the hub's backlog now)."""
         return self._cursor
 
+    @property
+    def failed(self) -> SubscriptionError | None:
+        """Why the feed ended, once it did (``poll`` raises it): for a server that stops polling a feed whose
+        consumer is behind, to tell it is over without taking another event."""
+        return self._failed
+
     def fail_too_slow(self) -> None:
         """The hub: this feed's pending changes outgrew its buffer (called with the hub's lock held; never waits for
         the feed's reader: plain assignments, read by it at its next step)."""

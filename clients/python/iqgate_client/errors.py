@@ -20,7 +20,7 @@ __all__ = [
     "StateStoreNotAvailableError", "InvalidPartitionError", "RowLimitExceeded", "StatementTimeout", "StatementCancelled",
     "OutOfMemoryError", "ResponseTooLarge", "RequestTooLarge", "Unauthorized", "BadRequest", "NotAcceptable", "RouteNotFound",
     "MethodNotAllowed", "GatewayInternalError", "error_class_for_code", "ColumnNotYetAvailableError",
-    "TooManyStatements",
+    "TooManyStatements", "SubscriptionError", "StreamRequired", "SUBSCRIPTION_CODES",
 ]
 
 
@@ -128,6 +128,18 @@ class GatewayError(Error):
             )
         code = str(err.get("code") or "GATEWAY_ERROR")
         cls = error_class_for_code(code, status)
+        if cls is SubscriptionError:
+            from .position import Position, PositionError
+
+            def _pos(raw: Any) -> Any:
+                try:
+                    return Position.from_map(raw) if isinstance(raw, dict) else None
+                except PositionError:
+                    return None
+
+            return SubscriptionError(str(err.get("message") or ""), code=code, http_status=status,
+                                     retryable=bool(err.get("retryable", code in _RETRYABLE_SUBSCRIPTION)),
+                                     resume_from=_pos(err.get("resume_from")), oldest=_pos(err.get("oldest")))
         return cls(
             str(err.get("message") or ""),
             line=err.get("line"),
@@ -276,6 +288,56 @@ class TooManyStatements(GatewayError, OperationalError):
     retryable = True
 
 
+#: the codes a live answer (SUBSCRIBE / EMIT CHANGES) ends or is refused with, and their HTTP status
+SUBSCRIPTION_CODES: dict[str, int] = {
+    "SUBSCRIPTION_TOO_OLD": 410,         # the resume point is older than what can be replayed (``oldest``)
+    "SUBSCRIBER_TOO_SLOW": 409,          # the client fell further behind than its buffer (``resume_from``)
+    "INVALID_RESUME_POSITION": 400,      # not a Position this store passed through
+    "RESUME_POSITION_AHEAD": 503,        # a rebuilt generation this server does not serve yet
+    "SUBSCRIPTION_UNAVAILABLE": 503,     # the store has no changelog to follow here
+    "SUBSCRIPTION_CLOSED": 503,          # the server is closing its live answers (``resume_from``)
+    "TOO_MANY_SUBSCRIPTIONS": 429,       # the server's limit of concurrent subscriptions
+}
+_RETRYABLE_SUBSCRIPTION = frozenset({"SUBSCRIBER_TOO_SLOW", "RESUME_POSITION_AHEAD", "SUBSCRIPTION_UNAVAILABLE",
+                                     "SUBSCRIPTION_CLOSED", "TOO_MANY_SUBSCRIPTIONS"})
+
+
+class SubscriptionError(GatewayError, OperationalError):
+    """A live answer that could not start or had to end; ``code`` is one of ``SUBSCRIPTION_CODES``.
+
+    Never a silent end: ``resume_from`` is the Position the subscriber holds the whole answer at (subscribe again
+    ``AS OF POSITION`` it ``WITH (SNAPSHOT = false)`` to continue exactly there; None: subscribe again with a
+    snapshot); ``oldest`` (SUBSCRIPTION_TOO_OLD) the oldest Position a subscription can resume from now. Both are
+    Positions as the server sent them (``to_json_map()``), or None.
+    """
+
+    code = "SUBSCRIPTION_UNAVAILABLE"
+    http_status = 503
+
+    def __init__(self, message: str, *, resume_from: Any = None, oldest: Any = None, **kw: Any) -> None:
+        code = kw.get("code") or self.code
+        kw.setdefault("http_status", SUBSCRIPTION_CODES.get(code, 503))
+        kw.setdefault("retryable", code in _RETRYABLE_SUBSCRIPTION)
+        super().__init__(message, **kw)
+        self.resume_from = resume_from
+        self.oldest = oldest
+
+    def to_error_body(self) -> dict[str, Any]:
+        body = super().to_error_body()
+        body["error"]["resume_from"] = None if self.resume_from is None else self.resume_from.to_json_map()
+        body["error"]["oldest"] = None if self.oldest is None else self.oldest.to_json_map()
+        return body
+
+
+class StreamRequired(GatewayError, NotSupportedError):
+    """The statement is a live answer (SUBSCRIBE, EMIT CHANGES) and the way it was sent can only carry a finite
+    one: the message says which ways stream it (``Gateway.subscribe``, HTTP NDJSON or SSE, PG COPY or a cursor,
+    the DB-API's ``cursor.execute``)."""
+
+    code = "STREAM_REQUIRED"
+    http_status = 406
+
+
 class RequestTooLarge(GatewayError, InterfaceError):
     code = "REQUEST_TOO_LARGE"
     http_status = 413
@@ -321,9 +383,10 @@ _BY_CODE: dict[str, type[GatewayError]] = {
         StreamsStoppedError, StateStoreNotAvailableError, InvalidPartitionError, RowLimitExceeded,
         StatementTimeout, StatementCancelled, RequestTooLarge, Unauthorized, BadRequest, NotAcceptable, RouteNotFound,
         MethodNotAllowed, GatewayInternalError, UnknownTopicError, OutOfMemoryError, ResponseTooLarge,
-        ColumnNotYetAvailableError, TooManyStatements,
+        ColumnNotYetAvailableError, TooManyStatements, StreamRequired,
     )
 }
+_BY_CODE.update({code: SubscriptionError for code in SUBSCRIPTION_CODES})
 
 # Planner codes that are not their own class: all are programming errors in the SQL.
 _SQL_CODES = frozenset({

@@ -1,0 +1,104 @@
+"""What a response that never ends (a live answer: SUBSCRIBE over HTTP) needs of waitress.
+
+Waitress runs each request's response in a handler thread of a fixed pool, and sends small writes only once
+``send_bytes`` (64 KiB here, see ``http_server``) have gathered. A live answer holds its handler thread for as
+long as it runs and must reach the client a message at a time, so each request gets ``environ["iqgate.stream"]``,
+a ``StreamHooks`` whose ``streaming()`` context, for the length of the stream:
+
+- lends the pool one more thread (the server's threads keep answering other requests however many live answers
+  run; the thread is given back when the stream ends);
+- makes the connection send every write at once, and hold at most ``STREAM_HIGH_WATER`` bytes unsent;
+
+and whose ``backlog()`` says how many bytes the client has not taken yet (a client that stopped reading is one
+the face ends, SUBSCRIBER_TOO_SLOW, instead of the server buffering for it). ``closing()`` turns true when the
+server stops, so streams end with their resume point rather than holding the shutdown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from waitress.channel import HTTPChannel
+from waitress.task import WSGITask
+
+__all__ = ["StreamHooks", "ThreadLender", "install_stream_hooks", "STREAM_HIGH_WATER", "ENVIRON_KEY"]
+
+ENVIRON_KEY = "iqgate.stream"
+STREAM_HIGH_WATER = 256 << 10  # bytes a live answer's connection may hold unsent
+
+
+class ThreadLender:
+    """Grows a waitress dispatcher's pool by one thread per running stream, and shrinks it back after."""
+
+    def __init__(self, dispatcher: Any, threads: int) -> None:
+        self._dispatcher = dispatcher
+        self._base = threads
+        self._lent = 0
+        self._lock = threading.Lock()
+        self.closing = threading.Event()
+
+    @contextlib.contextmanager
+    def lend(self) -> Iterator[None]:
+        with self._lock:
+            self._lent += 1
+            if not self.closing.is_set():
+                self._dispatcher.set_thread_count(self._base + self._lent)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._lent -= 1
+                if not self.closing.is_set():
+                    self._dispatcher.set_thread_count(self._base + self._lent)
+
+    @property
+    def lent(self) -> int:
+        return self._lent
+
+
+class StreamHooks:
+    """One request's hooks (see the module doc)."""
+
+    __slots__ = ("_channel", "_lender")
+
+    def __init__(self, channel: Any, lender: ThreadLender) -> None:
+        self._channel = channel
+        self._lender = lender
+
+    @contextlib.contextmanager
+    def streaming(self) -> Iterator[None]:
+        channel = self._channel
+        adj = copy.copy(channel.adj)  # this connection's own: the server's stays as it is
+        adj.send_bytes = 1
+        adj.outbuf_high_watermark = STREAM_HIGH_WATER
+        channel.adj = adj
+        with self._lender.lend():
+            yield
+
+    def backlog(self) -> int:
+        """Bytes written to the connection the client has not taken yet."""
+        return int(self._channel.total_outbufs_len)
+
+    def closing(self) -> bool:
+        return self._lender.closing.is_set()
+
+
+def install_stream_hooks(server: Any, threads: int) -> ThreadLender:
+    """Give every request of ``server`` (a waitress TcpWSGIServer) its ``StreamHooks``."""
+    lender = ThreadLender(server.task_dispatcher, threads)
+
+    class _Task(WSGITask):
+        def get_environment(self) -> dict[str, Any]:
+            environ: dict[str, Any] = super().get_environment()
+            environ[ENVIRON_KEY] = StreamHooks(self.channel, lender)
+            return environ
+
+    class _Channel(HTTPChannel):
+        task_class = _Task
+
+    server.channel_class = _Channel
+    return lender
