@@ -12,6 +12,7 @@ from typing import Any
 from ..engine.errors import GatewayError
 from ..engine.json_values import dumps
 from .console import print_result
+from .live import print_changes, stream_changes
 from .options import UsageError, http_url, non_negative_int, positive_seconds
 
 __all__ = ["add_sql_parsers", "cmd_sql", "cmd_explain", "DEFAULT_URL"]
@@ -79,7 +80,14 @@ def _param(text: str) -> Any:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    body = _run_sql(args, args.sql)
+    try:
+        body = _run_sql(args, args.sql)
+    except GatewayError as exc:
+        if exc.code != "STREAM_REQUIRED":
+            raise
+        # a SUBSCRIBE: its changes, printed as they come, until Ctrl-C (or the subscription ends, saying why)
+        return print_changes(stream_changes(args, args.sql, [_param(p) for p in args.param] or None), args.format,
+                             sys.stdout)
     print_result(body, args.format, sys.stdout)
     return 0
 

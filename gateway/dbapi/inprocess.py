@@ -13,11 +13,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-from iqgate_client.dbapi.outcome import Outcome
+from iqgate_client.dbapi.outcome import LIVE_COLUMNS, Outcome
 from iqgate_client.dbapi.types import native_fix_for
 from iqgate_client.position import Position as ClientPosition
 
-from gateway.engine.errors import Error, GatewayInternalError, translate
+from gateway.engine.errors import Error, GatewayInternalError, StreamRequired, translate
 from gateway.engine.statement import Form
 
 if TYPE_CHECKING:
@@ -50,10 +50,13 @@ class InProcessTransport:
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None, bound: Position | None) -> Outcome:
         try:
-            result = self._gateway.sql(
-                sql, params=params, position=bound, partial=self._partial, wait_ms=self._wait_ms,
-                session=self._session, form=Form.ROWS,
-            )
+            try:
+                result = self._gateway.sql(
+                    sql, params=params, position=bound, partial=self._partial, wait_ms=self._wait_ms,
+                    session=self._session, form=Form.ROWS,
+                )
+            except StreamRequired:  # SUBSCRIBE: a live answer the cursor's fetches block on
+                return self._subscribe(sql, params)
             statement = result.statement.value
             position = _client_position(result.position)
             if statement == "set":
@@ -68,6 +71,17 @@ class InProcessTransport:
         # more than a chunk: the cursor pulls the rest as it fetches (memory: a chunk, issue 14)
         return Outcome(statement=statement, columns=columns, rows=_fixed(first, fixes), position=position,
                        partitions=result.partitions, more=_rest(rest, fixes, result), close=result.close)
+
+    def _subscribe(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None) -> Outcome:
+        sub = self._gateway.subscribe(sql, params, session=self._session)
+        columns, fixes = _shape(LIVE_COLUMNS + list(sub.columns))
+
+        def resume() -> ClientPosition | None:
+            return None if sub.position is None else _client_position(sub.position)
+
+        return Outcome(statement="subscribe", columns=columns, rows=[],
+                       position=_client_position(sub.position) if sub.position is not None else ClientPosition.empty(),
+                       more=_live_rows(sub, fixes), close=sub.close, resume=resume)
 
     def settings(self) -> dict[str, Any]:
         return dict(self._session.settings) if self._session is not None else {}
@@ -122,6 +136,19 @@ def _rest(chunks: Iterator[list[tuple[Any, ...]]], fixes: Sequence[Any], result:
         raise as_dbapi_error(exc) from exc
     finally:
         result.close()
+
+
+def _live_rows(sub: Any, fixes: Sequence[Any]) -> Iterator[list[tuple[Any, ...]]]:
+    """A live answer's rows ``(op, position JSON, *row)``, a chunk of what is ready at a time, waiting for it."""
+    from gateway.engine.live.changes import flat_rows
+
+    try:
+        while True:
+            yield _fixed(flat_rows(sub.take(1024, None), sub.columns), fixes)
+    except Exception as exc:  # noqa: BLE001 - a fetch raises a PEP 249 class
+        raise as_dbapi_error(exc) from exc
+    finally:
+        sub.close()
 
 
 def as_dbapi_error(exc: BaseException) -> Error:

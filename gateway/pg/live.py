@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from ..engine.errors import BadRequest, GatewayError, NotSupported, SqlError, StatementCancelled, SubscriptionError
+from ..engine.live.changes import flat_rows
 from .answer import Answer
 from .copy_out import CopyOut, copy_header, copy_rows, copy_trailer, forced_columns
 from .sqlstate import error_fields
@@ -66,18 +67,6 @@ def live_error_fields(err: GatewayError, sql: str | None) -> dict[str, str]:
         if detail:
             fields["D"] = "; ".join(detail)
     return fields
-
-
-def _rows(changes: list[Any], width: int, columns: list[tuple[str, str]]) -> list[tuple[Any, ...]]:
-    out = []
-    empty = (None,) * width
-    for c in changes:
-        if c.op == "reset" and c.columns is not None and list(c.columns) != columns:
-            raise SubscriptionError("the store was rebuilt into a new version whose rows have other columns; a "
-                                    "COPY or a cursor keeps one row shape: subscribe again (with a snapshot)",
-                                    code="SUBSCRIPTION_UNAVAILABLE")
-        out.append((c.op, c.position.to_json(), *(empty if c.row is None else c.row)))
-    return out
 
 
 def _subscribe(session: Any, sql: str) -> Any:
@@ -133,7 +122,7 @@ def copy_subscription(session: Any, command: Command, copy: CopyOut) -> None:
             changes = sub.take(_TAKE, _WAIT_S)
             if not changes:
                 continue
-            for data in copy_rows(copy, _rows(changes, len(shape), shape), encoders, forced):
+            for data in copy_rows(copy, flat_rows(changes, shape), encoders, forced):
                 out.copy_data(data if header is None else header + data)
                 header = None
                 count += 1
@@ -215,7 +204,7 @@ def _fetch(session: Any, text: str) -> Answer:
             changes = sub.take(count, left) if count > 0 else []
             if changes or count == 0 or (deadline is not None and time.monotonic() >= deadline):
                 break
-        rows = _rows(changes, len(sub.columns), list(sub.columns))
+        rows = flat_rows(changes, sub.columns)
     except GatewayError:
         session.live_cursors.pop(name, None)
         sub.close()

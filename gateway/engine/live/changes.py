@@ -26,8 +26,10 @@ from stores.iqv2.position import Position
 
 from ..arrow_rows import ScanRows
 from ..duck import duck_error
+from ..errors import SubscriptionError
 
-__all__ = ["Change", "Applier", "subscription_columns", "INSERT", "UPSERT", "DELETE", "PROGRESS", "RESET", "OPS"]
+__all__ = ["Change", "Applier", "subscription_columns", "flat_rows", "INSERT", "UPSERT", "DELETE", "PROGRESS", "RESET",
+           "OPS"]
 
 INSERT, UPSERT, DELETE, PROGRESS, RESET = "insert", "upsert", "delete", "progress", "reset"
 OPS = (INSERT, UPSERT, DELETE, PROGRESS, RESET)
@@ -58,6 +60,21 @@ def subscription_columns(cursor: duckdb.DuckDBPyConnection, plan: SubscriptionPl
         raise duck_error(exc, None, {plan.relation: plan.store}) from exc
     finally:
         cursor.unregister(plan.relation)
+
+
+def flat_rows(changes: list[Change], columns: Columns) -> list[Row]:
+    """Messages as rows of one fixed shape, ``(op, position JSON, *columns)`` (None where a message has no row):
+    what a PG COPY or cursor and a DB-API cursor hand out. A rebuilt store whose rows have other columns cannot
+    go on in that shape: the subscription ends, to be taken again with a snapshot."""
+    empty = (None,) * len(columns)
+    out = []
+    for c in changes:
+        if c.op == RESET and c.columns is not None and list(c.columns) != list(columns):
+            raise SubscriptionError("the store was rebuilt into a new version whose rows have other columns, and "
+                                    "these rows keep one shape: subscribe again (with a snapshot)",
+                                    code="SUBSCRIPTION_UNAVAILABLE")
+        out.append((c.op, c.position.to_json(), *(empty if c.row is None else c.row)))
+    return out
 
 
 class Applier:

@@ -95,7 +95,8 @@ for (const f of ["json", "csv", "arrow"]) {
 }
 
 function clearOutput() {
-  for (const id of ["#error", "#summary", "#plan", "#results", "#outcomes", "#links"]) $(id).hidden = true;
+  stopLive();
+  for (const id of ["#error", "#summary", "#plan", "#results", "#outcomes", "#links", "#live"]) $(id).hidden = true;
 }
 
 function showError(err, sql, offset) {
@@ -154,6 +155,7 @@ async function run(explain) {
       headers: { "Content-Type": "application/json", "Accept": "application/json" } });
   } catch (e) { if (e instanceof AuthNeeded) return; throw e; }
   const data = await resp.json();
+  if (!resp.ok && data.error && data.error.code === "STREAM_REQUIRED") { subscribe(body, sql); return; }
   if (!resp.ok) { showError(data.error, sql, prefix.length); return; }
   if (data.statement === "explain") {
     $("#plan").textContent = data.rows.map((r) => r[0]).join("\n");
@@ -180,6 +182,141 @@ async function run(explain) {
   if (data.partitions && data.partitions.length) showPartitions(data.partitions);
   if (data.statement === "select") setLinks(sql);
 }
+
+// -- live answers (SUBSCRIBE / EMIT CHANGES): a table whose rows change in place, a chart over time ----------
+let live = null;
+
+function stopLive() {
+  if (live) { live.abort.abort(); live = null; }
+}
+
+function liveKey(row, identityAt) { return JSON.stringify(identityAt.map((i) => row[i])); }
+
+function liveColumns(columns, identity) {
+  const thead = $("#results thead"), hr = el("tr");
+  for (const c of columns) { const th = el("th", c.name); th.title = c.type; hr.append(th); }
+  thead.replaceChildren(hr);
+  $("#results tbody").replaceChildren();
+  const select = $("#live-column");
+  const numeric = columns.filter((c) => /INT|DOUBLE|FLOAT|DECIMAL|REAL/.test(c.type) && !identity.includes(c.name));
+  select.replaceChildren(...numeric.map((c) => { const o = el("option", "sum(" + c.name + ")"); o.value = c.name; return o; }));
+  $("#live-column").parentElement.hidden = numeric.length === 0;
+  $("#results").hidden = false;
+}
+
+function liveRow(tr, row, columns) {
+  tr.replaceChildren(...row.map((v, i) => cell(v, columns[i].type)));
+  tr.classList.add("changed");
+  setTimeout(() => tr.classList.remove("changed"), 600);
+}
+
+function liveApply(state, msg) {
+  const tbody = $("#results tbody");
+  if (msg.op === "insert" || msg.op === "upsert") {
+    const key = liveKey(msg.row, state.identityAt);
+    let tr = state.rows.get(key);
+    if (!tr) { tr = el("tr"); tr.dataset.key = key; tbody.append(tr); state.rows.set(key, tr); }
+    tr.values = msg.row;
+    liveRow(tr, msg.row, state.columns);
+    state.changes += 1;
+  } else if (msg.op === "delete") {
+    const key = liveKey(msg.row, state.identityAt);
+    const tr = state.rows.get(key);
+    if (tr) { tr.remove(); state.rows.delete(key); }
+    state.changes += 1;
+  } else if (msg.op === "reset") {
+    state.rows.clear();
+    state.columns = msg.columns;
+    state.identityAt = state.identity.map((n) => msg.columns.findIndex((c) => c.name === n));
+    liveColumns(msg.columns, state.identity);
+  } else if (msg.op === "progress") {
+    $("#live-position").textContent = json(msg.position);
+    liveSample(state);
+  }
+  $("#live-count").textContent = state.rows.size;
+  $("#live-changes").textContent = state.changes;
+}
+
+function liveSample(state) {
+  const name = $("#live-column").value;
+  const at = state.columns.findIndex((c) => c.name === name);
+  if (at < 0) return;
+  let sum = 0;
+  for (const tr of state.rows.values()) { const v = tr.values[at]; if (typeof v === "number") sum += v; }
+  state.points.push([Date.now(), sum]);
+  if (state.points.length > 300) state.points.shift();
+  drawChart(state, name);
+}
+
+function drawChart(state, name) {
+  const canvas = $("#live-chart"), ctx = canvas.getContext("2d");
+  const w = canvas.width, h = canvas.height, pad = 28;
+  ctx.clearRect(0, 0, w, h);
+  const pts = state.points;
+  canvas.dataset.points = String(pts.length);
+  canvas.dataset.last = pts.length ? String(pts[pts.length - 1][1]) : "";
+  if (!pts.length) return;
+  const t0 = pts[0][0], t1 = Math.max(pts[pts.length - 1][0], t0 + 1);
+  let lo = Math.min(...pts.map((p) => p[1])), hi = Math.max(...pts.map((p) => p[1]));
+  if (hi === lo) { hi += 1; lo -= 1; }
+  ctx.strokeStyle = "#ccd"; ctx.strokeRect(pad, 4, w - pad - 4, h - pad);
+  ctx.fillStyle = "#555"; ctx.font = "11px sans-serif";
+  ctx.fillText(String(+hi.toPrecision(6)), 2, 12); ctx.fillText(String(+lo.toPrecision(6)), 2, h - pad);
+  ctx.fillText(`sum(${name}) over the last ${Math.round((t1 - t0) / 1000)} s`, pad + 4, h - 8);
+  ctx.strokeStyle = "#24a"; ctx.lineWidth = 1.5; ctx.beginPath();
+  pts.forEach(([t, v], i) => {
+    const x = pad + (w - pad - 4) * (t - t0) / (t1 - t0), y = 4 + (h - pad) * (1 - (v - lo) / (hi - lo));
+    if (i === 0) ctx.moveTo(x, y); else ctx.lineTo(x, y);
+  });
+  ctx.stroke();
+}
+
+async function subscribe(body, sql) {
+  const abort = new AbortController();
+  live = { abort };
+  let resp;
+  try {
+    resp = await api("/v1/sql", { method: "POST", body: JSON.stringify(body), signal: abort.signal,
+      headers: { "Content-Type": "application/json", "Accept": "application/x-ndjson" } });
+  } catch (e) { if (e instanceof AuthNeeded || abort.signal.aborted) return; throw e; }
+  if (!resp.ok) { showError((await resp.json()).error, sql, 0); return; }
+  $("#live").hidden = false;
+  $("#live-state").textContent = "live";
+  $("#live-state").classList.remove("ended");
+  const state = { rows: new Map(), changes: 0, points: [], columns: [], identity: [], identityAt: [] };
+  live.state = state;
+  const reader = resp.body.getReader(), decoder = new TextDecoder();
+  let buf = "";
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += decoder.decode(value, { stream: true });
+      let nl;
+      while ((nl = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        if (!line.trim()) continue;
+        const msg = JSON.parse(line);
+        if (msg.error) { showError(msg.error, sql, 0); throw new Error("ended"); }
+        if (msg.columns && !msg.op) {
+          state.columns = msg.columns;
+          state.identity = msg.identity;
+          state.identityAt = msg.identity.map((n) => msg.columns.findIndex((c) => c.name === n));
+          liveColumns(msg.columns, msg.identity);
+          continue;
+        }
+        liveApply(state, msg);
+      }
+    }
+  } catch (e) { /* aborted, or ended with an error shown above */ }
+  $("#live-state").textContent = "ended";
+  $("#live-state").classList.add("ended");
+}
+
+$("#live-stop").addEventListener("click", () => { stopLive(); $("#live-state").textContent = "stopped";
+  $("#live-state").classList.add("ended"); });
+$("#live-column").addEventListener("change", () => { if (live && live.state) live.state.points = []; });
 
 $("#run").addEventListener("click", () => run(false));
 $("#explain").addEventListener("click", () => run(true));

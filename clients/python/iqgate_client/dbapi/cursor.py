@@ -6,6 +6,13 @@ pull chunk after chunk from the engine, only the current chunk is held, and
 ``rowcount`` is -1 until the last row was fetched (PEP 249's "cannot be
 determined"). An error found while the rows stream (row limit, timeout) is
 raised by the fetch that meets it.
+
+A live answer (``SUBSCRIBE …``, ``SELECT … EMIT CHANGES``; ``statement`` is
+``subscribe``) never ends: its rows are ``(iq_op, iq_position, <columns>)``,
+``fetchone`` blocks until the next change, ``fetchmany(n)`` and ``fetchall``
+return what is ready (at least one row, waiting for it), and ``position`` is
+the resume point: the Position the rows fetched so far are a whole answer at.
+``close`` ends the subscription.
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ class Cursor:
         self._description: list[Description] | None = None
         self.rowcount = -1
         self.lastrowid = None
+        self._live_at: Position | None = None  # a live answer's resume point
 
     # -- state ---------------------------------------------------------------
     @property
@@ -84,7 +92,10 @@ class Cursor:
 
     @property
     def position(self) -> Position | None:
-        """The position the last result was read at (the consistency token); None before any result."""
+        """The position the last result was read at (the consistency token); None before any result. For a live
+        answer, where to resume: the Position the rows fetched so far are the whole answer at."""
+        if self._outcome is not None and self._outcome.statement == "subscribe":
+            return self._live_at
         return self._outcome.position if self._outcome is not None else None
 
     @property
@@ -124,6 +135,8 @@ class Cursor:
         self._more = outcome.more
         self._description = _describe(outcome.columns)
         self.rowcount = len(outcome.rows) if outcome.more is None else -1
+        if outcome.statement == "subscribe":
+            self._live_at = outcome.resume() if outcome.resume is not None else None
         return self
 
     def executemany(self, operation: str, seq_of_parameters: Sequence[Sequence[Any] | Mapping[str, Any]]) -> Cursor:
@@ -149,6 +162,7 @@ class Cursor:
         self._base = 0
         self._description = None
         self.rowcount = -1
+        self._live_at = None
 
     def _fill(self) -> bool:
         """Past the held rows: the next chunk of a streamed result (False at its end, rowcount then known)."""
@@ -190,13 +204,39 @@ class Cursor:
             rows = self._rows
         row = rows[self._next]
         self._next += 1
+        if self._outcome is not None and self._outcome.statement == "subscribe":
+            self._track([row])
         return row
+
+    def _track(self, rows: list[tuple[Any, ...]]) -> None:
+        """A live answer's resume point after handing out ``rows``: a progress row's Position, or the chunk's
+        once all of it was handed out."""
+        for row in reversed(rows):
+            if row and row[0] == "progress":
+                self._live_at = Position.from_json(row[1])
+                break
+        outcome = self._outcome
+        if self._next >= len(self._rows) and outcome is not None and outcome.resume is not None:
+            at = outcome.resume()
+            if at is not None:
+                self._live_at = at
+
+    def _fetch_live(self, n: int) -> list[tuple[Any, ...]]:
+        """What is ready of a live answer, up to ``n`` rows, waiting for the first."""
+        if self._next >= len(self._rows) and n > 0 and not self._fill():
+            return []
+        out = self._rows[self._next : self._next + n]
+        self._next += len(out)
+        self._track(out)
+        return out
 
     def fetchmany(self, size: int | None = None) -> list[tuple[Any, ...]]:
         rows = self._result_rows()
         n = self.arraysize if size is None else size
         if not isinstance(n, int) or isinstance(n, bool) or n < 0:
             raise ProgrammingError(f"fetchmany size must be a non-negative integer, got {n!r}")
+        if self._outcome is not None and self._outcome.statement == "subscribe":
+            return self._fetch_live(n)
         out = rows[self._next : self._next + n]
         self._next += len(out)
         while len(out) < n and self._fill():
@@ -207,6 +247,8 @@ class Cursor:
 
     def fetchall(self) -> list[tuple[Any, ...]]:
         rows = self._result_rows()
+        if self._outcome is not None and self._outcome.statement == "subscribe":  # never ends: what is ready
+            return self._fetch_live(len(rows) - self._next if self._next < len(rows) else 1 << 30)
         out = rows[self._next :]
         self._next = len(rows)
         while self._fill():

@@ -12,7 +12,11 @@ from typing import Any, Protocol
 
 from ..position import Position
 
-__all__ = ["Outcome", "PartitionInfo", "Transport", "CursorHost", "ROWLESS_STATEMENTS"]
+__all__ = ["Outcome", "PartitionInfo", "Transport", "CursorHost", "ROWLESS_STATEMENTS", "LIVE_COLUMNS"]
+
+#: the first columns of a live answer's rows (SUBSCRIBE): what happened (insert, upsert, delete, progress, reset)
+#: and the Position as JSON; the subscription's own columns follow
+LIVE_COLUMNS = [("iq_op", "VARCHAR"), ("iq_position", "VARCHAR")]
 
 # Statements that produce no result set: PEP 249 wants description None for them.
 ROWLESS_STATEMENTS = frozenset({"set"})
@@ -60,6 +64,9 @@ class Outcome:
     more: Iterator[list[tuple[Any, ...]]] | None = None
     #: ends the statement when the cursor is done with it before ``more`` ran out
     close: Callable[[], None] | None = None
+    #: a live answer (statement ``subscribe``): the Position the reader holds the whole answer at once every row
+    #: of the chunks ``more`` gave so far was taken (None: not known yet)
+    resume: Callable[[], Position | None] | None = None
 
 
 class Transport(Protocol):

@@ -8,6 +8,11 @@ as the exact class the server raised (``GatewayError.from_error_body``).
 
 JSON values are decoded by column type (``types.decoder_for``): timestamps,
 dates, times and decimals travel as strings, bytes as base64.
+
+A SUBSCRIBE (the server answers STREAM_REQUIRED to a JSON request) is asked
+again as NDJSON and read line by line as the cursor fetches (``_subscribe``):
+no read timeout (a quiet subscription without progress messages may say
+nothing for long), closed when the cursor is.
 """
 
 from __future__ import annotations
@@ -15,17 +20,18 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import decimal
+import itertools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from importlib import metadata
 from typing import Any
 from urllib.parse import urlsplit
 
 import urllib3
 
-from ..errors import GatewayError, InterfaceError, OperationalError
+from ..errors import SUBSCRIPTION_CODES, GatewayError, InterfaceError, OperationalError
 from ..position import Position, PositionError
-from .outcome import Outcome, PartitionInfo
+from .outcome import LIVE_COLUMNS, Outcome, PartitionInfo
 from .types import decoder_for
 
 __all__ = ["RemoteTransport", "encode_param"]
@@ -96,6 +102,7 @@ class RemoteTransport:
             k: v for k, v in (("partial", partial), ("wait_ms", wait_ms), ("max_rows", max_rows)) if v is not None
         }
         self._server_version: str | None = None
+        self._connect_timeout = connect_timeout
         self._pool: urllib3.PoolManager | None = urllib3.PoolManager(
             num_pools=2,
             maxsize=pool_maxsize,
@@ -114,6 +121,8 @@ class RemoteTransport:
         if self._session:
             body["session"] = self._session
         status, headers, payload = self._post(body)
+        if status == 406 and isinstance(payload, dict) and (payload.get("error") or {}).get("code") == "STREAM_REQUIRED":
+            return self._subscribe(body)
         if status >= 400:
             err = GatewayError.from_error_body(status, payload)
             retry_after = headers.get("Retry-After")
@@ -133,6 +142,49 @@ class RemoteTransport:
 
     def settings(self) -> dict[str, Any]:
         return dict(self._session)
+
+    # -- live answers ------------------------------------------------------------------------
+    def _subscribe(self, body: dict[str, Any]) -> Outcome:
+        """The request again as NDJSON: the columns line now, the changes as the cursor fetches them."""
+        if self._pool is None:
+            raise InterfaceError("the connection is closed")
+        data = json.dumps(body, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        headers = dict(self._headers, Accept="application/x-ndjson")
+        try:
+            resp = self._pool.request("POST", self._sql_url, body=data, headers=headers, preload_content=False,
+                                      timeout=urllib3.Timeout(connect=self._connect_timeout, read=None))
+        except urllib3.exceptions.HTTPError as exc:
+            reason = getattr(exc, "reason", None) or exc
+            raise OperationalError(f"cannot reach the gateway at {self.base_url}: {reason}") from None
+        batches = _line_batches(resp)
+        try:
+            if resp.status >= 400:
+                raw = resp.read()
+                try:
+                    raise GatewayError.from_error_body(resp.status, json.loads(raw))
+                except ValueError:
+                    raise OperationalError(f"the gateway answered HTTP {resp.status}: {raw[:200]!r}") from None
+            first = next(batches, None)
+            if not first:
+                raise OperationalError("the gateway closed the subscription before its first line")
+            head = json.loads(first[0])
+            batches = itertools.chain([first[1:]], batches)
+            if isinstance(head.get("error"), dict):
+                raise GatewayError.from_error_body(503, head)
+            columns = [(str(c["name"]), str(c["type"])) for c in head["columns"]]
+        except BaseException:
+            resp.release_conn()
+            resp.close()
+            raise
+        decoders = [decoder_for(t) for _, t in columns]
+        state: dict[str, Any] = {"at": Position.from_map(head["position"]) if head.get("position") else None}
+
+        def close() -> None:
+            resp.close()  # the server sees the client go and ends the subscription at once
+
+        return Outcome(statement="subscribe", columns=LIVE_COLUMNS + columns, rows=[],
+                       position=state["at"] or Position.empty(), more=_live_chunks(batches, decoders, state, close),
+                       close=close, resume=lambda: state["at"])
 
     def server_version(self) -> str:
         """The server's X-IQ-Version header once a request was answered, else this client's version."""
@@ -203,3 +255,52 @@ class RemoteTransport:
             partitions=partitions,
             settings=payload.get("settings"),
         )
+
+
+def _line_batches(resp: Any) -> Iterator[list[bytes]]:
+    """The response's lines as they arrive, the ones that came together in one list (never waiting for more)."""
+    buf = b""
+    while True:
+        chunk = resp.read1(65536) if hasattr(resp, "read1") else resp.read(65536)
+        if not chunk:
+            if buf.strip():
+                yield [buf]
+            return
+        buf += chunk
+        if b"\n" in buf:
+            *lines, buf = buf.split(b"\n")
+            yield [line for line in lines if line.strip()]
+
+
+def _live_chunks(batches: Iterator[list[bytes]], decoders: list[Any], state: dict[str, Any],
+                 close: Any) -> Iterator[list[tuple[Any, ...]]]:
+    """Rows ``(op, position JSON, *row)`` of the NDJSON messages, those that arrived together as one chunk; the
+    error line that ends the stream is raised as the class the server raised (its ``resume_from`` kept)."""
+    width = len(decoders)
+    try:
+        for lines in batches:
+            rows = []
+            for line in lines:
+                msg = json.loads(line)
+                if isinstance(msg.get("error"), dict):
+                    if rows:
+                        yield rows
+                    err = GatewayError.from_error_body(503, msg)
+                    err.http_status = SUBSCRIPTION_CODES.get(err.code, type(err).http_status)  # type: ignore[misc]
+                    raise err
+                position = msg.get("position") or {}
+                row = msg.get("row")
+                if row is None:
+                    values: tuple[Any, ...] = (None,) * width
+                else:
+                    values = tuple(d(v) if d is not None and v is not None else v for d, v in zip(decoders, row))
+                if msg.get("op") == "progress":
+                    state["at"] = Position.from_map(position)
+                rows.append((msg.get("op"), json.dumps(position, separators=(",", ":")), *values))
+            if rows:
+                yield rows
+        raise OperationalError("the gateway ended the subscription without saying why (the connection closed)")
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise OperationalError(f"the subscription's connection broke: {exc}") from None
+    finally:
+        close()
