@@ -97,7 +97,12 @@ class LiveAnswers:
                 new, new_catalog = replan()
                 return new, self._columns(new, new_catalog[new.store])
 
-            applier = Applier(plan, columns, ShownKeys(SHOWN_BYTES), replanned)
+            shown = ShownKeys(SHOWN_BYTES)
+            if not snapshot and start is not None:
+                # resumed: the rows the subscriber holds were shown by another subscription, so any of them may
+                # be one to delete when it leaves the filter ("maybe shown": a delete of a row not held is a no-op)
+                shown.overflowed = True
+            applier = Applier(plan, columns, shown, replanned)
             sub = Subscription(text=text, store=plan.store, columns=columns, identity=plan.identity, appended=plan.added,
                                snapshot=snapshot, progress=plan.progress, start=None if snapshot else feed.position,
                                on_close=self._closed_by_reader)

@@ -180,6 +180,12 @@ class Ndjson:
         self.resp.close()  # the response holds the socket's file: closing the connection alone keeps it open
         self.conn.close()
 
+    def __enter__(self) -> Ndjson:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def http_pull(url: str, sql: str) -> Counter[tuple[Any, ...]]:
     parts = urlsplit(url)
