@@ -1,5 +1,6 @@
-"""Live feeds (issue 46): ingest with 1,000 subscriptions against none, memory per idle subscription, and how long
-after its commit a change reaches a subscriber.
+"""Live feeds and live answers (issue 46): ingest with 1,000 subscriptions against none, memory per idle
+subscription, and how long after its commit a change reaches a subscriber: below the gateway (``stores.live``
+feeds in this process) and through the HTTP face (a real ``iqgate serve`` and HTTP subscribers: ``live_http``).
 
 Goals: 1,000 concurrent subscriptions on one server, each <= 1 MB of server memory, while ingest keeps >= 0.9x
 its speed without subscribers; a change delivered p50 <= 1.1x produce -> visible to a pull query.
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import Figure, percentile, scratch_dir
+from benchmarks.live_http import http_latency, http_many
 from stores.app.streams import StoreTopology, StreamsApp
 from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
 from stores.engine.change import Change
@@ -225,6 +227,9 @@ def run(quick: bool) -> list[Figure]:
     per_feed = _memory_per_feed(root, keys)
     visible, delivered = _latency(root, 40 if quick else 200)
     v50, d50 = percentile(visible, 50), percentile(delivered, 50)
+    hv, hd = http_latency(root, 40 if quick else 150, _open, _batch)
+    hv50, hd50 = percentile(hv, 50), percentile(hd, 50)
+    many = http_many(root, _open, _batch, batches, rows, keys, FEEDS)
     bare = statistics.median(rates["bare"])
     shape = f"{batches} batches of {rows} rows over {keys} keys, 4 partitions"
     figures = [
@@ -239,6 +244,25 @@ def run(quick: bool) -> list[Figure]:
         figures.append(Figure("change delivered p50 (append -> feed), Spark pipeline", s50d * 1e3, "ms", s50v * 1e3,
                               "append -> visible to a pull query", "<= 1.1x", s50d <= 1.1 * s50v,
                               f"{len(sd)} appends, trigger 100 ms, a feed following the appended key"))
+    http_bare = many["bare"]
+    figures += [
+        Figure(f"HTTP: ingest with 1,000 HTTP subscriptions ({what})", statistics.median(many["rates"][side]),
+               "rows/s", http_bare, "ingest without", ">= 0.9x",
+               statistics.median(many["rates"][side]) >= 0.9 * http_bare,
+               f"{shape}; iqgate serve --state-dir (1 serving process) follows the changelog; runs "
+               f"{[round(r) for r in many['rates']['bare']]} without, {[round(r) for r in many['rates'][side]]} with")
+        for side, what in (("keys", "each following a key"), ("mixed", "990 following a key, 10 the whole store"))
+    ]
+    figures += [
+        Figure("HTTP: serving process memory per subscription", many["per_sub_kib"], "KiB", None, None,
+               "<= 1024 KiB", many["per_sub_kib"] <= 1024,
+               f"RSS growth of the serving process with {FEEDS} NDJSON subscriptions / {FEEDS} (thread, connection, "
+               f"feed, outbox); {many['rss_mib']:.0f} MiB with them"),
+        Figure("HTTP: change delivered p50 (write call -> HTTP subscriber)", hd50 * 1e3, "ms", hv50 * 1e3,
+               "write call -> visible to an HTTP pull query", "<= 1.1x", hd50 <= 1.1 * hv50,
+               f"{len(hd)} small batches, the same ones both ways; the pull waits for its Position (read your write); "
+               f"p90 {percentile(hd, 90) * 1e3:.1f} ms vs {percentile(hv, 90) * 1e3:.1f} ms; no Spark trigger"),
+    ]
     return figures + [
         Figure("server memory per idle subscription", per_feed / 1024, "KiB", None, None, "<= 1024 KiB",
                per_feed <= 1 << 20, f"tracemalloc growth of {FEEDS} more feeds / {FEEDS}"),

@@ -28,6 +28,7 @@ MODULES = (
     "benchmarks.bench_planner",
     "benchmarks.bench_access",
     "benchmarks.bench_gateway",
+    "benchmarks.bench_live",
     "benchmarks.bench_pg",
     "benchmarks.bench_flight",
     "benchmarks.bench_scans",

@@ -113,6 +113,9 @@ def server_args(p: argparse.ArgumentParser) -> None:
                    help="most bytes one answer may have, e.g. 64MB (default 256MB)")
     p.add_argument("--statement-timeout-ms", type=positive_int, default=30_000)
     p.add_argument("--no-table-scans", action="store_true", help="refuse queries that must scan whole stores")
+    p.add_argument("--max-subscriptions", type=positive_int, default=1_000,
+                   help="live answers (SUBSCRIBE, EMIT CHANGES) the server runs at once (default 1000; each serving "
+                        "process its share)")
 
 
 def pg_args(p: argparse.ArgumentParser) -> None:
@@ -150,6 +153,8 @@ def config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         out["max_memory_bytes"] = args.max_memory
     if getattr(args, "max_response_size", None) is not None:
         out["max_response_bytes"] = args.max_response_size
+    if getattr(args, "max_subscriptions", None) is not None:
+        out["max_subscriptions"] = args.max_subscriptions
     return out
 
 

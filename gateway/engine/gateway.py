@@ -152,7 +152,7 @@ class Gateway:
     def close(self) -> None:
         live = self._live
         if live is not None:
-            live.close()
+            live.close(feeds=self._owns_source)
         self._pool.close()
         if self._owns_source:
             self.source.close()  # type: ignore[attr-defined]

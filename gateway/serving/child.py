@@ -10,6 +10,7 @@ and it ends with its supervisor. It hosts nothing and writes nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -54,12 +55,14 @@ def main() -> int:
     url = f"http://{http_sock.getsockname()[0]}:{http_sock.getsockname()[1]}"
     if opts.routing is not None and opts.routing.wanted:
         source = routed(source, opts.routing, opts.config.auth_token, url)
-    gw = Gateway(source, config=opts.config, activity=activity)
+    # --max-subscriptions is the server's: each serving process runs its share of the live answers
+    share = -(-opts.config.max_subscriptions // max(1, opts.workers))
+    gw = Gateway(source, config=dataclasses.replace(opts.config, max_subscriptions=share), activity=activity)
     tune_process_for_serving()
     accept = AcceptBoard.attach(spec["accept_fd"], index) if spec.get("accept_fd") is not None else None
     cpu = serving_cpu(index) if opts.pin_cpus and opts.workers > 1 else None
     server = ServerThread(create_app(gw), threads=opts.http.threads, on_failure=_die, sock=http_sock, cpu=cpu,
-                          board=accept, connection_limit=1000 + opts.config.max_subscriptions).start()
+                          board=accept, connection_limit=1000 + share).start()
     pg = None
     if index == 0 and opts.pg is not None and spec.get("pg_fd") is not None:
         pg = pg_server(gw, opts.pg, opts.config.auth_token, socket.socket(fileno=spec["pg_fd"])).start()

@@ -139,6 +139,7 @@ class GatewayError(Error):
 
             return SubscriptionError(str(err.get("message") or ""), code=code, http_status=status,
                                      retryable=bool(err.get("retryable", code in _RETRYABLE_SUBSCRIPTION)),
+                                     line=err.get("line"), col=err.get("col"), partitions=err.get("partitions") or [],
                                      resume_from=_pos(err.get("resume_from")), oldest=_pos(err.get("oldest")))
         return cls(
             str(err.get("message") or ""),

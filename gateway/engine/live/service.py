@@ -140,8 +140,9 @@ class LiveAnswers:
                 self._ended[error.code] = self._ended.get(error.code, 0) + 1
         live.feed.close()
 
-    def close(self) -> None:
-        """End every subscription (SUBSCRIPTION_CLOSED, with each one's resume point) and stop the pump."""
+    def close(self, feeds: bool = False) -> None:
+        """End every subscription (SUBSCRIPTION_CLOSED, with each one's resume point) and stop the pump; with
+        ``feeds``, the process's feeds of the source too (the gateway owned the source: nobody else follows it)."""
         with self._lock:
             self._closed = True
             lives = list(self._open.values())
@@ -153,6 +154,8 @@ class LiveAnswers:
                                            resume_from=live.feed.position))
             live.feed.close()
         self._pump.stop()
+        if feeds:
+            LiveFeeds.for_source(self._source).close()
 
     # -- counting ---------------------------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:

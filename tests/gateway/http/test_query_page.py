@@ -13,6 +13,7 @@ import io
 import json
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -150,3 +151,58 @@ def test_the_page_asks_for_the_token(browser: Any, gw: Gateway) -> None:
             assert Path(info.value.path()).read_text().splitlines()[0] == "n"
         finally:
             context.close()
+
+
+def test_a_subscription_is_a_live_table_and_a_chart(browser: Any, tmp_path: Path) -> None:
+    """SUBSCRIBE on the page: the rows held update in place as the store changes (a row keeps its table row), the
+    table is the pull query's answer once the page has the latest progress, and a numeric column is charted."""
+    from tests.gateway.live.livefixtures import http_pull, live_env
+
+    with live_env(tmp_path, kinds=("kv",)) as env:
+        url = env.http.url  # type: ignore[union-attr]
+        context = browser.new_context()
+        try:
+            page = context.new_page()
+            page.set_default_timeout(30_000)
+            page.goto(url + "/")
+            _run(page, "SUBSCRIBE (SELECT k, total, n FROM kv)")
+            page.wait_for_selector("#live:not([hidden])")
+            page.wait_for_selector("#results tbody tr")
+            assert page.eval_on_selector_all("#results thead th", "hs => hs.map(h => h.textContent)") == \
+                ["k", "total", "n"]
+            assert page.input_value("#live-column") == "total"
+            before = {h.get_attribute("data-key"): h for h in page.query_selector_all("#results tbody tr")}
+            assert before
+            for _ in range(4):
+                env.write(env.batches + 1)
+                time.sleep(0.3)
+            want_position = None
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                text = page.text_content("#live-position") or ""
+                if text.startswith("{") and json.loads(text)[env.topic("kv")]["0"] == env.batches - 1:
+                    want_position = text
+                    break
+                time.sleep(0.1)
+            assert want_position is not None, "the page never showed the latest progress"
+            rows = sorted(tuple(r) for r in _table(page, "#results"))
+            pulled = http_pull(url, "SELECT k, total, n FROM kv")
+            assert rows == sorted(tuple(str(v) for v in r) for r in pulled.elements())
+            kept = {json.dumps([r[0]], separators=(",", ":")) for r in pulled}
+            changed = 0
+            for key, handle in before.items():  # a row that stayed is the same table row, updated in place
+                assert handle.evaluate("e => e.isConnected") == (key in kept), key
+                changed += key in kept and handle.text_content() != ""
+            assert changed
+            points = int(page.get_attribute("#live-chart", "data-points") or 0)
+            assert points >= 2
+            assert float(page.get_attribute("#live-chart", "data-last") or "nan") == pytest.approx(
+                sum(r[1] for r in pulled))
+            page.click("#live-stop")
+            page.wait_for_selector("#live-state.ended")
+        finally:
+            context.close()
+        deadline = time.monotonic() + 10
+        while env.gw.subscriptions()["open"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert env.gw.subscriptions()["open"] == 0  # stopping (or leaving) the page ends the subscription
