@@ -58,7 +58,10 @@ def http_latency(root: Path, samples: int, open_app: Any, batch: Any) -> tuple[l
 
         def read() -> None:
             while not done.is_set():
-                line = resp.readline()
+                try:
+                    line = resp.readline()
+                except (AttributeError, OSError, ValueError):  # closed under it at the end
+                    return
                 if not line:
                     return
                 msg = json.loads(line)

@@ -39,7 +39,7 @@ __all__ = ["SSE", "live_media", "live_response", "STREAM_KEY"]
 SSE = "text/event-stream"
 STREAM_KEY = "iqgate.stream"     # gateway.serving.live_streams puts the connection's hooks there
 _TAKE = 512                      # messages rendered per write
-_WAIT_S = 0.25                   # how often a quiet stream looks at its client
+_WAIT_S = 1.0                    # how often a quiet stream looks at its connection (a disconnect wakes it at once)
 _STALL_S = 30.0                  # a client that takes nothing of a full connection for this long is too slow
 
 
@@ -73,6 +73,8 @@ def live_response(gateway: Any, req: SqlRequest, environ: dict[str, Any], media:
         sent_id: list[Position | None] = [sub.position]
         stalled_since: float | None = None
         try:
+            if hooks is not None:
+                hooks.on_disconnect(sub.close)  # the client went: free everything now, not at the next write
             with hooks.streaming() if hooks is not None else contextlib.nullcontext():
                 yield head
                 while True:
@@ -96,6 +98,8 @@ def live_response(gateway: Any, req: SqlRequest, environ: dict[str, Any], media:
                     try:
                         changes = sub.take(_TAKE, _WAIT_S)
                     except GatewayError as exc:
+                        if sub.closed:  # closed when the client went: nobody to tell
+                            return
                         yield _end(exc, media)
                         return
                     if changes:

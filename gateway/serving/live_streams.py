@@ -10,22 +10,27 @@ a ``StreamHooks`` whose ``streaming()`` context, for the length of the stream:
 - makes the connection send every write at once, and hold at most ``STREAM_HIGH_WATER`` bytes unsent;
 
 and whose ``backlog()`` says how many bytes the client has not taken yet (a client that stopped reading is one
-the face ends, SUBSCRIBER_TOO_SLOW, instead of the server buffering for it). ``closing()`` turns true when the
-server stops, so streams end with their resume point rather than holding the shutdown.
+the face ends, SUBSCRIBER_TOO_SLOW, instead of the server buffering for it). ``on_disconnect(fn)`` calls ``fn``
+from the serving loop the moment the client closes the connection (a stream frees what it holds at once, not at
+its next write). ``closing()`` turns true when the server stops, so streams end with their resume point rather
+than holding the shutdown.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from waitress.channel import HTTPChannel
 from waitress.task import WSGITask
 
 __all__ = ["StreamHooks", "ThreadLender", "install_stream_hooks", "STREAM_HIGH_WATER", "ENVIRON_KEY"]
+
+log = logging.getLogger(__name__)
 
 ENVIRON_KEY = "iqgate.stream"
 STREAM_HIGH_WATER = 256 << 10  # bytes a live answer's connection may hold unsent
@@ -82,6 +87,23 @@ class StreamHooks:
     def backlog(self) -> int:
         """Bytes written to the connection the client has not taken yet."""
         return int(self._channel.total_outbufs_len)
+
+    def on_disconnect(self, fn: Callable[[], None]) -> None:
+        channel = self._channel
+        closed = channel.handle_close
+
+        def handle_close() -> None:
+            try:
+                closed()
+            finally:
+                try:
+                    fn()
+                except Exception:  # noqa: BLE001 - the serving loop must go on whatever a stream does
+                    log.exception("a stream's disconnect callback failed")
+
+        channel.handle_close = handle_close
+        if not channel.connected:  # gone before the callback was set
+            fn()
 
     def closing(self) -> bool:
         return self._lender.closing.is_set()

@@ -266,3 +266,67 @@ def test_sql_errors_keep_their_class_through_the_dbapi(env: LiveEnv) -> None:
     with connect(env.http.url) as conn:  # type: ignore[union-attr]
         with pytest.raises(SqlError):
             conn.cursor().execute("SUBSCRIBE (SELECT nope FROM kv)")
+
+
+def test_dbapi_cursors_follow_a_subscription_and_resume_from_their_position(env: LiveEnv) -> None:
+    """In-process and remote: fetches block for the next changes, ``cursor.position`` is the resume point, and a
+    cursor that executes the subscription again from it gets exactly the changes after it."""
+    topic = env.topic("kv")
+    sql = "SUBSCRIBE (SELECT k, total, n FROM kv WHERE n > 2)"
+    pull = "SELECT k, total, n FROM kv WHERE n > 2"
+    for conn in (connect(gateway=env.gw), connect(env.http.url)):  # type: ignore[union-attr]
+        with conn:
+            cur = conn.cursor()
+            cur.execute(sql)
+            assert cur.statement == "subscribe" and [d[0] for d in cur.description] == \
+                ["iq_op", "iq_position", "k", "total", "n"]
+            held = held_for(["k", "total", "n"], ["k"], [])
+
+            def follow(c: Any, upto: int) -> None:
+                while c.position is None or batch_at(c.position.to_json_map(), topic) < upto:
+                    for op, position, *row in c.fetchmany(100):
+                        held.apply(op, json.loads(position), row)
+
+            follow(cur, env.batches - 1)
+            token = cur.position
+            assert token is not None and held.position == token.to_json_map()
+            cur.close()  # the subscription ends with the cursor
+            env.write(env.batches + 3)
+            again = conn.cursor()
+            again.execute(f"{sql} WITH (SNAPSHOT = false) AS OF POSITION '{json.dumps(token.to_json_map())}'")
+            row = again.fetchone()  # blocks for the first change (or progress) after the token
+            assert row is not None and row[0] != "insert"
+            held.apply(row[0], json.loads(row[1]), list(row[2:]))
+            follow(again, env.batches - 1)
+            assert held.answer() == Counter(tuple(hashable(v) for v in r) for r in env.gw.sql(pull).rows())
+            again.close()
+    wait = time.monotonic() + 5
+    while env.gw.subscriptions()["open"] and time.monotonic() < wait:
+        time.sleep(0.05)
+    assert env.gw.subscriptions()["open"] == 0
+
+
+def test_a_pg_client_that_closes_its_connection_ends_its_copy(env: LiveEnv) -> None:
+    conn = psycopg.connect(env.pg_url, autocommit=True)
+    cur = conn.cursor()
+    copying = cur.copy("COPY (SUBSCRIBE kv) TO STDOUT")
+    copy = copying.__enter__()
+    assert next(copy.rows())[0] in ("insert", "progress")
+    assert env.gw.subscriptions()["open"] == 1
+    conn.pgconn.finish()  # gone, without a CancelRequest
+    deadline = time.monotonic() + 5
+    while env.gw.subscriptions()["open"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert env.gw.subscriptions()["open"] == 0
+
+
+def test_the_cli_says_why_a_subscription_is_refused(env: LiveEnv) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    out = subprocess.run([sys.executable, "-m", "gateway.cli", "sql", "--url", env.http.url,  # type: ignore[union-attr]
+                          "SUBSCRIBE (SELECT k, count(*) FROM kv GROUP BY k)"], cwd=root, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 2 and "UNSUPPORTED at line 1" in out.stderr and "Traceback" not in out.stderr
