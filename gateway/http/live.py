@@ -155,7 +155,25 @@ def _position_text(position: Position, cache: dict[int, tuple[Position, str]]) -
     return text
 
 
+_RENDERED: dict[int, tuple[Any, str]] = {}  # a message's line, by the message (shared by subscriptions of one SQL)
+_RENDERED_MAX = 10_000  # bounded: a batch of the subscriptions of one SQL, not the stream
+
+
 def _message(change: Any, cache: dict[int, tuple[Position, str]]) -> str:
+    """A message as its JSON object. Subscriptions with the same SQL get the very same messages of a batch
+    (``changes.Applier``), so the text is made once for all of them (the message kept beside its id)."""
+    got = _RENDERED.get(id(change))
+    if got is not None and got[0] is change:
+        return got[1]
+    text = _render(change, cache)
+    if change.op != "progress":
+        if len(_RENDERED) >= _RENDERED_MAX:
+            _RENDERED.clear()
+        _RENDERED[id(change)] = (change, text)
+    return text
+
+
+def _render(change: Any, cache: dict[int, tuple[Position, str]]) -> str:
     head = '{"op":"' + change.op + '","position":' + _position_text(change.position, cache)
     if change.row is not None:
         return head + ',"row":' + dumps(change.row) + "}"

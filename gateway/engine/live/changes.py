@@ -118,6 +118,12 @@ class Applier:
         plan = self.plan
         at = event.position
         memo = event.memo
+        shared = None
+        if not plan.membership:  # the messages depend on the batch and the SQL alone: made once, shared read-only
+            shared = f"msgs:{plan.sql}\x00{plan.delete_sql}"
+            got = memo.get(shared)
+            if got is not None:
+                return got
         gone = [tuple(r) for r in self._run(cursor, plan.delete_sql or "", event.spec, event.deletes, memo, "del")]
         if plan.membership:
             gone = self.shown.take(gone)
@@ -129,6 +135,8 @@ class Applier:
             self.shown.add(self._ident(r) for r in rows)
         out = [Change(DELETE, at, self._deleted(ident)) for ident in gone]
         out += [Change(UPSERT, at, r) for r in rows]
+        if shared is not None:
+            memo[shared] = out
         return out
 
     # -- helpers --------------------------------------------------------------------------------------------
