@@ -2,7 +2,7 @@
 
 A fault — the disk full, an I/O error, a read-only file system, the source
 unreachable — pauses that store's ingest and is retried with backoff
-(DESIGN §8: faults degrade, they never stop serving); anything else is a
+(docs/DESIGN.md §8: faults degrade, they never stop serving); anything else is a
 failure for the uncaught-exception handler or the store's own error state.
 
 The exception type does not survive Spark (a Python error inside
