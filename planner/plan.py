@@ -1,4 +1,4 @@
-"""The Plan: what the planner hands the gateway (DESIGN §4).
+"""The Plan: what the planner hands the gateway (docs/DESIGN.md §4).
 
 A plan names, for each store reference in the statement, the IQv2 requests
 that fetch the rows (``StoreScan``), and the residual SQL DuckDB runs over the

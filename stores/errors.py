@@ -1,4 +1,4 @@
-"""The public home of the exceptions (DESIGN §7: ``from stores.errors import …``).
+"""The public home of the exceptions (docs/DESIGN.md §7: ``from stores.errors import …``).
 
 They are defined with the rest of the IQv2 model in ``stores.iqv2.errors``;
 this module only gives them the short, documented import path.

@@ -1,4 +1,4 @@
-"""The layer rules of DESIGN §2, checked two ways so a break cannot slip through.
+"""The layer rules of docs/DESIGN.md §2, checked two ways so a break cannot slip through.
 
 1. An AST walk of every module (fast, no configuration): gateway → planner →
    stores only; pyspark only in ``stores/pipeline/``; stores never imports SQL
@@ -29,7 +29,7 @@ FORBIDDEN = {
 }
 
 
-# The embedded default hosts Spark in the gateway's process (DESIGN §1): this one
+# The embedded default hosts Spark in the gateway's process (docs/DESIGN.md §1): this one
 # import is allowed, and only inside a function, so importing the module stays Spark-free.
 LAZY_SPARK_IMPORTS = {("gateway/serving/hosting.py", "stores.pipeline.session")}
 

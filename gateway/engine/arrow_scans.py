@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 
 from planner.plan import StoreScan
@@ -99,11 +100,25 @@ def _with_pseudo(schema: pa.Schema, batch: pa.RecordBatch, partition: int, posit
     if batch.num_columns != width:
         raise ValueError(f"a scan batch has columns {batch.schema.names}; the relation needs {schema.names[:width]}")
     arrays = list(batch.columns)
-    arrays.append(pa.repeat(pa.scalar(partition, pa.int32()), n))
-    arrays.append(pa.repeat(pa.scalar(position, pa.string()), n))
+    arrays.append(_repeated_int32(partition, n))
+    arrays.append(_repeated_text(position, n))
     arrays.append(pa.nulls(n, pa.string()))
     arrays.append(pa.nulls(n, pa.string()))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+# The pseudo-columns are made from buffers, not from Python values: pyarrow's conversion of a Python value imports
+# pandas the first time (~50 MB a process, to ask "is this a DataFrame?"), which a scan need not pay.
+def _repeated_int32(value: int, n: int) -> pa.Array:
+    return pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(np.full(n, value, dtype=np.int32))])
+
+
+def _repeated_text(text: str | None, n: int) -> pa.Array:
+    if text is None:
+        return pa.nulls(n, pa.string())
+    data = text.encode()
+    offsets = np.arange(0, (n + 1) * len(data), len(data), dtype=np.int32) if data else np.zeros(n + 1, np.int32)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data * n)])
 
 
 def _chain(schema: pa.Schema, streams: list[tuple[int, str | None, ArrowRows]], failures: pa.Table | None,

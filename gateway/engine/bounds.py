@@ -1,7 +1,7 @@
 """The position bound of a statement, checked against the stores it reads.
 
 A bound is ``{topic: {partition: offset}}``; topics a store does not read
-are ignored by that store (DESIGN §3), so one token can be reused across
+are ignored by that store (docs/DESIGN.md §3), so one token can be reused across
 stores — a bound naming another store's topic keeps that meaning. But a
 bound whose topics no queried store reads and that names a topic no store
 reads at all bounds nothing by mistake: almost always a misspelt topic, and

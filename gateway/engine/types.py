@@ -153,6 +153,8 @@ def rows_table(columns: Sequence[tuple[str, str]], rows: Sequence[tuple[Any, ...
             continue
         if t == "TIME WITH TIME ZONE":  # as arrow_faithful sends it: Arrow's time has no offset
             values = [timetz_text(v) for v in values]
+        elif t == "UUID":  # as DuckDB exports it: text
+            values = [None if v is None else str(v) for v in values]
         elif t in ("TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ"):
             values = [v.astimezone(dt.timezone.utc) if isinstance(v, dt.datetime) and v.tzinfo else v
                       for v in values]

@@ -63,14 +63,22 @@ def main() -> int:
     cpu = serving_cpu(index) if opts.pin_cpus and opts.workers > 1 else None
     server = ServerThread(create_app(gw), threads=opts.http.threads, on_failure=_die, sock=http_sock, cpu=cpu,
                           board=accept, connection_limit=1000 + share).start()
-    pg = None
+    pg = flight = None
     if index == 0 and opts.pg is not None and spec.get("pg_fd") is not None:
         pg = pg_server(gw, opts.pg, opts.config.auth_token, socket.socket(fileno=spec["pg_fd"])).start()
+    if index == 0 and opts.flight is not None:  # gRPC binds its own socket (the same port after a restart)
+        from ..flight import start_flight
+
+        f = opts.flight
+        flight = start_flight(gw, host=f.host, port=f.port, token=opts.config.auth_token, tls_cert=f.tls_cert,
+                              tls_key=f.tls_key)
     start_routing(gw.source, opts.routing, spec.get("log"), spec.get("application_id"))
     try:
         wait_for_stop()
     finally:
         stop_routing(gw.source)
+        if flight is not None:
+            flight.close()
         if pg is not None:
             pg.close()
         server.close()

@@ -72,6 +72,8 @@ def run_server(host: Host, opts: ServeOptions, *, ready: Callable[[Server], None
     http = listening_socket(opts.http.host, opts.http.port)
     try:
         pg = listening_socket(opts.pg.host, opts.pg.port) if opts.pg is not None else None
+        if opts.flight is not None:  # gRPC binds it in serving process 1: a port in use is said here, at once
+            listening_socket(opts.flight.host, opts.flight.port).close()
     except ServerStartError:
         http.close()
         raise
@@ -102,6 +104,10 @@ def run_server(host: Host, opts: ServeOptions, *, ready: Callable[[Server], None
               f"{procs.pids}; this one, pid {os.getpid()}, supervises)", file=sys.stderr, flush=True)
         if pg is not None:
             announce_pg(*pg.getsockname()[:2], tls=bool(opts.pg and opts.pg.tls_cert))  # type: ignore[arg-type]
+        if opts.flight is not None:
+            f = opts.flight
+            print(f"iqgate: Arrow Flight SQL on grpc{'+tls' if f.tls_cert else ''}://{f.host}:{f.port} "
+                  "(served by serving process 1)", file=sys.stderr, flush=True)
         host.start()
         publisher.notify()
         if ready is not None:

@@ -1,7 +1,7 @@
 """Per-store ingest status beside the KIP-696 client state: paused by a fault, rebuilding, failed.
 
 The client state machine stays exactly as KIP-696 has it (ERROR is
-terminal), so what it cannot say lives here (DESIGN §8, issue 21):
+terminal), so what it cannot say lives here (docs/DESIGN.md §8, issue 21):
 
 - ``running``    the store's query is up and applying batches;
 - ``starting``   the query is starting or catching up with the source;

@@ -42,6 +42,7 @@ from .handles import open_handle
 from .health import HealthTracker, annotate_bound_failures, overall, restoring
 from .lifecycle import ClientStateMachine
 from .protocol import Runtime, TopologyLike
+from .rebuilds import StoreRebuilds
 from .upgrade import UpgradePlan, Upgrades, mark_removed, plan_upgrade
 
 __all__ = ["StreamsApp", "StoreTopology"]
@@ -70,7 +71,7 @@ class StoreTopology:
         return None
 
 
-class StreamsApp:
+class StreamsApp(StoreRebuilds):
     """One application instance: stores, state machine, queries.
 
     ``hosted_partitions`` are the active partitions this instance serves (a
@@ -345,7 +346,7 @@ class StreamsApp:
         """A store's query failed for a reason retrying cannot fix (not a fault, not a lost source).
 
         With a handler set by the user, KIP-671 applies: the handler decides.
-        Without one, the store fails alone (DESIGN §8): it keeps answering at
+        Without one, the store fails alone (docs/DESIGN.md §8): it keeps answering at
         its last Position, health says why, and every other store goes on.
         """
         if self._handler is not None:
@@ -404,120 +405,10 @@ class StreamsApp:
                 self._writers[(store_name, generation)] = w
             return w
 
-    # -- generations: rebuilding a store beside the current one (generations.py) ---------------------
-    def rebuild_needed(self, name: str) -> str | None:
-        """Why the store must be rebuilt from its source (lost or damaged partitions), or None."""
-        files = self._files.get(name)
-        if files is None or not files.lost:
-            return None
-        return "; ".join(f"partition {p}: {why}" for p, why in sorted(files.lost.items()))
-
-    def begin_rebuild(self, name: str, reason: str, spec: StoreSpec | None = None) -> int:
-        """Open a new generation of ``name`` beside the current one; the current keeps answering meanwhile."""
-        with self._lock:
-            files = self._files[name]
-            g = files.begin(spec)
-        log.warning("stream-client %s: rebuilding store %s from its source into generation %d: %s",
-                    self.application_id, name, g, reason)
-        self.health.set(name, "rebuilding", reason)
-        upcoming = self.upgrades.upcoming_columns(name)
-        if upcoming:  # before the first progress report: read-only gateways learn them from app.json
-            self.health.progress(name, {"phase": "rebuilding", "upcoming_columns": upcoming})
-        return g
-
-    def min_position(self, name: str, *, building: bool = False) -> Position:
-        """The position every partition of the store (or of the generation being built) has reached.
-
-        The minimum over its partitions, lost ones counting as empty: what
-        "caught up" and "ready to swap" are judged by, since a batch can be
-        applied by some partitions before a fault stops the rest.
-        """
-        with self._lock:
-            files = self._files.get(name)
-            if files is None or (building and files.next_generation is None):
-                return Position.empty()
-            if not building and files.lost:
-                return Position.empty()
-            parts = list((files.next_parts if building else files.parts).values())
-        pos: Position | None = None
-        for s in parts:
-            p = s.current_position()
-            pos = p if pos is None else _min_position(pos, p)
-        return pos or Position.empty()
-
-    def max_position(self, name: str) -> Position:
-        """Per topic-partition the furthest offset any open partition of the current generation has reached.
-
-        What a rebuild must reach before it is swapped in: a reader may have
-        seen any surviving partition's position, and the checkpoint's last
-        commit can lag the stores (a batch applied, the app stopped before
-        Spark wrote its commit), so the checkpoint alone is not enough.
-        """
-        with self._lock:
-            files = self._files.get(name)
-            parts = list(files.parts.values()) if files is not None else []
-        pos = Position.empty()
-        for s in parts:
-            pos = pos.merge(s.current_position())
-        return pos
-
-    def current_generation(self, name: str) -> int:
-        with self._lock:  # a swap changes the generation and the store's status together (finish_rebuild)
-            files = self._files.get(name)
-            return files.generation if files is not None else 0
-
-    def finish_rebuild(self, name: str, **extras: Any) -> None:
-        """Swap the rebuilt generation in: one atomic rewrite of store.json; handles of the old one go stale."""
-        with self._lock:
-            files = self._files[name]
-            files.finish({**self.upgrades.finished(name), **extras})
-            self._specs[name] = files.spec
-            self._stores[name] = files.parts
-            self._generation[name] += 1
-            for key in [k for k in self._writers if k[0] == name]:
-                del self._writers[key]
-            self._views.pop(name, None)
-            # under the lock: no one sees the new generation still "rebuilding" (the status was set after the
-            # lock and a log line, and a reader between them saw generation 1 rebuilding: a flaky upgrade test)
-            self.health.set(name, "running")
-        log.warning("stream-client %s: store %s swapped to its rebuilt generation %d", self.application_id, name,
-                    files.generation)
-
-    def upcoming_columns(self, name: str) -> dict[str, Any] | None:
-        """Columns of a store arriving when its upgrade's rebuild swaps in, with the rebuild's progress (issue 20)."""
-        cols = self.upgrades.upcoming_columns(name)
-        spec = self._specs.get(name)
-        if not cols or spec is None:
-            return None
-        return {"columns": cols, "serving": [c.name for c in spec.columns()],
-                "progress": self.health.get(name).progress}
-
     @property
     def synchronous(self) -> str:
         """SQLite's ``synchronous`` for the stores: FULL (every commit synced, the default), NORMAL or EXTRA."""
         return self._synchronous
-
-    def history(self, name: str) -> dict[str, Any] | None:
-        """``{"partial": true, "since": …}`` when the store was rebuilt from what its source still held, else None."""
-        try:
-            history = layout.read_store(self.state_dir, name)[2].get("history")
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        return dict(history) if isinstance(history, dict) else None
-
-    def check_store_files(self, name: str, *, integrity: bool = False) -> dict[int, str]:
-        """Partitions newly found lost (file deleted; with ``integrity``, damaged): they answer NOT_ACTIVE now."""
-        with self._lock:
-            files = self._files.get(name)
-            if files is None:
-                return {}
-            found = files.recheck() if integrity else files.check_files()
-            if found:
-                self._generation[name] += 1
-                for key in [k for k in self._writers if k[0] == name]:
-                    del self._writers[key]
-                self._views.pop(name, None)
-        return found
 
     def _check_writable(self, name: str) -> None:
         """Writes are refused once the stores are (being) closed; a batch in flight while the runtime is being
@@ -694,14 +585,3 @@ class StreamsApp:
 
     def __repr__(self) -> str:
         return f"StreamsApp({self.application_id!r}, state={self.state}, state_dir={str(self.state_dir)!r})"
-
-
-def _min_position(a: Position, b: Position) -> Position:
-    """Per topic-partition the smaller offset; a topic-partition missing from either is missing."""
-    out: dict[str, dict[int, int]] = {}
-    for t in a.topics():
-        bp = b.partition_positions(t)
-        for p, o in a.partition_positions(t).items():
-            if p in bp:
-                out.setdefault(t, {})[p] = min(o, bp[p])
-    return Position.from_map(out)

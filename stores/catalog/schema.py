@@ -166,7 +166,7 @@ class StoreSpec:
         if len(set(names)) != len(names):
             raise ValueError(f"store {self.name!r}: duplicate column names in {names}")
 
-    # -- the SQL face of the store (DESIGN §4) -------------------------------
+    # -- the SQL face of the store (docs/DESIGN.md §4) -------------------------------
     def system_columns(self) -> tuple[str, ...]:
         """Columns the kind adds: window bounds, the record time, or version validity."""
         return {

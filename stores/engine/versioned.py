@@ -7,7 +7,7 @@ before ``observed stream time - history retention`` are dropped at write
 time; the latest version of a key is always kept.
 
 Deliberate difference from Kafka: KeyQuery and RangeQuery here return
-UNKNOWN_QUERY_TYPE (failures are data, DESIGN §3) instead of throwing
+UNKNOWN_QUERY_TYPE (failures are data, docs/DESIGN.md §3) instead of throwing
 UnsupportedOperationException out of ``query()``.
 """
 

@@ -1,6 +1,6 @@
 """Position and PositionBound: the consistency vector of IQv2 (KIP-796).
 
-Kafka's ``Position`` is mutable and refuses ``hashCode``; DESIGN §3 makes ours
+Kafka's ``Position`` is mutable and refuses ``hashCode``; docs/DESIGN.md §3 makes ours
 an immutable value instead, so ``merge``/``with_component`` return new objects
 and a Position can be a dict key or be cached safely across threads.
 """

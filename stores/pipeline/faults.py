@@ -2,7 +2,7 @@
 
 A fault — the disk full, an I/O error, a read-only file system, the source
 unreachable — pauses that store's ingest and is retried with backoff
-(DESIGN §8: faults degrade, they never stop serving); anything else is a
+(docs/DESIGN.md §8: faults degrade, they never stop serving); anything else is a
 failure for the uncaught-exception handler or the store's own error state.
 
 The exception type does not survive Spark (a Python error inside
@@ -45,10 +45,17 @@ FAULT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
 
 
 def fault_reason(exc: BaseException | str | None) -> str | None:
-    """``"disk full: <the line that says so>"`` for a fault, None for any other failure."""
+    """``"disk full: <the line that says so>"`` for a fault, None for any other failure.
+
+    The line quoted is the error's message, never a line of source code: an
+    error raised in a Python worker reaches us as the text of its traceback
+    inside Spark's, whose frames quote the ``raise`` line (issue 52: health
+    said ``permission denied: raise PermissionError(errno.EPERM, f"Operation
+    not permitted: store {self.name!r} partition "``). Those frames are left
+    out before the search."""
     if exc is None:
         return None
-    text = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+    text = _without_frames(exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}")
     for pattern, what in FAULT_PATTERNS:
         m = pattern.search(text)
         if m is None:
@@ -61,6 +68,27 @@ def fault_reason(exc: BaseException | str | None) -> str | None:
             line = "…" + line[lo:lo + 220] + "…"
         return f"{what}: {line}"
     return None
+
+
+_FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
+_MARKS = re.compile(r"^\s*[~^]+\s*$")
+
+
+def _without_frames(text: str) -> str:
+    """``text`` without Python traceback frames (``File "…", line N, in f`` and the source lines quoted under it)
+    and their ``~~~^^^`` markers: what is left are the messages."""
+    out: list[str] = []
+    in_frame = False
+    for line in text.splitlines():
+        if _FRAME.match(line):
+            in_frame = True
+            continue
+        if in_frame and line.startswith((" ", "\t")) and not line.lstrip().startswith("at "):
+            continue  # the source lines of the frame (indented deeper than its File line)
+        in_frame = False
+        if not _MARKS.match(line):
+            out.append(line)
+    return "\n".join(out)
 
 
 def is_corruption(exc: BaseException | str | None) -> bool:

@@ -14,7 +14,7 @@ query is restarted from its checkpoint with backoff (1, 2, 4, 5, 5 … s, times 
 it applies a batch again — exactly once, since the writer skips batches it
 already applied. A store whose query fails for any other reason goes to the
 handler when the user set one (KIP-671), else fails alone: the other stores
-keep running (DESIGN §8).
+keep running (docs/DESIGN.md §8).
 
 Recovery (issue 13): a store whose partition files were damaged, lost, or
 lag the checkpoint's last committed batch is rebuilt by replaying its source

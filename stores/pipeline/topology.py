@@ -1,4 +1,4 @@
-"""Topology: declare IQv2 stores with PySpark DataFrame code (DESIGN §7).
+"""Topology: declare IQv2 stores with PySpark DataFrame code (docs/DESIGN.md §7).
 
 A declaration is checked when it is made, not when the query first runs:
 Spark's own errors for a bad streaming plan arrive seconds later, wrapped in

@@ -72,7 +72,7 @@ def write_fixture(app: StreamsApp, name: str, kind: StoreKind, flavor: str = "ds
     """Write Kafka's fixture straight into partitions 0 and 1 (key k on partition k % 2).
 
     Both partitions get INPUT_POSITION: in our model a store partition has
-    seen every source partition (DESIGN §3), where Kafka's partition 0 only
+    seen every source partition (docs/DESIGN.md §3), where Kafka's partition 0 only
     has POSITION_0. So results carry INPUT_POSITION where Kafka's carry
     POSITION_0 -- the one deliberate change to the ported tables.
     """

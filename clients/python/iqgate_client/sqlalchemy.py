@@ -71,7 +71,7 @@ _SIMPLE_TYPES: dict[str, Any] = {
     "INTERVAL": sqltypes.Interval,
 }
 
-# Columns that, with the key, identify a row of a store of this kind (StoreKind values; DESIGN §4).
+# Columns that, with the key, identify a row of a store of this kind (StoreKind values; docs/DESIGN.md §4).
 _ROW_IDENTITY: dict[str, tuple[str, ...]] = {
     "window": ("window_start", "window_end"),
     "session": ("window_start", "window_end"),

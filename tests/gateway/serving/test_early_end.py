@@ -264,6 +264,56 @@ def test_in_process_answers_ended_early_leave_the_process_alive(state: Path, tmp
     assert proc.stdout.strip().endswith("alive")
 
 
+# -- the statement fuzzer (issue 43 item 4): Arrow, CSV, NDJSON and the PG port too, under small limits --------
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_EXPRS = ["k", "v", "n", "v * 2", "n % 7", "upper(k)", "length(k)", "repeat(k, 60)", "CAST(n AS VARCHAR)", "n / 0",
+          "NULL", "count(*)", "sum(v)", "max(k)", "_partition", "_position", "[n, n]", "{'a': n}", "k || k"]
+_FROM = ["kv", "ts", "win", "ver FOR SYSTEM_TIME ALL", "kv a JOIN ts b USING (k)", "(SELECT * FROM kv LIMIT 50) s",
+         "range(5000) r(n)"]
+_WHERE = ["", "WHERE n < 100", "WHERE k > 'k020000'", "WHERE v > 1e6", "WHERE k IN ('k000001', 'k000002')",
+          "WHERE n BETWEEN 10 AND 4000", "WHERE CAST(k AS INTEGER) > 0"]
+_TAIL = ["", "ORDER BY 1 DESC", "LIMIT 10", "LIMIT 5000", "GROUP BY 1", "ORDER BY 1 LIMIT 3 OFFSET 2"]
+STATEMENT = st.one_of(
+    st.builds(lambda e, f, w, t: f"SELECT {', '.join(e)} FROM {f} {w} {t}",
+              st.lists(st.sampled_from(_EXPRS), min_size=1, max_size=3), st.sampled_from(_FROM),
+              st.sampled_from(_WHERE), st.sampled_from(_TAIL)),
+    st.text(alphabet="SELECT FROMWHERE()*,'\"?;=<>-+ kvnts0123456789\\\n", max_size=120),
+)
+_FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                        HealthCheck.too_slow])
+
+
+@pytest.mark.parametrize("accept", FORMATS, ids=["json", "ndjson", "csv", "arrow"])
+@_FUZZ
+@given(sql=STATEMENT)
+def test_fuzz_over_every_http_format_never_breaks_the_server(server: Server, accept: str, sql: str) -> None:
+    status, body, _ = _http(server, sql, accept)
+    assert status < 500 or status in (503, 504), (status, body[:300])  # a timeout or a full server, said so
+    assert b"Traceback" not in body
+    if status != 200:
+        assert json.loads(body)["error"]["code"]
+
+
+@_FUZZ
+@given(sql=STATEMENT)
+def test_fuzz_over_the_pg_port_never_breaks_the_server(server: Server, sql: str) -> None:
+    psycopg = pytest.importorskip("psycopg")
+    with psycopg.connect(host="127.0.0.1", port=server.pg_port, user="iqgate", dbname="iqgate",
+                         connect_timeout=30) as con:
+        try:
+            with con.cursor(binary=True) as cur:
+                cur.execute(sql)
+                cur.fetchall()
+        except psycopg.Error as exc:
+            if exc.sqlstate is None:  # psycopg's own (an empty statement has no rows to fetch), not the server's
+                assert isinstance(exc, psycopg.ProgrammingError), exc
+                return
+            assert not exc.sqlstate.startswith("XX"), (exc.sqlstate, str(exc))
+            assert "Traceback" not in str(exc)
+
+
 def test_the_server_never_crashed(server: Server) -> None:
     """Last in this module: every early end above left every serving process up."""
     health = server.health()

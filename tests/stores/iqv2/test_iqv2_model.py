@@ -37,7 +37,7 @@ def test_merge_takes_the_max_and_adds_partitions_and_topics() -> None:
     b = Position.from_map({"t": {0: 3, 2: 7}, "u": {0: 1}})
     m = a.merge(b)
     assert m.to_map() == {"t": {0: 5, 1: 1, 2: 7}, "u": {0: 1}}
-    assert a.to_map() == {"t": {0: 5, 1: 1}}  # immutable: merge returns a new value (DESIGN §3)
+    assert a.to_map() == {"t": {0: 5, 1: 1}}  # immutable: merge returns a new value (docs/DESIGN.md §3)
     assert a.merge(None) is a
 
 
