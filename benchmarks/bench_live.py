@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import Figure, percentile, scratch_dir
-from benchmarks.live_http import http_latency, http_many
+from benchmarks.live_http import HttpWatch, http_latency, http_many
 from stores.app.streams import StoreTopology, StreamsApp
 from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
 from stores.engine.change import Change
@@ -172,9 +172,11 @@ def _latency(root: Path, samples: int) -> tuple[list[float], list[float]]:
         app.close()
 
 
-def _spark_latency(root: Path, samples: int) -> tuple[list[float], list[float]]:
+def _spark_latency(root: Path, samples: int, http_visible: list[float], http_delivered: list[float]
+                   ) -> tuple[list[float], list[float]]:
     """A Spark pipeline (the revenue aggregation, trigger 100 ms): per appended record, (append -> visible to a
-    pull query, append -> delivered by a feed following its key), measured on the same appends."""
+    pull query, append -> delivered by a feed following its key), measured on the same appends; and through the
+    HTTP face (``http_visible``, ``http_delivered``: an ``iqgate serve --state-dir`` beside the pipeline)."""
     from benchmarks.bench_pipeline import TOPIC, TRIGGER, _aggregation, _fill, _visible_at, _wait_running
     from stores import Topology
     from stores.pipeline.session import get_or_create
@@ -189,8 +191,10 @@ def _spark_latency(root: Path, samples: int) -> tuple[list[float], list[float]]:
     app.start()
     visible: list[float] = []
     delivered: list[float] = []
+    watch = None
     try:
         _wait_running(app)
+        watch = HttpWatch(Path(app.state_dir))  # the same appends through the HTTP face
         with LiveFeeds(app) as live:
             rng = random.Random(9)
             for i in range(samples):
@@ -201,12 +205,21 @@ def _spark_latency(root: Path, samples: int) -> tuple[list[float], list[float]]:
                 t_reader.start()
                 t0 = time.perf_counter()
                 [(p, o)] = log.append_batch(TOPIC, [(key, {"amount": 1.0}, None)])
+                seen: list[float] = []  # the HTTP pull asks at once, beside the in-process one
+                t_http = threading.Thread(target=lambda p=p, o=o, key=key: seen.append(watch.visible(TOPIC, p, o, key)),
+                                          daemon=True)
+                t_http.start()
                 visible.append(_visible_at(app, p, o, key) - t0)
+                t_http.join(120)
+                http_visible.append(seen[0] - t0 if seen else float("nan"))
                 t_reader.join(60)
                 delivered.append(got[0] - t0)
+                http_delivered.append(watch.delivered(key) - t0)
                 feed.close()
                 time.sleep(0.05 + rng.random() * 0.1)  # land at random points of the trigger interval
     finally:
+        if watch is not None:
+            watch.close()
         app.close(60)
     return visible, delivered
 
@@ -239,11 +252,18 @@ def run(quick: bool) -> list[Figure]:
         for side, what in (("keys", "each following a key"), ("mixed", "990 following a key, 10 the whole store"))
     ]
     if not quick:  # the real metric: a Spark pipeline's micro-batch in both
-        sv, sd = _spark_latency(root, 60)
+        hv_s: list[float] = []
+        hd_s: list[float] = []
+        sv, sd = _spark_latency(root, 60, hv_s, hd_s)
         s50v, s50d = percentile(sv, 50), percentile(sd, 50)
         figures.append(Figure("change delivered p50 (append -> feed), Spark pipeline", s50d * 1e3, "ms", s50v * 1e3,
                               "append -> visible to a pull query", "<= 1.1x", s50d <= 1.1 * s50v,
                               f"{len(sd)} appends, trigger 100 ms, a feed following the appended key"))
+        h50v, h50d = percentile(hv_s, 50), percentile(hd_s, 50)
+        figures.append(Figure("HTTP: change delivered p50 (append -> HTTP subscriber), Spark pipeline", h50d * 1e3,
+                              "ms", h50v * 1e3, "append -> visible to an HTTP pull query", "<= 1.1x",
+                              h50d <= 1.1 * h50v, f"{len(hd_s)} appends (the same ones), trigger 100 ms; iqgate serve "
+                              "--state-dir beside the pipeline; the pull waits for its Position"))
     http_bare = many["bare"]
     figures += [
         Figure(f"HTTP: ingest with 1,000 HTTP subscriptions ({what})", statistics.median(many["rates"][side]),

@@ -27,7 +27,7 @@ from typing import Any
 from benchmarks.procs import ROOT, start_serve, status_kb, stop_serve
 from stores.iqv2.position import Position
 
-__all__ = ["http_latency", "http_many"]
+__all__ = ["http_latency", "http_many", "HttpWatch"]
 
 
 def _pid_of_serving(port: int) -> int:
@@ -178,3 +178,56 @@ def http_many(root: Path, open_app: Any, batch: Any, batches: int, rows: int, ke
         if proc is not None:
             stop_serve(proc)
         app.close()
+
+
+class HttpWatch:
+    """A server (``iqgate serve --state-dir``) over a running app's state dir and an NDJSON subscriber of its
+    ``revenue`` store: when each key's change reached the subscriber, and when a pull query saw it (read your
+    write over HTTP: the ``position`` bound with ``wait_ms``). For a Spark pipeline's appends (bench_live full)."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.proc, self.port = start_serve(state_dir, workers=1)
+        self.arrived: dict[str, float] = {}
+        self._conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
+        self._conn.request("POST", "/v1/sql", json.dumps({"sql": "SUBSCRIBE revenue WITH (SNAPSHOT = false)"}),
+                           {"Content-Type": "application/json", "Accept": "application/x-ndjson"})
+        self._resp = self._conn.getresponse()
+        self._resp.readline()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                line = self._resp.readline()
+            except (AttributeError, OSError, ValueError):
+                return
+            if not line:
+                return
+            msg = json.loads(line)
+            if msg.get("op") == "upsert":
+                self.arrived.setdefault(msg["row"][0], time.perf_counter())
+
+    def visible(self, topic: str, partition: int, offset: int, key: str) -> float:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+        try:
+            conn.request("POST", "/v1/sql", json.dumps({"sql": "SELECT * FROM revenue WHERE key = ?", "params": [key],
+                                                        "position": {topic: {str(partition): offset}},
+                                                        "wait_ms": 60_000}),
+                         {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            resp.read()
+            return time.perf_counter()
+        finally:
+            conn.close()
+
+    def delivered(self, key: str, timeout_s: float = 60.0) -> float:
+        deadline = time.monotonic() + timeout_s
+        while key not in self.arrived and time.monotonic() < deadline:
+            time.sleep(0.002)
+        return self.arrived.get(key, float("nan"))
+
+    def close(self) -> None:
+        self._resp.close()
+        self._conn.close()
+        stop_serve(self.proc)

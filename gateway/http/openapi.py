@@ -59,7 +59,11 @@ def openapi_document() -> dict[str, Any]:
                  "description": "SQL over the live state stores of a streaming pipeline, with the IQv2 contract."},
         "paths": {
             "/v1/sql": {"post": {
-                "summary": "Run one SQL statement",
+                "summary": "Run one SQL statement (a SUBSCRIBE streams its changes as NDJSON or server-sent events)",
+                "parameters": [{"name": "Last-Event-ID", "in": "header", "required": False,
+                                "schema": {"type": "string"},
+                                "description": "A SUBSCRIBE: resume after this Position (the id of the last "
+                                               "server-sent event received), without a snapshot"}],
                 "requestBody": {"required": True, "content": {"application/json": {"schema": {
                     "type": "object", "required": ["sql"], "properties": {
                         "sql": {"type": "string"},
@@ -80,8 +84,13 @@ def openapi_document() -> dict[str, Any]:
                                 "text/csv": {"schema": {"type": "string"}},
                                 "application/vnd.apache.arrow.stream": {"schema": {"type": "string",
                                                                                    "format": "binary"}},
+                                "text/event-stream": {"schema": {"type": "string"}},
                             }},
                     **errors,
+                    "406": _err("None of the Accept media types can be produced; STREAM_REQUIRED: a SUBSCRIBE asked "
+                                "for JSON, CSV or Arrow"),
+                    "410": _err("SUBSCRIPTION_TOO_OLD: the resume Position is older than the changelog holds"),
+                    "429": _err("TOO_MANY_SUBSCRIPTIONS: the server's limit of live answers"),
                 },
             }},
             "/v1/stores": {"get": {"summary": "Stores: kinds, columns, partitions, positions",
