@@ -88,9 +88,10 @@ def live_response(gateway: Any, req: SqlRequest, environ: dict[str, Any], media:
                         now = time.monotonic()
                         stalled_since = stalled_since or now
                         if sub.ending or now - stalled_since > _STALL_S:
-                            yield _end(SubscriptionError(
-                                "the client stopped reading: more than the connection's buffer went unread",
-                                code="SUBSCRIBER_TOO_SLOW", resume_from=sub.position), media)
+                            # the client reads nothing: no line would reach it (it resumes from its last progress)
+                            # and a write would wait for room for ever; the connection goes, and its thread
+                            sub.close("SUBSCRIBER_TOO_SLOW")
+                            hooks.abort()
                             return
                         time.sleep(0.05)
                         continue

@@ -13,7 +13,7 @@ and whose ``backlog()`` says how many bytes the client has not taken yet (a clie
 the face ends, SUBSCRIBER_TOO_SLOW, instead of the server buffering for it). ``on_disconnect(fn)`` calls ``fn``
 from the serving loop the moment the client closes the connection (a stream frees what it holds at once, not at
 its next write). ``closing()`` turns true when the server stops, so streams end with their resume point rather
-than holding the shutdown.
+than holding the shutdown; ``abort()`` drops a connection whose client stopped reading.
 """
 
 from __future__ import annotations
@@ -107,6 +107,12 @@ class StreamHooks:
 
     def closing(self) -> bool:
         return self._lender.closing.is_set()
+
+    def abort(self) -> None:
+        """Close the connection now, whatever it holds unsent (a client that stopped reading): the serving loop
+        closes it, and a write waiting for room ends (ClientDisconnected) instead of holding its thread."""
+        channel = self._channel
+        channel.server.trigger.pull_trigger(lambda: channel.handle_close() if channel.connected else None)
 
 
 def install_stream_hooks(server: Any, threads: int) -> ThreadLender:

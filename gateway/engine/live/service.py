@@ -129,7 +129,8 @@ class LiveAnswers:
         with self._lock:
             live = self._open.pop(id(sub), None)
             if live is not None:
-                self._ended["CLOSED_BY_CLIENT"] = self._ended.get("CLOSED_BY_CLIENT", 0) + 1
+                why = sub.close_reason or "CLOSED_BY_CLIENT"
+                self._ended[why] = self._ended.get(why, 0) + 1
         if live is not None:
             live.done = True
             live.feed.close()

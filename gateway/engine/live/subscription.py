@@ -72,6 +72,7 @@ class Subscription:
         self._on_close = on_close
         self._wake_pump: Callable[[], None] | None = None
         self._held_back = False  # the pump stopped for a full outbox: wake it once half was taken
+        self.close_reason: str | None = None
 
     # -- the reader's side -------------------------------------------------------------------------------------
     @property
@@ -143,12 +144,15 @@ class Subscription:
             raise
         return got[0]
 
-    def close(self) -> None:
-        """End it now and free what it holds (its feed, its place in the backlog, its outbox). Idempotent."""
+    def close(self, reason: str | None = None) -> None:
+        """End it now and free what it holds (its feed, its place in the backlog, its outbox). Idempotent.
+        ``reason``: why, when not the reader's choice (a face that dropped a client too slow to read), for the
+        counts in /metrics (else CLOSED_BY_CLIENT)."""
         with self._cond:
             if self._closed:
                 return
             self._closed = True
+            self.close_reason = reason
             self._outbox.clear()
             self._bytes = 0
             self._cond.notify_all()
