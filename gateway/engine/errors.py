@@ -43,6 +43,7 @@ from iqgate_client.errors import (
     StreamsNotStartedError,
     StreamsRebalancingError,
     StreamsStoppedError,
+    TooManyStatements,
     Unauthorized,
     UnknownStoreError,
     UnknownTopicError,
@@ -63,6 +64,7 @@ __all__ = [
     "OutOfMemoryError", "ResponseTooLarge",
     "RequestTooLarge", "Unauthorized", "BadRequest", "NotAcceptable", "RouteNotFound",
     "MethodNotAllowed", "GatewayInternalError", "error_class_for_code", "translate", "ColumnNotYetAvailableError",
+    "TooManyStatements",
 ]
 
 

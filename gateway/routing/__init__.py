@@ -10,9 +10,10 @@ from typing import Any
 
 from ..engine.partitions import PartitionInfo, local_partitions
 from ..engine.sources import Capabilities
+from .membership import ON_BEHALF_OF
 from .source import RoutedSource
 
-__all__ = ["RoutedSource", "local_of", "host_of", "local_view"]
+__all__ = ["RoutedSource", "local_of", "host_of", "local_view", "ON_BEHALF_OF"]
 
 
 def local_of(source: Any) -> Any:
