@@ -55,7 +55,7 @@ class ServerThread:
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, threads: int = 8, *,
                  on_failure: Callable[[BaseException], None] | None = None, sock: Any = None,
-                 cpu: int | None = None, board: AcceptBoard | None = None) -> None:
+                 cpu: int | None = None, board: AcceptBoard | None = None, tls: Any = None) -> None:
         """``sock``: an already listening socket to accept from (shared by ``--workers`` processes).
 
         ``cpu``: run the serving loop and its handler threads on that one CPU
@@ -69,6 +69,9 @@ class ServerThread:
 
         ``board``: with ``sock`` shared by several serving processes, accept
         only while no other process has fewer connections (accept_board.py).
+
+        ``tls``: an ``ssl.SSLContext`` (``tls_channel.tls_context``): the port
+        speaks HTTPS, terminated in this process (tls_channel.py).
         """
         where: dict[str, Any] = {"sockets": [sock]} if sock is not None else {"host": host, "port": port}
         self.cpu = cpu
@@ -80,6 +83,11 @@ class ServerThread:
                                          send_bytes=SEND_BYTES, **where)
         if board is not None:
             _accept_fairly(self._server, board)
+        self.tls = tls is not None
+        if tls is not None:
+            from .tls_channel import tls_channel
+
+            self._server.channel_class = tls_channel(tls)  # type: ignore[union-attr]
         if sock is not None:
             host = sock.getsockname()[0]
         self.host = host
@@ -91,7 +99,7 @@ class ServerThread:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     @property
     def alive(self) -> bool:

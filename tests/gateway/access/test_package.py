@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gateway.access import LIMIT_NAMES, Limits
-from gateway.config import GatewayConfig
+from gateway.engine.config import GatewayConfig
 
 PACKAGE = Path(__file__).resolve().parents[3] / "gateway" / "access"
 ALLOWED_GATEWAY: set[str] = set()  # TooManyStatements comes from iqgate_client.errors, the wire contract
