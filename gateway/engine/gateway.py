@@ -308,9 +308,9 @@ class Gateway:
         """The residual SQL in DuckDB, started as the statement's form says (``answers.DuckAnswer``)."""
         system = None
         if plan.system_tables:
-            def partition_rows() -> list[tuple[Any, ...]]:
-                rows = local_partition_rows(self.source, self.capabilities)
-                return self._grants.partition_rows(rows, catalog) if restricted(stmt.principal) else rows
+            def partition_rows() -> list[tuple[Any, ...]]:  # a user's own stores only, never probing another's
+                return local_partition_rows(self.source, self.capabilities,
+                                            catalog if restricted(stmt.principal) else None)
 
             def system(lease: Any) -> None:
                 register_system_tables(lease, plan.system_tables, catalog, stmt.context, stmt.settings,

@@ -8,7 +8,7 @@ and ``pg_catalog``, DESCRIBE, SHOW TABLES, EXPLAIN, ``system.stores``) only
 ever sees that catalog. A forbidden name and a name that does not exist take
 the same path (filter, plan, UNKNOWN_STORE) and do the same work: neither
 touches a store. ``system.partitions`` rows come from the sources, so they
-are filtered to the user's stores here; the system schema itself needs the
+are asked for the user's stores only; the system schema itself needs the
 ``system`` grant.
 
 A principal with every grant (the single ``--token``, a server without
@@ -112,8 +112,3 @@ class Grants:
             if key.startswith("system."):
                 raise ForbiddenError(f"permission denied for schema system: user {principal.name!r} may not read "
                                      f"{key} (it needs the 'system' grant)")
-
-    @staticmethod
-    def partition_rows(rows: Iterable[tuple[Any, ...]], catalog: Mapping[str, StoreSpec]) -> list[tuple[Any, ...]]:
-        """``system.partitions`` rows (host, store, …) of the stores in ``catalog`` only."""
-        return [r for r in rows if r[1] in catalog]

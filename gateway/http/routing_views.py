@@ -54,10 +54,10 @@ def register_routing_views(app: Flask, gateway: Any, access: AccessContext | Non
     @app.get("/v1/partitions")
     def partitions() -> Response:
         src = local_of(gateway.source)
-        view = local_view(gateway.source)
-        readable = gateway.catalog_for(g.principal)
+        principal = g.principal
+        view = local_view(gateway.source, gateway.catalog_for(principal) if principal is not None else None)
         body = {"host": host_of(gateway.source), "state": src.state.value,
-                "partitions": [i.to_json() for i in view if i.store in readable]}
+                "partitions": [i.to_json() for i in view]}
         return Response(dumps(body), mimetype=JSON)
 
     @app.post("/v1/iq")
@@ -101,7 +101,7 @@ def _answer(gateway: Any, req: Any) -> list[dict[str, Any]]:
         if isinstance(exc.__cause__, KeyTypeError):  # a key of another type than the store's: the peer's fault
             raise BadRequest(f"POST /v1/iq: {exc.__cause__}") from None
         raise
-    infos = local_view(gateway.source)
+    infos = local_view(gateway.source, (req.store_name,))
     roles = {i.partition: i.role for i in infos if i.store == req.store_name}
     answers = []
     for p, qr in answer.partition_results.items():

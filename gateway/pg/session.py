@@ -241,6 +241,7 @@ class Session:
                     header = None
                     count += 1
                 answer.rows = []
+                answer.count = count  # what the audit line counts
                 self._check_size(answer, self.out.written - began)
                 if self.sock is not None and len(self.out.buf) >= _FLUSH_BYTES:
                     self.out.flush(self.sock)
