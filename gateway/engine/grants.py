@@ -89,13 +89,13 @@ class Grants:
 
     def config(self, principal: Principal | None, base: GatewayConfig) -> GatewayConfig:
         """``base`` with the principal's limits as ceilings (a user's limit never raises the server's)."""
-        if principal is None or not principal.limits.as_dict():
+        if principal is None:
             return base
-        key = (id(base), principal.limits)
+        key = (id(base), principal.limits)  # one dict lookup per statement: Limits are frozen values
         cfg = self._configs.get(key)
         if cfg is None:
             tightened = principal.limits.tighten({n: getattr(base, n) for n in _SETTINGS})
-            cfg = GatewayConfig.of(base, **tightened)
+            cfg = GatewayConfig.of(base, **tightened) if principal.limits.as_dict() else base
             with self._lock:
                 if len(self._configs) >= _MAX_VIEWS:
                     self._configs.clear()
