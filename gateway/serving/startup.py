@@ -138,10 +138,9 @@ def _run(host: Host, opts: ServeOptions, ready: Callable[[Server], None] | None,
                              on_crash=publisher.notify, peer_token=opts.access.peer_token)
     bound_host, bound_port = http.getsockname()[:2]
     url = f"{opts.http.scheme}://{bound_host}:{bound_port}"
-    unhook = lambda: None  # noqa: E731
+    unhook = _forward_sighup(procs)  # before any child exists: a SIGHUP must never end the supervisor
     try:
         procs.start()
-        unhook = _forward_sighup(procs)
         print(f"iqgate: serving {host.describe()} on {url} ({n} serving process{'es' if n > 1 else ''}: pids "
               f"{procs.pids}; this one, pid {os.getpid()}, supervises)", file=sys.stderr, flush=True)
         if pg is not None:
