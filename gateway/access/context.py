@@ -28,7 +28,7 @@ from iqgate_client.errors import TooManyStatements, Unauthorized
 from .admission import Admission, Ticket
 from .audit import AuditLog
 from .principal import Principal
-from .users import Users
+from .users import SINGLE_TOKEN_USER, Users
 
 __all__ = ["AccessContext", "AuditedStatement", "error_code"]
 
@@ -93,6 +93,8 @@ class AccessContext:
         self.users = users
         self.audit = audit
         self.admission = admission
+        # without a users file every caller has every grant: one Principal per name, made once (the hot path)
+        self._everyone: dict[str | None, Principal] = {}
 
     @classmethod
     def of_token(cls, token: str | None) -> AccessContext:
@@ -112,7 +114,7 @@ class AccessContext:
         """The user an ``Authorization: Bearer <token>`` header names, or Unauthorized (audited as a failed login)."""
         users = self.users
         if not users.requires_auth:
-            return users.authenticate_token(None)  # type: ignore[return-value] - everyone, every grant
+            return self._unrestricted(None)
         if not header:
             self.login_failed(None, face, client, "no Authorization header")
             raise Unauthorized("this server requires an Authorization: Bearer <token> header")
@@ -125,7 +127,24 @@ class AccessContext:
         if principal is None:
             self.login_failed(users.token_owner(given), face, client, "the bearer token is not valid")
             raise Unauthorized("the bearer token is not valid")
-        return principal
+        return principal if users.mode == "file" else self._unrestricted(None)
+
+    def principal(self, name: str) -> Principal | None:
+        """The user called ``name`` as of now (a users file is re-read when it changed), or None."""
+        if self.users.mode == "file":
+            return self.users.principal(name)
+        return self._unrestricted(name)
+
+    def _unrestricted(self, name: str | None) -> Principal:
+        found = self._everyone.get(name)
+        if found is None:
+            found = self.users.authenticate_token(None) if name is None and not self.users.requires_auth else (
+                self.users.principal(name or SINGLE_TOKEN_USER))
+            assert found is not None
+            if len(self._everyone) > 1024:
+                self._everyone.clear()
+            self._everyone[name] = found
+        return found
 
     def login_failed(self, user: str | None, face: str, client: str | None, reason: str) -> None:
         if self.audit is not None:

@@ -94,7 +94,7 @@ class Session:
         """The user as of now (a grant revoked in the users file counts from the next statement); None: open."""
         if self.access is None:
             return None
-        found = self.access.users.principal(self.user)
+        found = self.access.principal(self.user)
         if found is None:
             raise Unauthorized(f'user "{self.user}" no longer exists on this server; connect as another user')
         return found

@@ -228,3 +228,22 @@ def test_limits_tighten_each_statement_budget(tmp_path: Any, team: Team, team_gw
     # the point lane obeys the user's row ceiling as the general way does
     users(path, "limit", "--user", "erin", "max_rows=none", "max_response_bytes=1024")
     assert team_gw.config_for(Users.load(path).principal("erin")).max_response_bytes == 1024
+
+
+def test_a_users_memory_ceiling_is_their_statements_budget() -> None:
+    """``max_memory_bytes`` is each statement's watch (the growth the guard allows it), never above the server's."""
+    from gateway.engine.errors import OutOfMemoryError
+    from gateway.engine.guards import Guards
+
+    guards = Guards(100 * 2**20)
+    mine, higher, default = (guards.watch(1000, None, 10 * 2**20), guards.watch(1000, None, 10**12),
+                             guards.watch(1000, None))
+    try:
+        assert (mine.memory_bytes, higher.memory_bytes, default.memory_bytes) == (10 * 2**20, 100 * 2**20,
+                                                                                  100 * 2**20)
+        mine.trip("memory")
+        err = mine.error()
+        assert isinstance(err, OutOfMemoryError) and "budget of 10 MB" in str(err)
+    finally:
+        for w in (mine, higher, default):
+            w.close()
