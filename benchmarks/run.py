@@ -27,6 +27,7 @@ MODULES = (
     "benchmarks.bench_stores",
     "benchmarks.bench_planner",
     "benchmarks.bench_access",
+    "benchmarks.bench_grants",
     "benchmarks.bench_gateway",
     "benchmarks.bench_live",
     "benchmarks.bench_pg",

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from .admission import Admission, Ticket, TooManyStatements
 from .audit import AuditLog, mask_literals
+from .context import AccessContext, AuditedStatement
 from .principal import LIMIT_NAMES, SYSTEM_GRANT, Limits, Principal
 from .scram import ScramExchange, ScramMalformed, ScramRejected, ScramVerifier
 from .users import ANONYMOUS, SINGLE_TOKEN_USER, Users
 from .users_file import UsersFileError
 
 __all__ = [
-    "Admission", "Ticket", "TooManyStatements", "AuditLog", "mask_literals", "LIMIT_NAMES", "SYSTEM_GRANT",
+    "AccessContext", "AuditedStatement", "Admission", "Ticket", "TooManyStatements", "AuditLog", "mask_literals", "LIMIT_NAMES", "SYSTEM_GRANT",
     "Limits", "Principal", "ScramExchange", "ScramMalformed", "ScramRejected", "ScramVerifier", "ANONYMOUS",
     "SINGLE_TOKEN_USER", "Users", "UsersFileError",
 ]

@@ -87,6 +87,9 @@ class Users:
         self._failed_signature: tuple[int, ...] | None = None
         self.last_error: str | None = None
         self._state: _State | None = None
+        # immutable: made once, not per request (the single token's and no authentication's one user)
+        self._anonymous = Principal.all_grants(ANONYMOUS)
+        self._token_user = Principal.all_grants(SINGLE_TOKEN_USER)
         if self.path is not None:
             self._state = self._read()
 
@@ -167,12 +170,12 @@ class Users:
     def authenticate_token(self, token: str | None) -> Principal | None:
         """The user a bearer token belongs to, or None; the same cost for an unknown and a wrong token."""
         if self.mode == "anonymous":
-            return Principal.all_grants(ANONYMOUS)
+            return self._anonymous
         if not token:
             return None
         if self._token is not None:
             ok = hmac.compare_digest(token.encode("utf-8", "surrogatepass"), self._token.encode())
-            return Principal.all_grants(SINGLE_TOKEN_USER) if ok else None
+            return self._token_user if ok else None
         state = self._current()
         assert state is not None
         key = hmac.new(self._key, token.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()

@@ -128,11 +128,17 @@ def _examples(args: argparse.Namespace, host: Any, log: Any, orders: list[Any], 
     token = host_token(args)
     if token:
         headers["Authorization"] = f"Bearer {token}"
+    users = getattr(args, "users_file", None)
+    if users:
+        _say(f"  every user of {users} asks with their own token (`iqgate users --file {users} list`); the example "
+             "statements follow without their answers\n")
     for title, sql in example_queries(orders):
         print(f"-- {title}\n{sql};", flush=True)
-        req = urllib.request.Request(server.url + "/v1/sql", data=json.dumps({"sql": sql}).encode(), headers=headers)
-        with _ready_answer(req) as resp:
-            print_result(json.loads(resp.read()), "table", sys.stdout)
+        if not users:
+            req = urllib.request.Request(server.url + "/v1/sql", data=json.dumps({"sql": sql}).encode(),
+                                         headers=headers)
+            with _ready_answer(req, _own_tls(args)) as resp:
+                print_result(json.loads(resp.read()), "table", sys.stdout)
         print(flush=True)
     sample = example_queries(orders)[0][1].replace("'", "'\\''")
     print(f"Try it over HTTP:\n  curl -s {server.url}/v1/sql -H 'Content-Type: application/json' "
@@ -152,7 +158,19 @@ def host_token(args: argparse.Namespace) -> str | None:
     return config_kwargs(args).get("auth_token")
 
 
-def _ready_answer(req: Any) -> Any:
+def _own_tls(args: argparse.Namespace) -> Any:
+    """How the demo trusts its own HTTPS port: the certificate it was given (the server is this machine)."""
+    cert = getattr(args, "tls_cert", None)
+    if not cert:
+        return None
+    import ssl
+
+    ctx = ssl.create_default_context(cafile=cert)
+    ctx.check_hostname = False  # asking 127.0.0.1, whatever name the certificate carries
+    return ctx
+
+
+def _ready_answer(req: Any, context: Any = None) -> Any:
     """The server's answer once its serving processes accept (they start beside Spark: seconds at most)."""
     import urllib.error
     import urllib.request
@@ -160,7 +178,7 @@ def _ready_answer(req: Any) -> Any:
     deadline = time.monotonic() + 60
     while True:
         try:
-            return urllib.request.urlopen(req, timeout=30)
+            return urllib.request.urlopen(req, timeout=30, context=context)
         except urllib.error.URLError as exc:
             if isinstance(exc, urllib.error.HTTPError) or time.monotonic() > deadline:
                 raise

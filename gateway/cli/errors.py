@@ -23,6 +23,7 @@ MISSING_PACKAGES = {
 
 def describe(exc: BaseException) -> tuple[int, str, bool]:
     """``(exit code, the message, whether it is a bug)`` for ``exc``."""
+    from stores.app.writer_lock import WriterLockError
     from stores.log.broker import BrokerError
     from stores.log.kafka import KafkaError
 
@@ -39,7 +40,7 @@ def describe(exc: BaseException) -> tuple[int, str, bool]:
         where = f" at line {exc.line}, column {exc.col}" if exc.line is not None else ""
         code = 1 if exc.retryable or exc.http_status >= 500 else 2
         return code, f"iqgate: {exc.code}{where}: {exc.message}", False
-    if isinstance(exc, PipelineError | ServerStartError | HostStartError | BrokerError | KafkaError):
+    if isinstance(exc, PipelineError | ServerStartError | HostStartError | BrokerError | KafkaError | WriterLockError):
         return 1, _iqgate(str(exc)), False
     if isinstance(exc, ModuleNotFoundError) and exc.name:
         top = exc.name.split(".")[0]

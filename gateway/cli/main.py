@@ -1,4 +1,4 @@
-"""``iqgate``: serve | replica | sql | explain | produce | upgrade | demo.
+"""``iqgate``: serve | replica | sql | explain | produce | upgrade | users | demo.
 
 No command ends in a traceback (issue 45): every error is one or two lines
 on stderr saying what went wrong and what to do, and the exit code says
@@ -37,12 +37,20 @@ def build_parser() -> argparse.ArgumentParser:
     add_sql_parsers(sub)
     add_produce_parser(sub)
     add_upgrade_parser(sub)
+    sub.add_parser("users", add_help=False, help="edit a users file: add, remove, grant, revoke, password, token, "
+                   "limit, list (`iqgate users --help`)")
     add_demo_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)  # a usage error: argparse's message and exit 2
+    words = list(sys.argv[1:] if argv is None else argv)
+    at = 1 if words[:1] == ["--debug"] else 0
+    if words[at:at + 1] == ["users"]:  # its own parser and messages (gateway.access.users_cmd)
+        from ..access.users_cmd import main as users_main
+
+        return users_main(words[at + 1:])
+    args = build_parser().parse_args(words)  # a usage error: argparse's message and exit 2
     from ..serving.stopping import reset_stop
 
     reset_stop()

@@ -1,4 +1,4 @@
-"""The server's command-line options, shared by ``iqgate serve`` and ``iqgate demo``: limits, auth, sizes.
+"""The server's command-line options, shared by ``iqgate serve``, ``replica`` and ``demo``: limits, auth, sizes.
 
 One parser of numbers and sizes, so a bad value is a usage error (exit 2)
 with the flag named, never a traceback; one place that turns the flags into
@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.config import GatewayConfig
-from ..serving.options import FlightOptions, HttpOptions, PgOptions, RoutingOptions, ServeOptions
+from ..serving.options import AccessOptions, FlightOptions, HttpOptions, PgOptions, RoutingOptions, ServeOptions
 
 __all__ = ["server_args", "pg_args", "config_from_args", "positive_int", "non_negative_int", "byte_size",
-           "serve_options", "kafka_args", "kafka_options", "routing_args", "routing_options", "UsageError"]
+           "serve_options", "kafka_args", "kafka_options", "routing_args", "routing_options", "UsageError",
+           "access_options", "tls_files"]
 
 
 class UsageError(Exception):
@@ -105,6 +106,15 @@ def server_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token", help="require Authorization: Bearer TOKEN (visible to other users of the machine: "
                                    "prefer --token-file or the IQGATE_TOKEN environment variable)")
     p.add_argument("--token-file", metavar="PATH", help="read the bearer token from this file")
+    p.add_argument("--users-file", metavar="PATH",
+                   help="users, roles and per-store grants (TOML, edited with `iqgate users`; re-read when it "
+                        "changes or on SIGHUP): every face then asks each user for their own token or password. "
+                        "Not with --token")
+    p.add_argument("--audit-log", metavar="PATH",
+                   help="one JSON line per statement and per failed login (rotating; '-' for stdout; with several "
+                        "serving processes each writes PATH.<index>)")
+    p.add_argument("--audit-mask", action="store_true",
+                   help="write statements to the audit log with every literal masked (and without parameters)")
     p.add_argument("--max-memory", type=byte_size, metavar="SIZE",
                    help="every statement's memory budget, e.g. 512MB or 2GB (default: a tenth of the machine's "
                         "memory, at most 4 GB)")
@@ -128,8 +138,9 @@ def pg_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flight-port", type=port_number, help="also speak Arrow Flight SQL on this port (ADBC, pandas, "
                    "polars, JDBC Flight SQL clients; 0: a free port)")
     p.add_argument("--flight-host", default="127.0.0.1", help="bind address of the Flight SQL port (default 127.0.0.1)")
-    p.add_argument("--tls-cert", help="PEM certificate: the PG port accepts TLS (SSLRequest) with it, and the Flight SQL "
-                   "port speaks only TLS (grpc+tls://)")
+    p.add_argument("--tls-cert", help="PEM certificate: the HTTP port speaks HTTPS with it (the query page too), the "
+                                      "PG port accepts TLS (SSLRequest), and the Flight SQL port speaks only TLS "
+                                      "(grpc+tls://)")
     p.add_argument("--tls-key", help="PEM private key of --tls-cert")
 
 
@@ -151,7 +162,13 @@ def _token(args: argparse.Namespace) -> str | None:
 
 
 def config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {"auth_token": _token(args), "max_rows": args.max_rows,
+    token = _token(args)
+    if getattr(args, "users_file", None) and token:
+        where = ("--token-file" if args.token_file else "--token" if args.token and not os.environ.get("IQGATE_TOKEN")
+                 else "IQGATE_TOKEN")
+        raise UsageError(f"--users-file and {where} do not go together: with a users file every user has their own "
+                         "token (`iqgate users --file PATH add NAME`); drop the single token")
+    out: dict[str, Any] = {"auth_token": token, "max_rows": args.max_rows,
                            "statement_timeout_ms": args.statement_timeout_ms, "table_scans": not args.no_table_scans}
     if args.max_memory is not None:
         out["max_memory_bytes"] = args.max_memory
@@ -192,6 +209,10 @@ def routing_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heartbeat-topic", action="store_true",
                    help="also find peers through the topic <application_id>-iqgate-heartbeats on the log (Kafka or "
                         "the event log): every server publishes its URL there")
+    p.add_argument("--peer-token-file", metavar="PATH",
+                   help="with --users-file: the token this server presents to its peers (a user of the peers' users "
+                        "file, granted '*' and 'system'); also $IQGATE_PEER_TOKEN. Without a users file the server's "
+                        "--token is its credential")
 
 
 def routing_options(args: argparse.Namespace, *, always: bool = False) -> RoutingOptions | None:
@@ -206,31 +227,65 @@ def routing_options(args: argparse.Namespace, *, always: bool = False) -> Routin
     return opts if opts.wanted else None
 
 
-def _check_tls(args: argparse.Namespace) -> None:
-    """--tls-cert and --tls-key: both or neither, for a port that speaks TLS, and loadable (before anything starts)."""
+def tls_files(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """``--tls-cert``/``--tls-key``, both or neither, loaded once here so a bad pair is a usage error."""
     cert, key = getattr(args, "tls_cert", None), getattr(args, "tls_key", None)
-    if not cert and not key:
-        return
-    if getattr(args, "pg_port", None) is None and getattr(args, "flight_port", None) is None:
-        raise UsageError("--tls-cert/--tls-key secure the PG and Flight SQL ports; add --pg-port or --flight-port")
     if bool(cert) != bool(key):
         raise UsageError("TLS needs both --tls-cert and --tls-key")
-    import ssl
+    if cert:
+        from ..serving.tls_channel import tls_context
 
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    try:
-        ctx.load_cert_chain(cert, key)
-    except (OSError, ssl.SSLError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise UsageError(f"cannot load the TLS certificate --tls-cert {cert} with --tls-key {key}: {reason}") from None
+        try:
+            tls_context(cert, key)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    return cert, key
 
 
 def pg_options(args: argparse.Namespace) -> PgOptions | None:
-    _check_tls(args)
     if getattr(args, "pg_port", None) is None:
         return None
+    if getattr(args, "users_file", None) and args.pg_auth == "md5":
+        raise UsageError("--pg-auth md5 needs the password itself, which a users file never stores (only SCRAM "
+                         "verifiers): use scram-sha-256 (the default), or password over TLS")
+    cert, key = tls_files(args)
     return PgOptions(host=args.pg_host, port=args.pg_port, auth=args.pg_auth, max_connections=args.pg_max_connections,
-                     tls_cert=args.tls_cert, tls_key=args.tls_key)
+                     tls_cert=cert, tls_key=key)
+
+
+def _peer_token(args: argparse.Namespace) -> str | None:
+    path = getattr(args, "peer_token_file", None)
+    if path:
+        try:
+            token = Path(path).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise UsageError(f"cannot read --peer-token-file {path}: {exc.strerror}") from None
+        if not token:
+            raise UsageError(f"--peer-token-file {path} is empty")
+        return token
+    return os.environ.get("IQGATE_PEER_TOKEN") or None
+
+
+def access_options(args: argparse.Namespace, routing: RoutingOptions | None) -> AccessOptions:
+    """``--users-file``, ``--audit-log``, ``--audit-mask`` and the peer credential, checked."""
+    users = getattr(args, "users_file", None)
+    peer = _peer_token(args)
+    if users:
+        from ..access import Users, UsersFileError
+
+        try:
+            Users.load(users)
+        except UsersFileError as exc:
+            raise UsageError(f"--users-file: {exc}") from None
+        if routing is not None and (routing.peers or routing.heartbeat_topic) and not peer:
+            raise UsageError("with --users-file, peers need this server's own credential: give --peer-token-file "
+                             "PATH (or $IQGATE_PEER_TOKEN), the token of a user of the peers' users file granted "
+                             "'*' and 'system'")
+    elif peer and getattr(args, "peer_token_file", None):
+        raise UsageError("--peer-token-file goes with --users-file (without one, the server's --token is its "
+                         "credential towards its peers)")
+    return AccessOptions(users_file=users, audit_log=getattr(args, "audit_log", None),
+                         audit_mask=bool(getattr(args, "audit_mask", False)), peer_token=peer if users else None)
 
 
 def flight_options(args: argparse.Namespace) -> FlightOptions | None:
@@ -249,6 +304,10 @@ def flight_options(args: argparse.Namespace) -> FlightOptions | None:
 
 def serve_options(args: argparse.Namespace, *, workers: int, routing: RoutingOptions | None = None) -> ServeOptions:
     """The typed options of ``serve``, ``demo`` and ``replica`` (every bad flag a UsageError naming it)."""
-    return ServeOptions(http=HttpOptions(host=args.host, port=args.port, threads=args.threads), workers=workers,
-                        pin_cpus=not getattr(args, "no_pin_cpus", False), config=config_from_args(args),
-                        pg=pg_options(args), flight=flight_options(args), routing=routing)
+    cert, key = tls_files(args)
+    return ServeOptions(http=HttpOptions(host=args.host, port=args.port, threads=args.threads, tls_cert=cert,
+                                         tls_key=key),
+                        workers=workers, pin_cpus=not getattr(args, "no_pin_cpus", False),
+                        config=config_from_args(args), pg=pg_options(args), flight=flight_options(args),
+                        routing=routing,
+                        access=access_options(args, routing))

@@ -13,8 +13,6 @@ behind the statement's position bound, over ``--max-lag``, or
 from __future__ import annotations
 
 import argparse
-import fcntl
-import os
 from pathlib import Path
 from typing import Any
 
@@ -48,20 +46,9 @@ def parse_partitions(items: list[str]) -> dict[str, list[int]]:
     return out
 
 
-def _lock_state_dir(state_dir: Path) -> int:
-    """One replica per state dir: a second one would write the same files."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(state_dir / "replica.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        raise UsageError(f"iqgate replica: {state_dir} is in use by another replica; give each its own --state-dir")
-    return fd
-
-
 def cmd_replica(args: argparse.Namespace) -> int:
     """Run a replica until stopped: restoring in this process, served by its serving processes."""
+    from stores.app.writer_lock import WriterLock
     from stores.changelog.topics import EventLogChangelog, KafkaChangelog
     from stores.log.eventlog import EventLog
     from stores.replica import Replica
@@ -73,28 +60,28 @@ def cmd_replica(args: argparse.Namespace) -> int:
         raise UsageError("iqgate replica: give --bootstrap-servers (Kafka) or --log DIR (event log), not both")
     options = kafka_options(args)
     opts = serve_options(args, workers=1, routing=routing_options(args, always=True))
-    if args.bootstrap_servers:
-        changelog: Any = KafkaChangelog(args.bootstrap_servers, options or None)
-        source = {"kafka": args.bootstrap_servers} if not options else None
-        log_where = {"kafka": args.bootstrap_servers, "options": options}
-    else:
-        log_dir = Path(args.log or "data/log")
-        if not (log_dir / "topics").is_dir():
-            raise UsageError(f"iqgate replica: {log_dir} is not an event log (no topics/ in it); give --log DIR "
-                             "or --bootstrap-servers")
-        changelog = EventLogChangelog(EventLog(log_dir))
-        source = {"eventlog": str(log_dir.resolve())}
-        log_where = dict(source)
+    log_dir = Path(args.log or "data/log")
+    if not args.bootstrap_servers and not (log_dir / "topics").is_dir():
+        raise UsageError(f"iqgate replica: {log_dir} is not an event log (no topics/ in it); give --log DIR "
+                         "or --bootstrap-servers")
     state_dir = Path(args.state_dir or f"data/replica-{args.port}")
-    lock = _lock_state_dir(state_dir)
+    lock = WriterLock(state_dir, "replica").acquire()  # one writer per state dir, before anything touches it
     try:
+        if args.bootstrap_servers:
+            changelog: Any = KafkaChangelog(args.bootstrap_servers, options or None)
+            source = {"kafka": args.bootstrap_servers} if not options else None
+            log_where = {"kafka": args.bootstrap_servers, "options": options}
+        else:
+            changelog = EventLogChangelog(EventLog(log_dir))
+            source = {"eventlog": str(log_dir.resolve())}
+            log_where = dict(source)
         stores = [s.strip() for s in args.stores.split(",") if s.strip()] if args.stores else None
         replica = Replica(changelog, args.application_id, state_dir, stores=stores,
                           partitions=parse_partitions(args.partitions), source=source)
         host = ReplicaHost(replica, changelog)
         return run_server(host, opts, log=log_where, application_id=args.application_id)
     finally:
-        os.close(lock)
+        lock.release()
 
 
 def add_replica_parser(sub: Any) -> None:

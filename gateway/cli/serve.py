@@ -67,13 +67,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
         say_open_files_limit()
         host: Any = ReadOnlyHost(state_dir)
         return run_server(host, opts)
+    from stores.app.writer_lock import StateDirLocked, lock_holder
+
     from ..serving.hosting import load_pipeline, pipeline_source, source_location
 
+    base = Path(args.data_dir)
+    state_dir = Path(args.state_dir or base / "state")
+    holder = lock_holder(state_dir)  # refused at once, before anything loads (run_server takes the lock itself)
+    if holder is not None:
+        raise StateDirLocked(state_dir, holder)
     say_open_files_limit()
     module = load_pipeline(args.pipeline)
-    base = Path(args.data_dir)
     log = pipeline_source(module, args.bootstrap_servers, kafka_options(args), args.log_dir or base / "log")
-    host = PipelineHost(module, log, Path(args.state_dir or base / "state"), master=args.master,
+    host = PipelineHost(module, log, state_dir, master=args.master,
                         rebuild_from_available=args.rebuild_from_available)
     return run_server(host, opts, ready=lambda _server: _after_start(host), log=source_location(log),
                       application_id=module.APPLICATION_ID)

@@ -9,6 +9,10 @@ files of removed stores (never done silently), then the pipeline runs until
 every changed store has been rebuilt and swapped in and every store has
 caught up, and exits. ``iqgate serve`` prints the same plan at start and
 carries it out while serving.
+
+Carrying a plan out writes the state directory, so it takes the directory's
+writer lock first (a running ``serve`` of it refuses the upgrade at once,
+naming itself); ``--dry-run`` only reads, and runs beside a server.
 """
 
 from __future__ import annotations
@@ -49,14 +53,25 @@ def _check_sources(plan: Any, source: Any, allow_partial: bool) -> Any:
 
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
+    from stores.app.writer_lock import WriterLock
+
+    base = Path(args.data_dir)
+    state_dir = Path(args.state_dir or base / "state")
+    lock = None if args.dry_run else WriterLock(state_dir, "upgrade").acquire()  # before anything else
+    try:
+        return _upgrade(args, base, state_dir)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _upgrade(args: argparse.Namespace, base: Path, state_dir: Path) -> int:
     from stores.app.upgrade import drop_removed, plan_upgrade
 
     from ..serving.hosting import build_topology, load_pipeline, pipeline_source, spark_session, start_pipeline
 
     module = load_pipeline(args.pipeline)
-    base = Path(args.data_dir)
     log = pipeline_source(module, args.bootstrap_servers, kafka_options(args), args.log_dir or base / "log")
-    state_dir = Path(args.state_dir or base / "state")
     spark = spark_session(args.master)
     for topic, partitions in module.TOPICS.items():
         if not log.has_topic(topic):

@@ -184,6 +184,11 @@ class DuckAnswer:
     def cursor(self) -> duckdb.DuckDBPyConnection:
         return self._lease.cursor
 
+    @property
+    def seen(self) -> int:
+        """Rows handed out so far (an audit line's count once the answer ended)."""
+        return self._seen
+
     def _execute_rows(self) -> None:
         cur = self._lease.cursor
         try:

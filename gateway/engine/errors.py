@@ -45,6 +45,7 @@ from iqgate_client.errors import (
     StreamsRebalancingError,
     StreamsStoppedError,
     SubscriptionError,
+    TooManyStatements,
     Unauthorized,
     UnknownStoreError,
     UnknownTopicError,
@@ -65,7 +66,7 @@ __all__ = [
     "OutOfMemoryError", "ResponseTooLarge",
     "RequestTooLarge", "Unauthorized", "BadRequest", "NotAcceptable", "RouteNotFound",
     "MethodNotAllowed", "GatewayInternalError", "error_class_for_code", "translate", "ColumnNotYetAvailableError",
-    "SubscriptionError", "StreamRequired",
+    "SubscriptionError", "StreamRequired", "TooManyStatements",
 ]
 
 

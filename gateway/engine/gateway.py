@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -40,6 +40,7 @@ from .config import GatewayConfig, Session
 from .describe import shape_columns
 from .duck import DuckPool, row_limit_error
 from .errors import BadRequest, GatewayInternalError, StateStoreMigratedError, StreamRequired, translate
+from .grants import CALLER, Grants, restricted
 from .guards import Guards, StatementWatch
 from .outcomes import PartitionOutcome
 from .partitions import local_partition_rows
@@ -52,6 +53,9 @@ from .sources import Capabilities, Source
 from .statement import Budget, Form, Statement, bound_from
 from .system_tables import register_system_tables, store_rows
 from .upgrading import not_yet_available
+
+if TYPE_CHECKING:
+    from ..access.principal import Principal
 
 __all__ = ["Gateway", "Session"]
 
@@ -82,6 +86,7 @@ class Gateway:
         self._waiters = threading.BoundedSemaphore(self.config.max_waiters)
         self._outcomes: dict[tuple[str, int], PartitionOutcome] = {}  # the point lane's, per store partition
         self._row_makers: dict[Any, Any] = {}  # the point lane's, per lane (lanes hash by identity)
+        self._grants = Grants()  # users' views of the catalog and their limits (grants.py)
         self._owns_source = False
         self._live: Any = None  # live answers (live/service.py), made on the first subscription
         self._live_lock = threading.Lock()
@@ -107,6 +112,14 @@ class Gateway:
             mapped = translate(exc)
             raise (mapped or GatewayInternalError(f"cannot read the store catalog: {exc}")) from exc
 
+    def catalog_for(self, principal: Principal | None) -> Mapping[str, StoreSpec]:
+        """The catalog as ``principal`` sees it: the stores they may read (all of them for None)."""
+        return self._grants.catalog(principal, self.catalog())
+
+    def config_for(self, principal: Principal | None) -> GatewayConfig:
+        """The server's limits with ``principal``'s as ceilings (what a face's response budget is for them)."""
+        return self._grants.config(principal, self.config)
+
     def session(self, **settings: Any) -> Session:
         """Per-connection SET settings; pass it as ``session=`` (or call ``session.sql``)."""
         s = Session(self)
@@ -114,20 +127,22 @@ class Gateway:
             s.set(name, value)
         return s
 
-    def explain(self, text: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> str:
-        plan = self._plan(text, params, self._settings(None))
+    def explain(self, text: str, params: Sequence[Any] | Mapping[str, Any] | None = None, *,
+                principal: Principal | None = None) -> str:
+        plan = self._plan(text, params, self._settings(None), self.catalog_for(principal))
         if plan.kind is StatementKind.EXPLAIN:
             return plan.explain or ""
         return planner.explain_text(plan)
 
-    def store_positions(self) -> dict[str, dict[int, Position | None]]:
+    def store_positions(self, principal: Principal | None = None) -> dict[str, dict[int, Position | None]]:
         """Per store partition, the position it has reached, or None where the partition cannot say.
 
         Asked through IQv2 itself (a point lookup of a key that need not
-        exist), so it works for any source without a side channel.
+        exist), so it works for any source without a side channel. Only the
+        stores ``principal`` may read (every store for None).
         """
         out: dict[str, dict[int, Position | None]] = {}
-        for name, spec in self.catalog().items():
+        for name, spec in self.catalog_for(principal).items():
             parts: dict[int, Position | None] = {p: None for p in range(spec.partitions)}
             try:
                 answer = self.source.query(StateQueryRequest.in_store(name).with_query(probe_query(spec)))
@@ -174,6 +189,7 @@ class Gateway:
         cancelled: Callable[[], bool] | None = None,
         context: SystemContext | None = None,
         cancel: Cancellation | None = None,
+        principal: Principal | None = None,
     ) -> Result:
         """Run one statement within its budget (time from now, memory, rows, the client still there).
 
@@ -186,6 +202,9 @@ class Gateway:
         it at once (a PG CancelRequest: ``StatementCancelled``). ``context``
         is who asks, as information_schema / pg_catalog and the PostgreSQL
         catalog functions report it (the PG port: schema ``public``).
+        ``principal`` is the user asking (``gateway.access``): the statement
+        sees only the stores they may read (``grants.py``) and runs within
+        their limits; None is a caller with every grant.
         """
         if cancel is not None:
             cancel.check()
@@ -195,9 +214,10 @@ class Gateway:
             form = Form.ARROW if arrow else Form.ROWS if stream else Form.ANY
         stmt = Statement.of(text, params, position, partial=partial, wait_ms=wait_ms, max_rows=max_rows,
                             session=session, settings=settings, form=form, cancelled=cancelled, cancel=cancel,
-                            context=context)
+                            context=context, principal=principal)
         activity = self._activity
         slot = activity.begin(text) if activity is not None else None
+        caller = CALLER.set(principal) if principal is not None else None  # a routed source forwards in its name
         try:
             result = None
             if takes_point_lane(stmt):  # before the statement watch: the lane never waits
@@ -205,6 +225,8 @@ class Gateway:
             if result is None:
                 result = self._run(stmt)
         finally:
+            if caller is not None:
+                CALLER.reset(caller)
             if slot is not None and (result is None or not result.streaming):
                 activity.end(slot)
         if slot is not None and result.streaming:  # it runs on while it is read: ended with its answer
@@ -212,21 +234,21 @@ class Gateway:
         return result
 
     def _run(self, stmt: Statement) -> Result:
-        budget = stmt.budget(self.config)
-        watch = self._guards.watch(budget.timeout_ms, stmt.cancelled)
+        budget = stmt.budget(self._grants.config(stmt.principal, self.config))
+        watch = self._guards.watch(budget.timeout_ms, stmt.cancelled, budget.memory_bytes)
         if stmt.cancel is not None:
             watch.why_cancelled = "canceling statement due to user request"
             stmt.cancel.on_cancel(lambda: watch.trip("cancelled"))
         handed_over = False
         try:
             for attempt in range(_REPLANS + 1):
-                catalog = self.catalog()
+                catalog = self.catalog_for(stmt.principal)  # the user's: a store they may not read does not exist
                 try:
                     result = self._statement(stmt, budget, catalog, watch)
                 except (StoreShapeMoved, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
                     # planned on a catalog a store's swap to a rebuilt generation has replaced since: plan again.
                     # Arrow's errors: a column whose type changed, read on the row path, fails to convert
-                    if self.catalog() == catalog:  # the same catalog read other columns: not a swap
+                    if self.catalog_for(stmt.principal) == catalog:  # the same catalog read other columns: no swap
                         if not isinstance(exc, StoreShapeMoved):
                             raise
                         raise GatewayInternalError(str(exc)) from exc
@@ -247,6 +269,8 @@ class Gateway:
         """One statement on one catalog (``_run`` plans it again when a store changed shape under it)."""
         plan = self._plan(stmt.text, stmt.params, stmt.settings, catalog, watch)
         watch.check("planning the statement")
+        if plan.system_tables and restricted(stmt.principal):
+            self._grants.check_system(stmt.principal, plan.system_tables)
         kind = plan.kind
         if kind is StatementKind.SET:
             return statements.set_result(plan, stmt.session, dict(stmt.settings), self._pool)
@@ -295,10 +319,13 @@ class Gateway:
         """The residual SQL in DuckDB, started as the statement's form says (``answers.DuckAnswer``)."""
         system = None
         if plan.system_tables:
+            def partition_rows() -> list[tuple[Any, ...]]:  # a user's own stores only, never probing another's
+                return local_partition_rows(self.source, self.capabilities,
+                                            catalog if restricted(stmt.principal) else None)
+
             def system(lease: Any) -> None:
                 register_system_tables(lease, plan.system_tables, catalog, stmt.context, stmt.settings,
-                                       lambda: local_partition_rows(self.source, self.capabilities),
-                                       lambda: store_rows(self.capabilities, catalog))
+                                       partition_rows, lambda: store_rows(self.capabilities, catalog))
         cfg = self.config
         answer = DuckAnswer(self._pool, plan.long_chains, plan.residual_sql or "", reads, watch, budget.max_rows,
                             cfg.scan_batch_rows, cfg.ndjson_batch_rows, system)
@@ -324,7 +351,8 @@ class Gateway:
     def subscribe(self, text: str, params: Sequence[Any] | Mapping[str, Any] | None = None,
                   position: Position | Mapping[str, Any] | str | None = None, *,
                   session: Session | Mapping[str, Any] | None = None,
-                  resume: Position | Mapping[str, Any] | str | None = None) -> Any:
+                  resume: Position | Mapping[str, Any] | str | None = None,
+                  principal: Principal | None = None) -> Any:
         """A live answer (``SUBSCRIBE …`` or ``SELECT … EMIT CHANGES``): a ``live.Subscription`` to iterate.
 
         First the snapshot (``insert`` messages: the answer the same SELECT gives at one Position), then every
@@ -334,9 +362,10 @@ class Gateway:
         end's ``resume_from``): the changes exactly after it follow, without a snapshot. It runs until closed,
         or ends with ``SubscriptionError`` saying why and where to resume (the server's limit of concurrent
         subscriptions, too slow a reader, a resume point older than the changelog holds…).
+        ``principal``: the user asking; a store they may not read does not exist for the subscription either.
         """
         settings = self._settings(session)
-        catalog = self.catalog()
+        catalog = self.catalog_for(principal)
         plan = self._plan(text, params, settings, catalog)
         if plan.kind is not StatementKind.SUBSCRIBE or plan.subscription is None:
             raise BadRequest(f"not a live answer ({plan.kind.value}): subscribe to SUBSCRIBE … or SELECT … EMIT "
@@ -345,7 +374,7 @@ class Gateway:
         again = bound_from(resume)
 
         def replan() -> tuple[Any, Mapping[str, StoreSpec]]:
-            now = self.catalog()
+            now = self.catalog_for(principal)
             new = self._plan(text, params, settings, now)
             if new.subscription is None:  # pragma: no cover - the same text plans the same kind
                 raise GatewayInternalError("the subscription no longer plans as one")
@@ -407,6 +436,9 @@ class Gateway:
         lane = self.planner.point_lane(stmt.text, catalog)
         if lane is None:
             return None
+        principal = stmt.principal
+        if principal is not None and not principal.everything and not self._grants.can_read(principal, lane.store):
+            return None  # the general way plans it on the user's catalog: UNKNOWN_STORE, as for any unknown name
         key = lane.key(stmt.params)
         if key is None:
             return None
@@ -423,7 +455,7 @@ class Gateway:
         reached, value, ts = got
         if value is not None and (not isinstance(value, tuple) or len(value) != len(lane.spec.values)):
             return None  # not the shape it was planned on: the general way says so (StoreShapeMoved)
-        limit = self._row_limit(stmt.max_rows)
+        limit = self._row_limit(stmt.max_rows, principal)
         if lane.program is not None:
             columns = self._programs.columns(lane.program)
             if columns is None:  # DuckDB has not taught this program's columns yet: the general way answers
@@ -446,8 +478,8 @@ class Gateway:
         return Result.in_hand(list(columns), rows, reached, [self._outcome(lane.store, partition, reached)],
                               pool=self._pool, route=_POINT_LANE)
 
-    def _row_limit(self, max_rows: int | None) -> int:
-        cfg = self.config
+    def _row_limit(self, max_rows: int | None, principal: Principal | None = None) -> int:
+        cfg = self._grants.config(principal, self.config) if principal is not None else self.config
         return min(cfg.max_rows, max_rows if max_rows is not None else cfg.max_rows)
 
     def _outcome(self, store: str, partition: int, reached: Position) -> PartitionOutcome:
@@ -463,14 +495,15 @@ class Gateway:
 
     # -- describing without running -----------------------------------------------------
     def result_columns(self, text: str, *, session: Session | Mapping[str, Any] | None = None,
-                       context: SystemContext | None = None) -> list[tuple[str, str]]:
+                       context: SystemContext | None = None,
+                       principal: Principal | None = None) -> list[tuple[str, str]]:
         """The (name, type) columns ``sql(text, …)`` answers with, without reading a store or binding parameters.
 
         What a PostgreSQL client's Describe of a prepared statement asks
         before it binds anything; ``[]`` for statements without rows (SET).
         """
         settings = self._settings(session)
-        catalog = self.catalog()
+        catalog = self.catalog_for(principal)
         try:
             shape = self.planner.plan_shape(text, catalog)
         except Exception as exc:  # noqa: BLE001 - planner errors become gateway errors
@@ -478,12 +511,14 @@ class Gateway:
             if mapped is None:
                 raise GatewayInternalError(f"planning failed: {type(exc).__name__}: {exc}") from exc
             raise mapped from exc
+        if shape.system_tables and restricted(principal):
+            self._grants.check_system(principal, shape.system_tables)
         return shape_columns(shape, catalog, settings, context, self._pool.cursor)
 
-    def parameter_types(self, text: str) -> dict[int, str]:
+    def parameter_types(self, text: str, *, principal: Principal | None = None) -> dict[int, str]:
         """``{n: type}`` for the ``$n`` parameters whose type the statement decides (``id = $1``: the key's type),
         as PostgreSQL names types: what a PG client's Describe of a prepared statement is told (planner.param_types)."""
-        return planner.parameter_types(text, self.catalog())
+        return planner.parameter_types(text, self.catalog_for(principal))
 
     # -- planning ---------------------------------------------------------------------
     def _settings(self, session: Session | Mapping[str, Any] | None) -> dict[str, Any]:

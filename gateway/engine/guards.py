@@ -40,15 +40,19 @@ class StatementWatch:
     """One statement's budget; ``check()`` raises once it is spent, ``attach`` names what to interrupt."""
 
     __slots__ = ("_guards", "_id", "deadline", "timeout_ms", "cancelled", "start_rss", "reason", "_interrupt",
-                 "why_cancelled")
+                 "why_cancelled", "memory_bytes")
 
-    def __init__(self, guards: Guards, wid: int, timeout_ms: int, cancelled: Callable[[], bool] | None) -> None:
+    def __init__(self, guards: Guards, wid: int, timeout_ms: int, cancelled: Callable[[], bool] | None,
+                 memory_bytes: int | None = None) -> None:
         self._guards = guards
         self._id = wid
         self.timeout_ms = timeout_ms
         self.deadline = time.monotonic() + timeout_ms / 1000
         self.cancelled = cancelled
-        self.start_rss = guards.recent_rss() if guards.memory_bytes else 0
+        # a user's lower ceiling (access limits) applies to this statement only; never above the gateway's
+        self.memory_bytes = guards.memory_bytes if memory_bytes is None or not guards.memory_bytes else \
+            min(memory_bytes, guards.memory_bytes)
+        self.start_rss = guards.recent_rss() if self.memory_bytes else 0
         self.reason: str | None = None
         self._interrupt: Callable[[], None] | None = None
         self.why_cancelled = "the client went away"
@@ -90,7 +94,7 @@ class StatementWatch:
     def error(self, what: str = "the statement") -> Exception:
         if self.reason == "memory":
             return OutOfMemoryError(
-                f"{what} needed more memory than its budget of {self._guards.memory_bytes // 2**20} MB "
+                f"{what} needed more memory than its budget of {(self.memory_bytes or 0) // 2**20} MB "
                 "(the server's --max-memory); aggregate or filter more, or ask for fewer rows")
         if self.reason == "cancelled":
             return StatementCancelled(f"{what} was cancelled: {self.why_cancelled}")
@@ -123,9 +127,10 @@ class Guards:
             self._rss = (now, value)
         return value
 
-    def watch(self, timeout_ms: int, cancelled: Callable[[], bool] | None = None) -> StatementWatch:
+    def watch(self, timeout_ms: int, cancelled: Callable[[], bool] | None = None,
+              memory_bytes: int | None = None) -> StatementWatch:
         wid = next(self._ids)
-        w = StatementWatch(self, wid, timeout_ms, cancelled)
+        w = StatementWatch(self, wid, timeout_ms, cancelled, memory_bytes)
         with self._lock:
             self._watches[wid] = w
             if self._thread is None:
@@ -162,7 +167,7 @@ class Guards:
                     w.trip("timeout")
                 elif w.cancelled is not None and _safe(w.cancelled):
                     w.trip("cancelled")
-                elif self.memory_bytes and rss - w.start_rss > self.memory_bytes:
+                elif w.memory_bytes and rss - w.start_rss > w.memory_bytes:
                     w.trip("memory")
 
 

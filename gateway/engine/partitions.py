@@ -9,7 +9,7 @@ them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,11 +46,11 @@ class PartitionInfo:
                    raw.get("end_offset"))
 
 
-def local_partitions(source: Any, caps: Capabilities) -> list[PartitionInfo]:
-    """What ``source`` serves: role, Position and lag of every store partition it has.
+def local_partitions(source: Any, caps: Capabilities, only: Collection[str] | None = None) -> list[PartitionInfo]:
+    """What ``source`` serves: role, Position and lag of every store partition it has (of the stores in ``only``).
 
     A replica reports its lags (they carry roles and Positions); any other source is asked its roles and, per
-    store, one cheap IQv2 probe for the Positions.
+    store, one cheap IQv2 probe for the Positions (never of a store outside ``only``: a user's view).
     """
     if caps.partition_lags is not None:
         return [PartitionInfo(lag.store, lag.partition, lag.role, lag.position, lag.offset_lag, lag.time_lag_ms,
@@ -58,6 +58,8 @@ def local_partitions(source: Any, caps: Capabilities) -> list[PartitionInfo]:
     roles = caps.partition_roles() if caps.partition_roles is not None else {}
     out = []
     for name, spec in sorted(source.catalog().items()):
+        if only is not None and name not in only:
+            continue
         try:
             answer = source.query(StateQueryRequest.in_store(name).with_query(probe_query(spec)))
         except Exception:  # noqa: BLE001 - a store that cannot answer has no Position to report
@@ -75,9 +77,11 @@ def partition_row(host: str | None, i: PartitionInfo, alive: bool) -> tuple[Any,
             i.current_offset, i.end_offset, alive)
 
 
-def local_partition_rows(source: Any, caps: Capabilities) -> list[tuple[Any, ...]]:
-    """``system.partitions`` of a server without peers (a routed one answers ``Routes.partition_rows``)."""
+def local_partition_rows(source: Any, caps: Capabilities, only: Collection[str] | None = None) -> list[tuple[Any, ...]]:
+    """``system.partitions`` of a server without peers (a routed one answers ``Routes.partition_rows``); of the
+    stores in ``only`` when given."""
     if caps.partition_rows is not None:
-        return caps.partition_rows()
-    infos = sorted(local_partitions(source, caps), key=lambda i: (i.store, i.partition))
+        rows = caps.partition_rows()
+        return rows if only is None else [r for r in rows if r[1] in only]
+    infos = sorted(local_partitions(source, caps, only), key=lambda i: (i.store, i.partition))
     return [partition_row(None, i, True) for i in infos]

@@ -128,6 +128,15 @@ class Result:
         return self._rows is None and self._table is None and isinstance(self._answer, DuckAnswer)
 
     @property
+    def rows_out(self) -> int:
+        """Rows handed out so far without reading any more (a whole answer: all of them): what an audit counts."""
+        if self._rows is not None:
+            return len(self._rows)
+        if self._table is not None:
+            return self._table.num_rows
+        return int(getattr(self._answer, "seen", 0))
+
+    @property
     def row_count(self) -> int:
         if self._table is not None and self._rows is None:
             return self._table.num_rows

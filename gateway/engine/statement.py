@@ -16,6 +16,7 @@ from typing import Any
 from planner.systables import SystemContext
 from stores.iqv2.position import Position, PositionError
 
+from ..access.principal import Principal
 from .cancel import Cancellation
 from .config import GatewayConfig, Session, as_position
 from .errors import BadRequest
@@ -46,6 +47,7 @@ class Budget:
     max_rows: int
     timeout_ms: int
     wait_ms: int
+    memory_bytes: int | None = None  # the statement's memory budget (None: the gateway's own)
 
     @staticmethod
     def of(config: GatewayConfig, settings: Mapping[str, Any], max_rows: int | None, wait_ms: int | None) -> Budget:
@@ -59,7 +61,7 @@ class Budget:
         wait = wait_ms if wait_ms is not None else _setting(settings, "wait_for_bound_ms", 0)
         if isinstance(wait, bool) or not isinstance(wait, int) or wait < 0:
             raise BadRequest(f"wait_ms must be a non-negative integer, got {wait!r}")
-        return Budget(rows, timeout, min(wait, config.max_wait_ms, timeout))
+        return Budget(rows, timeout, min(wait, config.max_wait_ms, timeout), config.max_memory_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,16 +80,17 @@ class Statement:
     cancelled: Callable[[], bool] | None  # polled: an HTTP client that went away
     cancel: Cancellation | None           # pushed: a PG CancelRequest
     context: SystemContext | None         # who asks, as the catalogs report it (the PG port: schema public)
+    principal: Principal | None = None    # the user asking: what they may read, their limits (None: everything)
 
     @staticmethod
     def of(text: Any, params: Any, position: Any, *, partial: bool | None, wait_ms: int | None, max_rows: int | None,
            session: Session | Mapping[str, Any] | None, settings: Mapping[str, Any], form: Form,
            cancelled: Callable[[], bool] | None, cancel: Cancellation | None,
-           context: SystemContext | None) -> Statement:
+           context: SystemContext | None, principal: Principal | None = None) -> Statement:
         if not isinstance(text, str) or not text.strip():
             raise BadRequest("the SQL text is empty")
         return Statement(text, params, bound_from(position), partial, wait_ms, max_rows, session, settings, form,
-                         cancelled, cancel, context)
+                         cancelled, cancel, context, principal)
 
     @property
     def plain(self) -> bool:

@@ -13,8 +13,8 @@ PostgreSQL port; ``internals`` is the only module that imports the engine.
 
 from __future__ import annotations
 
-from .auth import FlightAuth, Principal, TokenAuth
+from .auth import FlightAuth, Principal, TokenAuth, UsersAuth
 from .limits import FlightLimits
 from .server import FlightHandle, start_flight
 
-__all__ = ["start_flight", "FlightHandle", "FlightLimits", "FlightAuth", "TokenAuth", "Principal"]
+__all__ = ["start_flight", "FlightHandle", "FlightLimits", "FlightAuth", "TokenAuth", "UsersAuth", "Principal"]

@@ -90,6 +90,9 @@ class Answer:
         self._closers: list[Callable[[], None]] = [close] if close is not None else []
         self.whole = whole  # every batch, when the statement is over already (DoGet sends them from C++)
         self.expires = 0.0
+        self.rows_sent = 0   # what DoGet sent of it (the audit line's rows and bytes)
+        self.bytes_sent = 0
+        self.failed: str | None = None  # the code of the error that ended its stream
 
     @classmethod
     def of_table(cls, table: pa.Table, principal: Principal, statement: str = "metadata") -> Answer:
@@ -196,18 +199,27 @@ class Tickets:
 
 
 class Runner:
-    """Runs statements for one call through the engine, with the call's session, headers and budgets."""
+    """Runs statements for one call through the engine, with the call's session, headers, budgets and user."""
 
-    def __init__(self, gateway: Gateway, types: ArrowTypes, sessions: SessionStore) -> None:
+    def __init__(self, gateway: Gateway, types: ArrowTypes, sessions: SessionStore, access: Any = None) -> None:
         self.gateway = gateway
         self.types = types
         self.sessions = sessions
+        self.access = access  # an AccessContext: admission and the audit log (None: neither)
         self._lock = threading.Lock()
         self._running: set[Cancellation] = set()
 
     @staticmethod
     def context(call: CallState) -> SystemContext:
         return SystemContext(user=call.principal.user)
+
+    @staticmethod
+    def principal(call: CallState) -> Any:
+        """The caller's grants and limits (``gateway.access.Principal``; None: every grant)."""
+        return call.principal.access
+
+    def response_limit(self, call: CallState) -> int:
+        return self.gateway.config_for(call.principal.access).max_response_bytes
 
     def run(self, call: CallState, sql: str, param_sets: Sequence[Sequence[Any]] | None = None) -> Answer:
         """The statement's answer, its first batch read (see the module docstring); SET changes the session."""
@@ -221,18 +233,31 @@ class Runner:
             run_session.apply(options.settings)
         liveness = Liveness(call)
         cancel = Cancellation()
+        principal = self.principal(call)
         kwargs = dict(options.engine_kwargs(), session=run_session, arrow=True, cancelled=liveness.gone,
-                      cancel=cancel, context=self.context(call))
+                      cancel=cancel, context=self.context(call), principal=principal)
         sets = list(param_sets) if param_sets else [None]
-        with self._tracking(cancel):
-            result = self.gateway.sql(sql, sets[0], **kwargs)
-            try:
-                if result.statement.value == "set":
-                    self._keep_setting(call, sql, sets[0], session, stored is None, run_session is not session)
-                return self._answer(call, result, sets[1:], sql, kwargs, liveness, cancel)
-            except BaseException:
-                result.close()
-                raise
+        access = self.access
+        audited = None if access is None or access.plain or principal is None else access.begin(
+            principal, face="flight", client=call.peer(), sql=sql, params=sets[0])
+        try:
+            with self._tracking(cancel):
+                result = self.gateway.sql(sql, sets[0], **kwargs)
+                try:
+                    if result.statement.value == "set":
+                        self._keep_setting(call, sql, sets[0], session, stored is None, run_session is not session)
+                    answer = self._answer(call, result, sets[1:], sql, kwargs, liveness, cancel)
+                except BaseException:
+                    result.close()
+                    raise
+        except BaseException as exc:
+            if audited is not None:
+                audited.end(error=exc)
+            raise
+        if audited is not None:
+            answer.on_close(lambda: audited.end(result=result, code=answer.failed, rows=answer.rows_sent,
+                                                response_bytes=answer.bytes_sent))
+        return answer
 
     def _keep_setting(self, call: CallState, sql: str, params: Any, session: Session, new: bool,
                       overlaid: bool) -> None:
@@ -242,7 +267,8 @@ class Runner:
                           "or connect with basic auth; or send the setting with each call as an x-iq-setting-<name> "
                           "header")
         if overlaid:  # it ran on this call's copy: the session's own settings take it too
-            self.gateway.sql(sql, params, session=session, context=self.context(call)).close()
+            self.gateway.sql(sql, params, session=session, context=self.context(call),
+                             principal=self.principal(call)).close()
         if new:
             self.sessions.adopt(call.session_id, session)
 
@@ -343,10 +369,13 @@ def data_stream(answer: Answer, context: Any, call: CallState, max_response_byte
     if answer.whole is None:
         return fl.GeneratorStream(answer.schema, stream(answer, context, call, max_response_bytes))
     try:
-        if sum(b.nbytes for b in answer.whole) > max_response_bytes:
+        answer.bytes_sent = sum(b.nbytes for b in answer.whole)
+        if answer.bytes_sent > max_response_bytes:
+            answer.failed, answer.bytes_sent = "RESPONSE_TOO_LARGE", 0
             raise flight_error(ResponseTooLarge(
                 f"the answer is larger than the server's response limit of {max_response_bytes:,} bytes; add a "
                 "LIMIT, select fewer columns, or aggregate"), context)
+        answer.rows_sent = sum(b.num_rows for b in answer.whole)
         context.add_trailer(POSITION_TRAILER, answer.position)
         context.add_trailer(PARTITIONS_TRAILER, answer.partitions)
         return fl.RecordBatchStream(pa.Table.from_batches(answer.whole, answer.schema))
@@ -372,9 +401,12 @@ def stream(answer: Answer, context: Any, call: CallState, max_response_bytes: in
                 raise ResponseTooLarge(f"the answer is larger than the server's response limit of "
                                        f"{max_response_bytes:,} bytes; add a LIMIT, select fewer columns, or aggregate")
             yield batch
+            answer.rows_sent += batch.num_rows
+            answer.bytes_sent = sent
         context.add_trailer(POSITION_TRAILER, answer.position)
         context.add_trailer(PARTITIONS_TRAILER, answer.partitions)
     except GatewayError as exc:
+        answer.failed = exc.code
         raise flight_error(exc, context) from None
     except (fl.FlightError, pa.ArrowException):
         raise

@@ -16,8 +16,11 @@ itself. Session tokens are signed by this server instance (HMAC, a key made
 at start) and name the user, so checking one needs no state; what a session
 holds (its settings) lives in ``sessions``.
 
-Who may do what is asked of one hook object (``authenticate``), so per-user
-credentials and grants can replace ``TokenAuth`` without touching the face.
+Who may do what is asked of one hook object (``authenticate``): ``TokenAuth``
+(the single token) or ``UsersAuth`` (a users file: a user's token as Bearer,
+or their name and PG password / token as basic auth). Its Principal carries
+the user's grants (``access``), re-read at every call of a session, so a
+revoke takes effect at the next statement.
 """
 
 from __future__ import annotations
@@ -31,13 +34,13 @@ import os
 import secrets
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pyarrow.flight as fl
 
-__all__ = ["Principal", "FlightAuth", "TokenAuth", "SessionTokens", "CallState", "AuthMiddlewareFactory",
-           "HandshakeAuth", "MIDDLEWARE"]
+__all__ = ["Principal", "FlightAuth", "TokenAuth", "UsersAuth", "SessionTokens", "CallState",
+           "AuthMiddlewareFactory", "HandshakeAuth", "MIDDLEWARE"]
 
 log = logging.getLogger("iqgate.flight")
 
@@ -47,9 +50,11 @@ _PREFIX = "iqs1."
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """The authenticated caller (one shared token today: the user name is what the client said)."""
+    """The authenticated caller: the user name and (``access``) their grants and limits (``gateway.access``);
+    None there is a caller with every grant. Tickets and prepared statements are bound to the name."""
 
     user: str
+    access: Any = field(default=None, compare=False)
 
 
 class FlightAuth(Protocol):
@@ -77,6 +82,40 @@ class TokenAuth:
         if secret is None or not hmac.compare_digest(secret.encode(), self._token):
             return None
         return Principal(name)
+
+
+class UsersAuth:
+    """The users of an ``AccessContext``: Bearer is a user's token; basic auth is a user name with their PG password
+    (or, without one, their token). With a single token, any user name with that token; without authentication,
+    everyone. Refusals are written to the audit log."""
+
+    def __init__(self, access: Any) -> None:
+        self.access = access
+        self.users = access.users
+
+    @property
+    def open(self) -> bool:
+        return not self.users.requires_auth
+
+    def authenticate(self, user: str | None, secret: str | None) -> Principal | None:
+        users = self.users
+        if not users.requires_auth:
+            name = user or "iqgate"
+            return Principal(name, users.principal(name))
+        if secret is None:
+            self.access.login_failed(user, "flight", None, "no credential")
+            return None
+        found = users.authenticate_token(secret) if user is None else users.check_password(user, secret)
+        if found is None:
+            self.access.login_failed(user if user is not None else users.token_owner(secret), "flight", None,
+                                     "the credential is not valid")
+            return None
+        return Principal(found.name if users.mode == "file" else (user or found.name), found)
+
+    def refresh(self, principal: Principal) -> Principal | None:
+        """The same user as of now (a session token names them; their grants may have changed), or None."""
+        found = self.users.principal(principal.user)
+        return None if found is None else Principal(principal.user, found)
 
 
 class SessionTokens:
@@ -171,6 +210,15 @@ class CallState(fl.ServerMiddleware):
         with self._lock:
             self._context = None
 
+    def peer(self) -> str | None:
+        """The client's address as gRPC names it (``ipv4:127.0.0.1:50432``), while the call runs."""
+        with self._lock:
+            context = self._context
+        try:
+            return str(context.peer()) if context is not None else None
+        except Exception:  # noqa: BLE001 - the call just completed
+            return None
+
     def gone(self) -> bool:
         """The client cancelled this call or went away (False once the call is over: nobody is waiting)."""
         with self._lock:
@@ -202,6 +250,12 @@ class AuthMiddlewareFactory(fl.ServerMiddlewareFactory):
                 raise fl.FlightUnauthenticatedError(
                     "UNAUTHENTICATED: the session token is not one this server issued (it restarted?): connect again")
             sid, principal = found
+            refresh = getattr(self.auth, "refresh", None)
+            if refresh is not None:
+                principal = refresh(principal)
+                if principal is None:
+                    raise fl.FlightUnauthenticatedError(
+                        "UNAUTHENTICATED: the session's user no longer exists on this server: connect as another user")
             return CallState(principal, sid, None, headers, info.method)
         user: str | None = None
         secret: str | None = None

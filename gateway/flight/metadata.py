@@ -86,7 +86,8 @@ def _opt(cmd: Message, name: str) -> str | None:
 
 
 def _table(runner: Runner, call: CallState, sql: str, params: Sequence[Any]) -> pa.Table:
-    result = runner.gateway.sql(sql, list(params) or None, arrow=True, context=runner.context(call))
+    result = runner.gateway.sql(sql, list(params) or None, arrow=True, context=runner.context(call),
+                                principal=runner.principal(call))
     try:
         return result.to_arrow()
     finally:

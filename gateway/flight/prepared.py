@@ -63,10 +63,12 @@ class PreparedStatements:
             raise BadRequest("the prepared statement's query is empty")
         gateway = self.runner.gateway
         session = self.runner.sessions.get(call.session_id)
-        columns = gateway.result_columns(query, session=session, context=self.runner.context(call))
+        principal = self.runner.principal(call)
+        columns = gateway.result_columns(query, session=session, context=self.runner.context(call),
+                                         principal=principal)
         dataset = self.runner.types.schema(columns)
         found = placeholders(query)
-        types = gateway.parameter_types(found.numbered) if found.count else {}
+        types = gateway.parameter_types(found.numbered, principal=principal) if found.count else {}
         params = pa.schema([pa.field(f"${i}", parameter_type(types.get(i))) for i in range(1, found.count + 1)])
         prepared = Prepared(query, call.principal, found.count, dataset, params)
         handle = secrets.token_bytes(16)
@@ -154,7 +156,7 @@ def run_update(runner: Runner, call: CallState, sql: str, param_sets: list[list[
     A statement that answers with rows (a SELECT sent as an update) is refused before it reads anything; a
     write is refused by the planner itself (READ_ONLY, with its line and column).
     """
-    if runner.gateway.result_columns(sql, context=runner.context(call)):
+    if runner.gateway.result_columns(sql, context=runner.context(call), principal=runner.principal(call)):
         raise SqlError("iqgate is read-only: an update may only SET or RESET a session setting; run statements "
                        "that answer with rows as queries (CommandStatementQuery)", code="READ_ONLY")
     answer = runner.run(call, sql, param_sets)

@@ -22,7 +22,16 @@ import pyarrow.flight as fl
 
 from .answers import Answer, Runner, Tickets, data_stream
 from .arrow_types import ArrowTypes
-from .auth import MIDDLEWARE, AuthMiddlewareFactory, CallState, FlightAuth, HandshakeAuth, SessionTokens, TokenAuth
+from .auth import (
+    MIDDLEWARE,
+    AuthMiddlewareFactory,
+    CallState,
+    FlightAuth,
+    HandshakeAuth,
+    SessionTokens,
+    TokenAuth,
+    UsersAuth,
+)
 from .errors import Unimplemented, mapped_errors, refusal
 from .internals import Gateway, RequestTooLarge, SqlError
 from .limits import FlightLimits
@@ -52,13 +61,13 @@ _CANCELLED, _NOT_CANCELLABLE = 1, 3  # CancelStatus (Flight.proto) and ActionCan
 
 class FlightSqlServer(fl.FlightServerBase):
     def __init__(self, gateway: Gateway, location: str, *, auth: FlightAuth, limits: FlightLimits,
-                 tls: list[fl.CertKeyPair] | None = None) -> None:
+                 tls: list[fl.CertKeyPair] | None = None, access: Any = None) -> None:
         self.gateway = gateway
         self.limits = limits
         self.config = gateway.config
         self.sessions = SessionStore(gateway, limits.max_sessions, limits.session_idle_s)
         self.types = ArrowTypes(gateway)
-        self.runner = Runner(gateway, self.types, self.sessions)
+        self.runner = Runner(gateway, self.types, self.sessions, access)
         self.tickets = Tickets(limits)
         self.prepared = PreparedStatements(self.runner, limits, self.config.max_request_bytes)
         self.info = sql_info(pa.__version__, int(limits.prepared_idle_s * 1000))
@@ -147,7 +156,7 @@ class FlightSqlServer(fl.FlightServerBase):
                               context=context)
             answer = self.tickets.take(handle, call.principal)
             call.on_complete(answer.close)  # also when pyarrow never starts the stream (the client left first)
-            return data_stream(answer, context, call, self.config.max_response_bytes)
+            return data_stream(answer, context, call, self.runner.response_limit(call))
 
     def get_schema(self, context: Any, descriptor: fl.FlightDescriptor) -> fl.SchemaResult:
         call = self._call(context)
@@ -156,7 +165,8 @@ class FlightSqlServer(fl.FlightServerBase):
             if name == "CommandStatementQuery":
                 self._no_transaction(cmd, context)
                 session = self.sessions.get(call.session_id)
-                columns = self.gateway.result_columns(cmd.query, session=session, context=self.runner.context(call))
+                columns = self.gateway.result_columns(cmd.query, session=session, context=self.runner.context(call),
+                                                      principal=self.runner.principal(call))
                 return fl.SchemaResult(self.types.schema(columns))
             if name == "CommandPreparedStatementQuery":
                 return fl.SchemaResult(self.prepared.get(call, cmd.prepared_statement_handle).dataset_schema)
@@ -338,12 +348,14 @@ def _tls_pair(tls_cert: str | None, tls_key: str | None) -> list[fl.CertKeyPair]
 
 def start_flight(gateway: Gateway, *, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
                  tls_cert: str | None = None, tls_key: str | None = None, auth: FlightAuth | None = None,
-                 **limits: Any) -> FlightHandle:
+                 access: Any = None, **limits: Any) -> FlightHandle:
     """Serve ``gateway`` as Arrow Flight SQL on ``host:port`` (0: a free port, see ``handle.port``).
 
     ``token``: the credential clients must present (Bearer, or the password of basic auth); None lets every
     client in, as the HTTP port does. ``tls_cert``/``tls_key``: PEM files; the port then speaks TLS only
-    (``grpc+tls://``). ``auth``: a hook object replacing the token check (``FlightAuth``). ``limits``: the
+    (``grpc+tls://``). ``auth``: a hook object replacing the token check (``FlightAuth``). ``access``: the
+    server's users, audit log and admission (``gateway.access.AccessContext``): its users authenticate, each
+    statement sees only their stores, within their limits, and is audited. ``limits``: the
     face's own bounds (``FlightLimits``); the gateway's statement budgets apply as well. Raises ValueError
     (naming what was wrong) for bad TLS files or limits, OSError when the address cannot be served.
     """
@@ -351,7 +363,9 @@ def start_flight(gateway: Gateway, *, host: str = "127.0.0.1", port: int = 0, to
     tls = _tls_pair(tls_cert, tls_key)
     location = f"grpc{'+tls' if tls else ''}://{host}:{port}"
     try:
-        server = FlightSqlServer(gateway, location, auth=auth or TokenAuth(token), limits=flight_limits, tls=tls)
+        default = UsersAuth(access) if access is not None else TokenAuth(token)
+        server = FlightSqlServer(gateway, location, auth=auth or default, limits=flight_limits, tls=tls,
+                                 access=access)
     except (pa.ArrowException, fl.FlightError) as exc:
         raise OSError(f"cannot serve Flight SQL on {host}:{port}: {str(exc).split('. Detail:')[0]}") from None
     stop = threading.Event()

@@ -26,10 +26,11 @@ from typing import Any
 
 from flask import Flask, Response
 
+from ..access.context import AccessContext
 from ..engine.config import GatewayConfig
 from ..engine.errors import GatewayError, GatewayInternalError, StreamRequired
 from ..engine.statement import Form
-from .auth import check_bearer
+from .audited import audit_response, begin, client_of, response_limit
 from .limits import parse_sql_request
 from .live import live_media, live_response
 from .metrics import Metrics
@@ -50,8 +51,10 @@ WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 class FastPath:
     """WSGI middleware: the common ``/v1/sql`` and ``/v1/ping`` requests directly, all else through ``flask_wsgi``."""
 
-    def __init__(self, app: Flask, flask_wsgi: WsgiApp, gateway: Any, cfg: GatewayConfig, metrics: Metrics) -> None:
+    def __init__(self, app: Flask, flask_wsgi: WsgiApp, gateway: Any, cfg: GatewayConfig, metrics: Metrics,
+                 access: AccessContext | None = None) -> None:
         self._app = app
+        self._access = access or AccessContext.of_token(cfg.auth_token)
         self._flask = flask_wsgi
         self._gateway = gateway
         self._cfg = cfg
@@ -74,7 +77,7 @@ class FastPath:
     def _ping(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         t0 = time.perf_counter()
         try:
-            check_bearer(environ.get("HTTP_AUTHORIZATION"), self._cfg.auth_token)
+            self._access.bearer(environ.get("HTTP_AUTHORIZATION"), face="http", client=client_of(environ))
         except Exception as exc:  # noqa: BLE001 - answered as the Flask app answers it
             return self._error(environ, start_response, "/v1/ping", exc, t0)
         start_response("200 OK", list(_PING_HEADERS))
@@ -84,34 +87,44 @@ class FastPath:
     def _sql(self, environ: dict[str, Any], start_response: StartResponse, length: int) -> Iterable[bytes]:
         t0 = time.perf_counter()
         cfg = self._cfg
+        audited = None
         try:
-            check_bearer(environ.get("HTTP_AUTHORIZATION"), cfg.auth_token)
+            principal = self._access.bearer(environ.get("HTTP_AUTHORIZATION"), face="http", client=client_of(environ))
             req = parse_sql_request(environ["wsgi.input"].read(length) if length else b"", cfg.max_request_bytes)
+            audited = begin(self._access, principal, environ, req.sql, req.params)
             try:
                 result = self._gateway.sql(req.sql, req.params, req.position, partial=req.partial,
                                            wait_ms=req.wait_ms, session=req.session, max_rows=req.max_rows,
-                                           form=Form.ROWS, cancelled=environ.get("waitress.client_disconnected"))
+                                           form=Form.ROWS, cancelled=environ.get("waitress.client_disconnected"),
+                                           principal=principal)
             except StreamRequired:  # a SUBSCRIBE asked with Accept */* (or none): its changes as NDJSON (live.py)
                 media = live_media(environ.get("HTTP_ACCEPT"), JSON)
                 if media is None:
                     raise
-                resp = live_response(self._gateway, req, environ, media)
+                resp = live_response(self._gateway, req, environ, media, principal=principal)
+                if audited is not None:
+                    audited.end(response_bytes=0)
+                    audited = None
                 self._metrics.observe("/v1/sql", resp.status_code, time.perf_counter() - t0)
                 return resp(environ, start_response)
             failed = [p.failure_reason for p in result.partitions if p.failure_reason]
             if failed:
                 self._metrics.partition_failures(failed)
             try:
-                body = json_body(result, cfg.max_response_bytes)
+                body = json_body(result, response_limit(cfg, principal))
                 position = position_header(result)
             except BaseException:
                 result.close()
                 raise
         except Exception as exc:  # noqa: BLE001 - answered as the Flask app answers it
+            if audited is not None:
+                audited.end(error=exc)
             return self._error(environ, start_response, "/v1/sql", exc, t0)
         if isinstance(body, str):  # the whole answer (a point lookup): no response object at all
             result.close()
             data = body.encode()
+            if audited is not None:
+                audited.end(result=result, response_bytes=len(data))
             start_response("200 OK", [("Content-Type", JSON), ("Content-Length", str(len(data))),
                                       ("X-IQ-Position", position)])
             self._metrics.observe("/v1/sql", 200, time.perf_counter() - t0)
@@ -119,6 +132,8 @@ class FastPath:
         resp = Response(body, content_type=JSON)  # streamed: exactly as the Flask view sends it
         resp.headers["X-IQ-Position"] = position
         resp.call_on_close(result.close)
+        if audited is not None:
+            audit_response(resp, audited, result)
         self._metrics.observe("/v1/sql", resp.status_code, time.perf_counter() - t0)
         return resp(environ, start_response)
 

@@ -55,10 +55,13 @@ def live_media(accept: str | None, chosen: str) -> str | None:
     return None
 
 
-def live_response(gateway: Any, req: SqlRequest, environ: dict[str, Any], media: str) -> Response:
-    """The streamed answer of a subscription (errors before the first byte keep their status code)."""
+def live_response(gateway: Any, req: SqlRequest, environ: dict[str, Any], media: str, *,
+                  principal: Any = None) -> Response:
+    """The streamed answer of a subscription (errors before the first byte keep their status code); ``principal``
+    is the user asking (their grants hold for live answers as for any statement)."""
     resume = _last_event_id(environ.get("HTTP_LAST_EVENT_ID"))
-    sub = gateway.subscribe(req.sql, req.params, req.position, session=req.session, resume=resume)
+    sub = gateway.subscribe(req.sql, req.params, req.position, session=req.session, resume=resume,
+                            principal=principal)
     try:
         head = _head(sub, media)
     except BaseException:

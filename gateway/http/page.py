@@ -15,11 +15,13 @@ import json
 from importlib import resources
 from typing import Any
 
-from flask import Flask, Response, request
+from flask import Flask, Response, g, request
 
+from ..access.context import AccessContext
 from ..engine.config import GatewayConfig
 from ..engine.errors import BadRequest, RouteNotFound
 from ..engine.statement import Form
+from .audited import audit_response, begin, response_limit
 from .limits import parse_json, parse_sql_request
 from .renderers import ARROW, CSV, JSON, NDJSON, RENDERERS, position_header
 
@@ -39,7 +41,8 @@ def _asset(name: str) -> bytes:
     return resources.files(__package__).joinpath("static", name).read_bytes()
 
 
-def register_page(app: Flask, gateway: Any, cfg: GatewayConfig) -> None:
+def register_page(app: Flask, gateway: Any, cfg: GatewayConfig, access: AccessContext | None = None) -> None:
+    access = access or AccessContext.of_token(cfg.auth_token)
     page = _asset("page.html")
     assets = {name: _asset(name) for name in _ASSETS}
 
@@ -67,11 +70,19 @@ def register_page(app: Flask, gateway: Any, cfg: GatewayConfig) -> None:
             body["position"] = parse_json(args["position"], "position")
         req = parse_sql_request(json.dumps(body).encode(), cfg.max_request_bytes)
         media = _FORMATS[fmt]
-        result = gateway.sql(req.sql, None, req.position, partial=req.partial, form=Form.ARROW if media == ARROW else Form.ROWS,
-                             cancelled=request.environ.get("waitress.client_disconnected"))
-        resp = RENDERERS[media](result, cfg.max_response_bytes)
+        principal = g.principal
+        audited = begin(access, principal, request.environ, req.sql, None)
+        try:
+            result = gateway.sql(req.sql, None, req.position, partial=req.partial,
+                                 form=Form.ARROW if media == ARROW else Form.ROWS,
+                                 cancelled=request.environ.get("waitress.client_disconnected"), principal=principal)
+            resp = RENDERERS[media](result, response_limit(cfg, principal))
+        except BaseException as exc:
+            if audited is not None:
+                audited.end(error=exc)
+            raise
         resp.headers["X-IQ-Position"] = position_header(result)
         if media in _EXTENSIONS:
             resp.headers["Content-Disposition"] = f'attachment; filename="iqgate-result.{_EXTENSIONS[media]}"'
         resp.call_on_close(result.close)  # the answers stream: each closes when sent (or never read)
-        return resp
+        return resp if audited is None else audit_response(resp, audited, result)

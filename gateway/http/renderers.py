@@ -361,9 +361,9 @@ RENDERERS: dict[str, Callable[[Result, int], Response]] = {
 
 
 def error_response(exc: GatewayError, retry_after_s: int) -> Response:
-    """The one error shape, with Retry-After when waiting can help (503)."""
+    """The one error shape, with Retry-After when waiting can help (503; 429: a user over their share)."""
     resp = Response(dumps(exc.to_error_body()), status=exc.http_status, mimetype=JSON)
-    if exc.http_status == 503 and exc.retryable:
+    if exc.http_status in (503, 429) and exc.retryable:
         resp.headers["Retry-After"] = str(retry_after_s)
     if exc.http_status == 401:
         resp.headers["WWW-Authenticate"] = 'Bearer realm="iqgate"'

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Flask, Response, request
+from flask import Flask, Response, g, request
 
 from stores.iqv2.state import State
 
+from ..access.context import AccessContext
 from ..engine.config import GatewayConfig
 from ..engine.errors import NotAcceptable, StreamRequired
 from ..engine.statement import Form
 from ..engine.types import duck_type
+from .audited import audit_response, begin, response_limit
 from .fast import JSON_ACCEPTS
 from .limits import parse_sql_request
 from .live import SSE, live_media, live_response
@@ -25,6 +27,7 @@ from .renderers import (
     dumps,
     position_header,
 )
+from .visible import optional_principal, visible_status
 
 __all__ = ["register_views", "negotiate", "source_status"]
 
@@ -51,40 +54,58 @@ def source_status(gateway: Any) -> dict[str, Any]:
             "stores": {}}
 
 
-def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metrics) -> None:
+def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metrics,
+                   access: AccessContext | None = None) -> None:
+    access = access or AccessContext.of_token(cfg.auth_token)
+
     @app.post("/v1/sql")
     def sql() -> Response:
         accept = request.headers.get("Accept")
         if accept and SSE in accept:  # server-sent events: live answers only (live.py)
             return live_response(gateway, parse_sql_request(request.get_data(), cfg.max_request_bytes),
-                                 request.environ, SSE)
+                                 request.environ, SSE, principal=g.principal)
         media = JSON if not accept or accept in JSON_ACCEPTS else negotiate(request.accept_mimetypes)
         req = parse_sql_request(request.get_data(), cfg.max_request_bytes)
+        principal = g.principal
+        audited = begin(access, principal, request.environ, req.sql, req.params)
         try:
             result = gateway.sql(req.sql, req.params, req.position, partial=req.partial, wait_ms=req.wait_ms,
                                  session=req.session, max_rows=req.max_rows,
                                  form=Form.ARROW if media == ARROW else Form.ROWS,
-                                 cancelled=request.environ.get("waitress.client_disconnected"))
+                                 cancelled=request.environ.get("waitress.client_disconnected"), principal=principal)
         except StreamRequired:  # a SUBSCRIBE: streamed when the client takes NDJSON (or anything)
             live = live_media(accept, media)
             if live is None:
                 raise
-            return live_response(gateway, req, request.environ, live)
-        failed = [p.failure_reason for p in result.partitions if p.failure_reason]
-        if failed:
-            metrics.partition_failures(failed)
-        resp = RENDERERS[media](result, cfg.max_response_bytes)
+            if audited is not None:
+                audited.end(response_bytes=0)
+            return live_response(gateway, req, request.environ, live, principal=principal)
+        except BaseException as exc:
+            if audited is not None:
+                audited.end(error=exc)
+            raise
+        try:
+            failed = [p.failure_reason for p in result.partitions if p.failure_reason]
+            if failed:
+                metrics.partition_failures(failed)
+            resp = RENDERERS[media](result, response_limit(cfg, principal))
+        except BaseException as exc:
+            result.close()
+            if audited is not None:
+                audited.end(error=exc)
+            raise
         resp.headers["X-IQ-Position"] = position_header(result)
         resp.call_on_close(result.close)  # also when the body was never read (the answers close when sent)
-        return resp
+        return resp if audited is None else audit_response(resp, audited, result)
 
     @app.get("/v1/stores")
     def stores() -> Response:
-        positions = gateway.store_positions()
+        principal = g.principal
+        positions = gateway.store_positions(principal)
         statuses = source_status(gateway)["stores"]
         history = gateway.capabilities.history
         out = []
-        for name, spec in sorted(gateway.catalog().items()):
+        for name, spec in sorted(gateway.catalog_for(principal).items()):
             out.append({
                 "name": name,
                 "kind": spec.kind.value,
@@ -109,6 +130,9 @@ def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metric
     @app.get("/v1/health")
     def health() -> Response:
         status = source_status(gateway)
+        principal = optional_principal(access, request.headers.get("Authorization"))
+        if principal is not None:
+            status = visible_status(status, principal, gateway.catalog_for(principal))
         state = State(status["state"])
         h = status["health"]
         body = {"state": state.value, "healthy": h["status"] == "healthy", **h,
@@ -130,7 +154,9 @@ def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metric
 
     @app.get("/metrics")
     def prometheus() -> Response:
-        text = metrics.render(gateway.store_positions(), gateway.state.value, source_status(gateway),
+        principal = g.principal
+        status = visible_status(source_status(gateway), principal, gateway.catalog_for(principal))
+        text = metrics.render(gateway.store_positions(principal), gateway.state.value, status,
                               gateway.statements_interrupted) + subscription_lines(gateway.subscriptions())
         return Response(text, mimetype="text/plain", headers={"Content-Type": "text/plain; version=0.0.4"})
 

@@ -33,6 +33,13 @@ class Answer:
     result: Result | None = None
     count: int = 0
     bytes: int = 0  # DataRow bytes sent so far (the response-size budget)
+    failed: str | None = None  # the code of the error that ended it after rows began to go out
+    on_close: Any = None  # called once when it closes (the session's audit line), with the answer
+
+    @staticmethod
+    def code_of(exc: BaseException) -> str:
+        code = getattr(exc, "code", None)
+        return code if isinstance(code, str) else "INTERNAL"
 
     @property
     def done(self) -> bool:
@@ -43,7 +50,8 @@ class Answer:
         assert self.chunks is not None
         try:
             chunk = next(self.chunks, None)
-        except BaseException:
+        except BaseException as exc:
+            self.failed = self.failed or self.code_of(exc)
             self.close()
             raise
         if chunk is None:
@@ -58,6 +66,9 @@ class Answer:
         if self.result is not None:
             result, self.result = self.result, None
             result.close()
+        on_close, self.on_close = self.on_close, None
+        if on_close is not None:
+            on_close(self)
 
 
 def answer_of(result: Result) -> Answer:

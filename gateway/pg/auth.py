@@ -1,73 +1,90 @@
-"""Password authentication on the PG port: the password is the server's token (``--token``).
+"""Password authentication on the PG port: the startup user name selects the user, checked against ``Users``.
 
+With a users file, the password is the user's PG password (``iqgate users
+password NAME``, stored as a SCRAM verifier) or, without one, their token;
+with a single ``--token`` the password is that token, whatever the name.
 Three methods, as PostgreSQL has them: ``scram-sha-256`` (the default: the
-token never crosses the wire, RFC 5802/7677), ``md5`` (``md5(md5(token +
-user) + salt)``) and ``password`` (cleartext; use it only over TLS). Without
-a token the port trusts every client, like the HTTP port without one. A wrong
-password is SQLSTATE 28P01 and the connection ends, for every method alike.
+password never crosses the wire, RFC 5802/7677, run by
+``gateway.access.ScramExchange`` against the stored verifier; a name that is
+no user runs the whole exchange against a mock verifier and fails like a
+wrong password), ``md5`` (``md5(md5(token + user) + salt)``: it needs the
+password itself, so only the single token can use it) and ``password``
+(cleartext; use it only over TLS). Without authentication the port trusts
+every client, like the HTTP port. A wrong password is SQLSTATE 28P01 and the
+connection ends, for every method alike.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import os
 from collections.abc import Callable
 
+from ..access.principal import Principal
+from ..access.scram import ScramExchange, ScramMalformed, ScramRejected
+from ..access.users import Users
 from .wire import Buffer, ProtocolError
 
 __all__ = ["AuthFailed", "Authenticator", "METHODS"]
 
 METHODS = ("scram-sha-256", "md5", "password")
-_ITERATIONS = 4096
 _AUTH_OK, _CLEARTEXT, _MD5, _SASL, _SASL_CONTINUE, _SASL_FINAL = 0, 3, 5, 10, 11, 12
 
 
 class AuthFailed(Exception):
-    """The client's password is not the token (or it gave up); SQLSTATE 28P01."""
-
-
-def _hmac(key: bytes, msg: bytes) -> bytes:
-    return hmac.new(key, msg, hashlib.sha256).digest()
+    """The client's password is not the user's (or it gave up); SQLSTATE 28P01."""
 
 
 class Authenticator:
-    """One server's credentials: the token, and the SCRAM keys derived from it once (PBKDF2 is slow on purpose)."""
+    """One server's credentials: its ``Users`` (and, for ``md5``, the single token itself)."""
 
-    def __init__(self, token: str | None, method: str = "scram-sha-256") -> None:
+    def __init__(self, users: Users | str | None, method: str = "scram-sha-256", *, token: str | None = None) -> None:
+        """``users``: the server's Users; a string is a single token (None: no authentication), as before users.
+        ``token``: the single token itself, for ``md5`` (Users keeps only its verifier)."""
         if method not in METHODS:
             raise ValueError(f"unknown PG auth method {method!r}; choose one of {', '.join(METHODS)}")
-        self.token = token
+        self._token = users if isinstance(users, str) else token
+        if not isinstance(users, Users):
+            users = Users.single_token(users) if users else Users.anonymous()
+        if method == "md5" and users.mode == "file":
+            raise ValueError("--pg-auth md5 needs the password itself, which a users file does not store: use "
+                             "scram-sha-256 (or password over TLS)")
+        self.users = users
         self.method = method
-        self._salt = os.urandom(16)
-        if token is not None:
-            salted = hashlib.pbkdf2_hmac("sha256", token.encode(), self._salt, _ITERATIONS)
-            self._stored_key = hashlib.sha256(_hmac(salted, b"Client Key")).digest()
-            self._server_key = _hmac(salted, b"Server Key")
+
+    def _failed(self, user: str) -> AuthFailed:
+        if self.users.mode == "token":
+            return AuthFailed("password authentication failed: the password must be the server's token")
+        return AuthFailed(f'password authentication failed for user "{user}"')
 
     def authenticate(self, user: str, send: Callable[[int, bytes], None],
-                     receive: Callable[[], tuple[bytes, bytes]]) -> None:
+                     receive: Callable[[], tuple[bytes, bytes]]) -> Principal:
         """Run the exchange: ``send(auth_code, extra)`` writes an Authentication message and flushes,
-        ``receive()`` reads the next (type, payload). Returns on success (AuthenticationOk is the caller's)."""
-        if self.token is None:
-            return
+        ``receive()`` reads the next (type, payload). Returns the user (AuthenticationOk is the caller's)."""
+        users = self.users
+        if not users.requires_auth:
+            return users.principal(user)  # type: ignore[return-value] - every name, every grant
         if self.method == "password":
             send(_CLEARTEXT, b"")
-            self._check(hmac.compare_digest(self._password(receive()).encode(), self.token.encode()))
+            found = users.check_password(user, self._password(receive()))
         elif self.method == "md5":
-            salt = os.urandom(4)
-            send(_MD5, salt)
-            inner = hashlib.md5((self.token + user).encode()).hexdigest().encode()  # noqa: S324 - the protocol's
-            want = b"md5" + hashlib.md5(inner + salt).hexdigest().encode()  # noqa: S324
-            self._check(hmac.compare_digest(self._password(receive()).encode(), want))
+            found = self._md5(user, send, receive)
         else:
-            self._scram(send, receive)
+            found = self._scram(user, send, receive)
+        if found is None:
+            raise self._failed(user)
+        return found
 
-    @staticmethod
-    def _check(ok: bool) -> None:
-        if not ok:
-            raise AuthFailed("password authentication failed: the password must be the server's token")
+    def _md5(self, user: str, send: Callable[[int, bytes], None],
+             receive: Callable[[], tuple[bytes, bytes]]) -> Principal | None:
+        token = self._token or ""
+        salt = os.urandom(4)
+        send(_MD5, salt)
+        inner = hashlib.md5((token + user).encode()).hexdigest().encode()  # noqa: S324 - the protocol's
+        want = b"md5" + hashlib.md5(inner + salt).hexdigest().encode()  # noqa: S324
+        ok = bool(token) and hmac.compare_digest(self._password(receive()).encode(), want)
+        return self.users.principal(user) if ok else None
 
     @staticmethod
     def _password(message: tuple[bytes, bytes]) -> str:
@@ -76,7 +93,8 @@ class Authenticator:
             raise ProtocolError(f"expected a password message, got message type {kind!r}")
         return Buffer(payload).cstring()
 
-    def _scram(self, send: Callable[[int, bytes], None], receive: Callable[[], tuple[bytes, bytes]]) -> None:
+    def _scram(self, user: str, send: Callable[[int, bytes], None],
+               receive: Callable[[], tuple[bytes, bytes]]) -> Principal | None:
         send(_SASL, b"SCRAM-SHA-256\0\0")
         kind, payload = receive()
         if kind != b"p":
@@ -87,29 +105,20 @@ class Authenticator:
             raise ProtocolError(f"unsupported SASL mechanism {mechanism!r}; this server offers SCRAM-SHA-256", "28000")
         size = buf.int32()
         client_first = buf.take(size).decode("utf-8", "replace") if size >= 0 else ""
-        gs2, _, bare = client_first.partition(",,") if client_first[:1] in ("n", "y") else ("", "", "")
-        attrs = dict(p.split("=", 1) for p in bare.split(",") if "=" in p)
-        if not gs2 or "r" not in attrs:
-            raise ProtocolError("malformed SCRAM client-first message", "28000")
-        nonce = attrs["r"] + base64.b64encode(os.urandom(18)).decode()
-        server_first = f"r={nonce},s={base64.b64encode(self._salt).decode()},i={_ITERATIONS}"
+        exchange = ScramExchange(self.users.scram_verifier(user))  # a mock one for a name that is no user
+        try:
+            server_first = exchange.server_first(client_first)
+        except ScramMalformed as exc:
+            raise ProtocolError(str(exc), "28000") from None
         send(_SASL_CONTINUE, server_first.encode())
         kind, payload = receive()
         if kind != b"p":
             raise ProtocolError(f"expected a SASLResponse, got message type {kind!r}")
-        client_final = payload.decode("utf-8", "replace")
-        without_proof, _, proof_b64 = client_final.rpartition(",p=")
-        final = dict(p.split("=", 1) for p in without_proof.split(",") if "=" in p)
-        if final.get("r") != nonce:
-            raise AuthFailed("password authentication failed: SCRAM nonce mismatch")
-        auth_message = f"{bare},{server_first},{without_proof}".encode()
         try:
-            proof = base64.b64decode(proof_b64, validate=True)
-        except ValueError:
-            raise AuthFailed("password authentication failed: malformed SCRAM proof") from None
-        signature = _hmac(self._stored_key, auth_message)
-        if len(proof) != len(signature):
-            raise AuthFailed("password authentication failed: malformed SCRAM proof")
-        client_key = bytes(a ^ b for a, b in zip(proof, signature))
-        self._check(hmac.compare_digest(hashlib.sha256(client_key).digest(), self._stored_key))
-        send(_SASL_FINAL, b"v=" + base64.b64encode(_hmac(self._server_key, auth_message)))
+            server_final = exchange.server_final(payload.decode("utf-8", "replace"))
+        except (ScramMalformed, ScramRejected):
+            return None
+        found = self.users.principal(user)
+        if found is not None:
+            send(_SASL_FINAL, server_final.encode())
+        return found

@@ -72,7 +72,7 @@ def live_error_fields(err: GatewayError, sql: str | None) -> dict[str, str]:
 def _subscribe(session: Any, sql: str) -> Any:
     session.cancel.reset()
     try:
-        return session.gateway.subscribe(sql, session=session.gateway_session)
+        return session.gateway.subscribe(sql, session=session.gateway_session, principal=session.principal())
     except BadRequest as exc:  # a plain query: cursors and this COPY are for live answers
         raise NotSupported(f"{exc.message}; a cursor here is for SUBSCRIBE (run a SELECT as it is: its rows stream)"
                            ) from None

@@ -4,7 +4,7 @@ A connection goes through start-up (SSLRequest answered 'S' and wrapped in
 TLS when the server has a certificate, else 'N'; GSSENCRequest 'N'; a
 CancelRequest looks the target up by process id and secret and cancels its
 running statement; protocol 2 and anything else is refused), password
-authentication with the server's token (``auth``), the parameter status
+authentication of the startup user name against the server's users (``auth``), the parameter status
 PostgreSQL clients expect, then the message loop (``session``). A
 connection that breaks the protocol gets an ErrorResponse and is closed; one
 connection's failure never touches another, and the server never dies of a
@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ..access.context import AccessContext
 from ..engine.errors import GatewayError
 from .auth import Authenticator, AuthFailed
 from .commands import REPORTED, ClientSettings
@@ -49,11 +50,13 @@ class PgServer:
     def __init__(self, gateway: Any, host: str = "127.0.0.1", port: int = 0, *, token: str | None = None,
                  auth_method: str = "scram-sha-256", tls_cert: str | None = None, tls_key: str | None = None,
                  max_connections: int = 64, max_message_bytes: int = 16 << 20, body_timeout_s: float = 30.0,
-                 sock: socket.socket | None = None) -> None:
+                 sock: socket.socket | None = None, access: AccessContext | None = None) -> None:
         """``sock``: an already listening socket to accept from (a serving process's, inherited from its
-        supervisor, which keeps the port bound while it starts a new one)."""
+        supervisor, which keeps the port bound while it starts a new one). ``access``: the process's users,
+        audit log and admission (default: ``token`` alone, or no authentication)."""
         self.gateway = gateway
-        self.auth = Authenticator(token, auth_method)
+        self.access = access or AccessContext.of_token(token)
+        self.auth = Authenticator(self.access.users, auth_method, token=token)
         self.tls: ssl.SSLContext | None = None
         if tls_cert or tls_key:
             if not (tls_cert and tls_key):
@@ -257,7 +260,12 @@ class PgServer:
             out.auth(code, extra)
             out.flush(sock)
 
-        self.auth.authenticate(user, send, reader.message)
+        client = _peer(sock)
+        try:
+            self.auth.authenticate(user, send, reader.message)
+        except AuthFailed as exc:
+            self.access.login_failed(user, "pg", client, str(exc))
+            raise
         out.auth(0)
         settings = ClientSettings(user)
         for key, value in params.items():
@@ -272,7 +280,8 @@ class PgServer:
             while pid in self._sessions:
                 pid = secrets.randbelow(1 << 30) + 1
             secret = secrets.randbelow(1 << 31)
-            session = Session(self.gateway, out, user, params.get("database") or user, pid, settings)
+            session = Session(self.gateway, out, user, params.get("database") or user, pid, settings,
+                              access=self.access, client=client)
             self._sessions[pid] = (secret, session)
         for key, name in REPORTED.items():
             out.parameter_status(name, settings.get(key))
@@ -335,6 +344,13 @@ class PgServer:
             # sends the Sync (asyncpg sends Parse, Describe, Flush; a Flush after the error is skipped)
             if kind in (b"S", b"Q", b"H") or session.skip_to_sync or len(out.buf) > 1 << 16:
                 out.flush(sock)
+
+
+def _peer(sock: Any) -> str | None:
+    try:
+        return str(sock.getpeername()[0])
+    except (OSError, IndexError):
+        return None
 
 
 def _close_gently(conn: socket.socket) -> None:

@@ -21,8 +21,17 @@ from typing import Any
 from planner.systables import SystemContext
 from stores.iqv2.position import Position
 
+from ..access.principal import Principal
 from ..engine.cancel import Cancellation
-from ..engine.errors import GatewayError, GatewayInternalError, ResponseTooLarge, SqlError, StreamRequired, translate
+from ..engine.errors import (
+    GatewayError,
+    GatewayInternalError,
+    ResponseTooLarge,
+    SqlError,
+    StreamRequired,
+    Unauthorized,
+    translate,
+)
 from .answer import Answer, answer_of
 from .commands import ClientSettings, run_command
 from .copy_out import copy_header, copy_rows, copy_trailer, forced_columns, parse_copy
@@ -76,6 +85,9 @@ class Session:
     on_report: Callable[[str, str], None] | None = None
     sock: Any = None  # set by the server: rows are flushed to it a chunk at a time while a SELECT streams
     live_cursors: dict[str, Any] = field(default_factory=dict)  # DECLARE … CURSOR FOR SUBSCRIBE (live.py)
+    access: Any = None  # the server's AccessContext: who the user is now, admission, the audit log (None: open)
+    client: str | None = None  # the client's address, for the audit log
+    response_limit: int | None = None  # the running statement's user's response budget (None: the server's)
 
     def __post_init__(self) -> None:
         if self.gateway_session is None:
@@ -86,6 +98,15 @@ class Session:
         return SystemContext(schema="public", database=self.database, user=self.user, flavor="postgres",
                              settings=self.settings.visible(), backend_pid=self.pid,
                              application_name=self.settings.get("application_name"))
+
+    def principal(self) -> Principal | None:
+        """The user as of now (a grant revoked in the users file counts from the next statement); None: open."""
+        if self.access is None:
+            return None
+        found = self.access.principal(self.user)
+        if found is None:
+            raise Unauthorized(f'user "{self.user}" no longer exists on this server; connect as another user')
+        return found
 
     def run(self, prepared: Prepared, params: list[Any]) -> Answer:
         """Run one statement (already split and classified) and give back what to send."""
@@ -103,15 +124,31 @@ class Session:
         if not prepared.sql.strip():
             return Answer(columns=None, rows=[], tag="", empty=True)
         self.cancel.reset()
-        result = self.gateway.sql(prepared.sql, params if prepared.params else None, session=self.gateway_session,
-                                  context=self.context(), cancel=self.cancel, stream=True)
+        principal = self.principal()
+        self.response_limit = self.gateway.config_for(principal).max_response_bytes
+        audited = None if principal is None or self.access.plain else self.access.begin(
+            principal, face="pg", client=self.client, sql=prepared.sql, params=params if prepared.params else None)
+        try:
+            result = self.gateway.sql(prepared.sql, params if prepared.params else None,
+                                      session=self.gateway_session, context=self.context(), cancel=self.cancel,
+                                      stream=True, principal=principal)
+        except BaseException as exc:
+            if audited is not None:
+                audited.end(error=exc)
+            raise
         try:
             answer = answer_of(result)
-        except BaseException:
+        except BaseException as exc:
             result.close()
+            if audited is not None:
+                audited.end(error=exc)
             raise
         if answer.result is None:
             result.close()
+        if audited is not None:
+            streamed = not answer.done
+            answer.on_close = lambda a: audited.end(result=result, code=a.failed, response_bytes=a.bytes,
+                                                    rows=a.count if streamed else len(a.rows))
         if answer.position is not None:
             self.last_position = answer.position
         return answer
@@ -150,8 +187,9 @@ class Session:
     def _check_size(self, answer: Answer, wrote: int) -> None:
         """The response-size budget, as every face enforces it: past it the answer ends with an ErrorResponse."""
         answer.bytes += wrote
-        limit = self.gateway.config.max_response_bytes
+        limit = self.response_limit or self.gateway.config.max_response_bytes
         if answer.bytes > limit:
+            answer.failed = "RESPONSE_TOO_LARGE"
             raise ResponseTooLarge(f"the answer is larger than the server's response limit of {limit:,} bytes; "
                                    "add a LIMIT, select fewer columns, or aggregate")
 
@@ -220,6 +258,7 @@ class Session:
                     header = None
                     count += 1
                 answer.rows = []
+                answer.count = count  # what the audit line counts
                 self._check_size(answer, self.out.written - began)
                 if self.sock is not None and len(self.out.buf) >= _FLUSH_BYTES:
                     self.out.flush(self.sock)
@@ -410,8 +449,8 @@ class Session:
     def _inferred_oids(self, prepared: Prepared) -> list[int]:
         if prepared.inferred is None:
             count = _param_count(prepared)
-            types = (self.gateway.parameter_types(prepared.sql) if prepared.command is None and prepared.sql.strip()
-                     else {})
+            types = (self.gateway.parameter_types(prepared.sql, principal=self.principal())
+                     if prepared.command is None and prepared.sql.strip() else {})
             prepared.inferred = [parameter_oid(types[n]) if n in types else 0 for n in range(1, count + 1)]
         return prepared.inferred
 
@@ -424,7 +463,8 @@ class Session:
             return Answer(columns=[(command.name, "VARCHAR")] if command.kind == "show" else None, rows=[], tag="")
         if not prepared.sql.strip():
             return Answer(columns=None, rows=[], tag="")
-        cols = self.gateway.result_columns(prepared.sql, session=self.gateway_session, context=self.context())
+        cols = self.gateway.result_columns(prepared.sql, session=self.gateway_session, context=self.context(),
+                                           principal=self.principal())
         return Answer(columns=cols or None, rows=[], tag="")
 
 

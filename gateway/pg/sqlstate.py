@@ -3,7 +3,7 @@
 PG clients branch on the SQLSTATE, not the text, so each gateway code maps to
 the PostgreSQL class a client already handles: 42P01 unknown store, 42703
 unknown column, 42601 syntax, 25006 a write, 57014 timeout or cancel, 53200
-out of memory, 28P01 bad password. The IQv2 states a retry can fix
+out of memory, 53300 a user over their share of statements, 28P01 bad password. The IQv2 states a retry can fix
 (NOT_UP_TO_BOUND, rebalancing, not started, migrated) are 40001 — the class
 drivers and pools already retry — with the IQv2 reason first in the message
 and each store partition with its reason and position in DETAIL.
@@ -30,6 +30,7 @@ SQLSTATES: dict[str, str] = {
     "STATEMENT_TIMEOUT": "57014",
     "STATEMENT_CANCELLED": "57014",
     "OUT_OF_MEMORY": "53200",
+    "TOO_MANY_STATEMENTS": "53300",
     "MEMORY_LIMIT_EXCEEDED": "53200",
     "UNAUTHORIZED": "28P01",
     "FORBIDDEN_FUNCTION": "42501",

@@ -7,6 +7,11 @@ host while it runs, ``standby`` on a replica, ``copy`` for files whose writer
 is gone), the Position, and the KIP-535 lags (changelog offset lag and time
 lag). A peer that does not answer within ``timeout_s`` is down until it
 answers again; routing never sends it a query meanwhile.
+
+Peers authenticate to each other with this server's own credential
+(``token``: the server's ``--token``, or with a users file the token of a
+peer user), and a forwarded statement names its user in ``ON_BEHALF_OF``:
+the peer answers only what both the credential and that user may read.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from typing import Any
 
 from ..engine.partitions import PartitionInfo
 
-__all__ = ["Peer", "Membership"]
+__all__ = ["Peer", "Membership", "ON_BEHALF_OF"]
+
+ON_BEHALF_OF = "X-IQ-On-Behalf-Of"  # the user a forwarded request is for (the peer checks their grants too)
 
 log = logging.getLogger(__name__)
 
@@ -105,10 +112,12 @@ class Membership:
         return out
 
     # -- HTTP ---------------------------------------------------------------------------------------
-    def _headers(self) -> dict[str, str]:
+    def _headers(self, on_behalf_of: str | None = None) -> dict[str, str]:
         h = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.token:
             h["Authorization"] = f"Bearer {self.token}"
+        if on_behalf_of:
+            h[ON_BEHALF_OF] = on_behalf_of
         return h
 
     def get(self, url: str, path: str) -> dict[str, Any]:
@@ -116,9 +125,10 @@ class Membership:
         with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
             return json.loads(resp.read())
 
-    def post(self, url: str, path: str, payload: Any, timeout_s: float) -> dict[str, Any]:
-        req = urllib.request.Request(url + path, data=json.dumps(payload).encode(), headers=self._headers(),
-                                     method="POST")
+    def post(self, url: str, path: str, payload: Any, timeout_s: float,
+             on_behalf_of: str | None = None) -> dict[str, Any]:
+        req = urllib.request.Request(url + path, data=json.dumps(payload).encode(),
+                                     headers=self._headers(on_behalf_of), method="POST")
         try:
             with urllib.request.urlopen(req, timeout=timeout_s) as resp:
                 return json.loads(resp.read())

@@ -33,6 +33,7 @@ from stores.iqv2.request import StateQueryRequest
 from stores.iqv2.result import FailureReason, QueryResult, StateQueryResult
 from stores.iqv2.state import State
 
+from ..engine.grants import CALLER
 from ..engine.partitions import PartitionInfo, local_partitions, partition_row
 from ..engine.sources import Capabilities
 from .codec import CodecError, decode_answer, encode_request
@@ -236,8 +237,10 @@ class RoutedSource:
         if isinstance(request.query, ArrowQuery):  # a local streamed scan: a peer answers the scan itself, as rows
             request = request.with_query(request.query.query)
         payload = encode_request(request.with_partitions(parts))
+        caller = CALLER.get()  # the statement's user: the peer answers only what they may read
         try:
-            body = self.membership.post(peer.url, "/v1/iq", payload, self.forward_timeout_s)
+            body = self.membership.post(peer.url, "/v1/iq", payload, self.forward_timeout_s,
+                                        on_behalf_of=caller.name if caller is not None else None)
             self.forwarded += 1
             out = {}
             for raw in body.get("answers", []):

@@ -56,7 +56,8 @@ class ServerThread:
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, threads: int = 8, *,
                  on_failure: Callable[[BaseException], None] | None = None, sock: Any = None,
-                 cpu: int | None = None, board: AcceptBoard | None = None, connection_limit: int = 1000) -> None:
+                 cpu: int | None = None, board: AcceptBoard | None = None, connection_limit: int = 1000,
+                 tls: Any = None) -> None:
         """``sock``: an already listening socket to accept from (shared by ``--workers`` processes).
 
         ``cpu``: run the serving loop and its handler threads on that one CPU
@@ -71,6 +72,9 @@ class ServerThread:
         ``board``: with ``sock`` shared by several serving processes, accept
         only while no other process has fewer connections (accept_board.py).
         ``connection_limit``: open connections at most (live answers hold one each).
+
+        ``tls``: an ``ssl.SSLContext`` (``tls_channel.tls_context``): the port
+        speaks HTTPS, terminated in this process (tls_channel.py).
         """
         where: dict[str, Any] = {"sockets": [sock]} if sock is not None else {"host": host, "port": port}
         self.cpu = cpu
@@ -83,6 +87,11 @@ class ServerThread:
         if board is not None:
             _accept_fairly(self._server, board)
         self._streams = install_stream_hooks(self._server, threads)  # live answers (live_streams.py)
+        self.tls = tls is not None
+        if tls is not None:
+            from .tls_channel import tls_channel
+
+            self._server.channel_class = tls_channel(tls)  # type: ignore[union-attr]
         if sock is not None:
             host = sock.getsockname()[0]
         self.host = host
@@ -94,7 +103,7 @@ class ServerThread:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     @property
     def alive(self) -> bool:

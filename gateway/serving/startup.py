@@ -1,7 +1,11 @@
 """The one way a server starts and stops: ``serve``, ``demo`` and ``replica`` all come through ``run_server``.
 
-In order: bind the listening sockets (a port in use is one clear error,
-before anything else starts); make the state board, the accept board and
+In order: take the state directory's writer lock when this server writes
+it (a pipeline host: one writer per state directory, a second server is
+refused at once naming the first; read-only servers take none); check the
+users file and the audit log (access_setup.py); bind the listening sockets
+(a port in use is one clear error, before anything else starts); make the
+state board, the accept board and
 the activity slots; publish the host's state (``publisher.py``); start the
 serving processes (``supervisor.py``), which answer from the files from
 their first second; start the host (Spark, a replica's restoring: seconds);
@@ -12,14 +16,19 @@ the serving processes, then the host, and close the rest.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from stores.app.writer_lock import WriterLock, WriterLockError
+
 from .accept_board import AcceptBoard
+from .access_setup import AccessSetupError, check_access
 from .activity import Activity
 from .hosts import Host
 from .options import ServeOptions
@@ -69,6 +78,40 @@ def run_server(host: Host, opts: ServeOptions, *, ready: Callable[[Server], None
     ``ready`` is called once the host has started (the demo prints its example answers there); ``log`` and
     ``application_id`` let routing find peers on the log's heartbeat topic.
     """
+    lock = _writer_lock(host)
+    try:
+        return _run(host, opts, ready, log, application_id)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _writer_lock(host: Host) -> WriterLock | None:
+    """The state directory's writer lock, when this server writes it (a pipeline host; a replica's command takes
+    its own before it opens anything); ServerStartError naming the holder when another process has it."""
+    if host.mode != "hosted":
+        return None
+    try:
+        return WriterLock(host.state_dir, "serve").acquire()
+    except WriterLockError as exc:
+        raise ServerStartError(str(exc)) from None
+
+
+def _forward_sighup(procs: ServingProcesses) -> Callable[[], None]:
+    """SIGHUP to the supervisor reaches every serving process (each re-reads the users file); returns the undo."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    before = signal.signal(signal.SIGHUP, lambda *_: procs.signal(signal.SIGHUP))
+    return lambda: signal.signal(signal.SIGHUP, before)
+
+
+def _run(host: Host, opts: ServeOptions, ready: Callable[[Server], None] | None, log: dict[str, Any] | None,
+         application_id: str | None) -> int:
+    n = 1 if opts.routing is not None and opts.routing.wanted else opts.workers
+    try:
+        check_access(opts, n)
+    except AccessSetupError as exc:
+        raise ServerStartError(str(exc)) from None
     http = listening_socket(opts.http.host, opts.http.port)
     try:
         pg = listening_socket(opts.pg.host, opts.pg.port) if opts.pg is not None else None
@@ -78,7 +121,6 @@ def run_server(host: Host, opts: ServeOptions, *, ready: Callable[[Server], None
         http.close()
         raise
     restore = catch_sigterm()
-    n = 1 if opts.routing is not None and opts.routing.wanted else opts.workers
     if n != opts.workers:
         print("iqgate: routing: serving with one process (routing keeps its peers' view in the process that "
               "routes)", file=sys.stderr, flush=True)
@@ -95,15 +137,17 @@ def run_server(host: Host, opts: ServeOptions, *, ready: Callable[[Server], None
             "activity_fd": activity.fileno(), "accept_fd": accept.fileno() if accept is not None else None,
             "log": log, "application_id": application_id}
     procs = ServingProcesses(n, spec, tuple(fds), activity, crashes, opts.config.auth_token,
-                             on_crash=publisher.notify)
+                             on_crash=publisher.notify, peer_token=opts.access.peer_token)
     bound_host, bound_port = http.getsockname()[:2]
-    url = f"http://{bound_host}:{bound_port}"
+    url = f"{opts.http.scheme}://{bound_host}:{bound_port}"
+    unhook = _forward_sighup(procs)  # before any child exists: a SIGHUP must never end the supervisor
     try:
         procs.start()
         print(f"iqgate: serving {host.describe()} on {url} ({n} serving process{'es' if n > 1 else ''}: pids "
               f"{procs.pids}; this one, pid {os.getpid()}, supervises)", file=sys.stderr, flush=True)
         if pg is not None:
-            announce_pg(*pg.getsockname()[:2], tls=bool(opts.pg and opts.pg.tls_cert))  # type: ignore[arg-type]
+            announce_pg(*pg.getsockname()[:2], tls=bool(opts.pg and opts.pg.tls_cert),  # type: ignore[arg-type]
+                        user="USER" if opts.access.users_file else "iqgate")
         if opts.flight is not None:
             f = opts.flight
             print(f"iqgate: Arrow Flight SQL on grpc{'+tls' if f.tls_cert else ''}://{f.host}:{f.port} "
@@ -115,6 +159,7 @@ def run_server(host: Host, opts: ServeOptions, *, ready: Callable[[Server], None
         wait_for_stop(give_up=lambda: not procs.alive)
         return 0 if procs.alive else 1
     finally:
+        unhook()
         restore()
         procs.stop()
         try:

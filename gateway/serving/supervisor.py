@@ -35,11 +35,14 @@ from typing import Any
 from .activity import Activity
 from .publisher import Crashes
 
-__all__ = ["ServingProcesses", "die_with_parent", "default_workers", "MAX_RESTARTS", "SPEC_ENV"]
+__all__ = ["ServingProcesses", "die_with_parent", "default_workers", "MAX_RESTARTS", "SPEC_ENV", "TOKEN_ENV",
+           "PEER_TOKEN_ENV"]
 
 log = logging.getLogger(__name__)
 
 SPEC_ENV = "IQGATE_SERVING"  # a serving process's spec (JSON: what it serves, its sockets, its options)
+TOKEN_ENV = "IQGATE_TOKEN"  # the server's token, by environment (never on a command line)
+PEER_TOKEN_ENV = "IQGATE_PEER_TOKEN"  # with a users file: this server's credential towards its peers
 MAX_RESTARTS = 5  # per serving process per minute
 
 
@@ -80,7 +83,8 @@ class ServingProcesses:
     """``count`` serving processes of one server (see the module doc)."""
 
     def __init__(self, count: int, spec: dict[str, Any], fds: tuple[int, ...], activity: Activity,
-                 crashes: Crashes, token: str | None, on_crash: Callable[[], None] | None = None) -> None:
+                 crashes: Crashes, token: str | None, on_crash: Callable[[], None] | None = None,
+                 peer_token: str | None = None) -> None:
         self.count = count
         self._spec = spec
         self._fds = fds
@@ -90,9 +94,12 @@ class ServingProcesses:
         env = {**os.environ, "IQGATE_SUPERVISOR": str(os.getpid())}
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        env.pop("IQGATE_TOKEN", None)
+        env.pop(TOKEN_ENV, None)
+        env.pop(PEER_TOKEN_ENV, None)
         if token:
-            env["IQGATE_TOKEN"] = token  # by environment, never on a command line
+            env[TOKEN_ENV] = token  # by environment, never on a command line
+        if peer_token:
+            env[PEER_TOKEN_ENV] = peer_token
         self._env = env
         self._procs: list[subprocess.Popen[bytes] | None] = [None] * count
         self._starts: list[list[float]] = [[] for _ in range(count)]
@@ -114,10 +121,17 @@ class ServingProcesses:
         self._thread.start()
         return self
 
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to every serving process (SIGHUP: re-read the users file now)."""
+        for p in list(self._procs):
+            if p is not None and p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    p.send_signal(sig)
+
     def _spawn(self, i: int) -> None:
         now = time.monotonic()
         self._starts[i] = [t for t in self._starts[i] if now - t < 60] + [now]
-        spec = json.dumps({**self._spec, "index": i})
+        spec = json.dumps({**self._spec, "index": i, "count": self.count})
         self._procs[i] = subprocess.Popen([sys.executable, "-m", "gateway.serving.child"],
                                           env={**self._env, SPEC_ENV: spec}, pass_fds=self._fds,
                                           stdin=subprocess.DEVNULL)

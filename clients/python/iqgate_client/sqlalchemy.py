@@ -20,7 +20,8 @@ cannot be.
 
 In-process use: ``create_engine("iqgate://", connect_args={"gateway": gw})``.
 URL query options: ``token``, ``position`` (JSON bound), ``monotonic``,
-``partial``, ``wait_ms``, ``timeout``, ``protocol`` (http or https).
+``partial``, ``wait_ms``, ``timeout``, ``protocol`` (http or https), ``ca_certs`` (a PEM
+file to trust for https).
 """
 
 from __future__ import annotations
@@ -176,7 +177,8 @@ class IqgateDialect(default.DefaultDialect):
 
     # -- connecting ----------------------------------------------------------------------
     def create_connect_args(self, url: Any) -> tuple[list[Any], dict[str, Any]]:
-        """``iqgate://[:token@]host:port[/main][?token=&position=&monotonic=&partial=&wait_ms=&timeout=&protocol=]``."""
+        """``iqgate://[:token@]host:port[/main][?token=&position=&monotonic=&partial=&wait_ms=&timeout=&protocol=
+        &ca_certs=]``."""
         opts = dict(url.query)
         kwargs: dict[str, Any] = {}
         if url.database not in (None, "", "main"):
@@ -203,10 +205,12 @@ class IqgateDialect(default.DefaultDialect):
                 kwargs["timeout"] = float(opts.pop("timeout"))
             except ValueError:
                 raise sa_exc.ArgumentError("URL option timeout must be a number of seconds") from None
+        if "ca_certs" in opts:
+            kwargs["ca_certs"] = str(opts.pop("ca_certs"))
         if opts:
             raise sa_exc.ArgumentError(
                 f"unknown URL option(s) {', '.join(sorted(opts))}; known: token, position, monotonic, partial,"
-                " wait_ms, timeout, protocol"
+                " wait_ms, timeout, protocol, ca_certs"
             )
         if url.host:
             port = f":{url.port}" if url.port else ""

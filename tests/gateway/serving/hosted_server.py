@@ -1,8 +1,10 @@
 """A real server (``run_server``: the supervisor and its serving processes) hosting a real StreamsApp of the shop
 stores without Spark, driven through its stdin: what the serving tests watch from outside.
 
-``python -m tests.gateway.serving.hosted_server STATE_DIR WORKERS`` prints ``READY <url>`` once the app started,
-then reads one command a line and prints ``DONE <command>`` after each:
+``python -m tests.gateway.serving.hosted_server STATE_DIR WORKERS [OPTIONS_JSON]`` prints ``READY <url>`` once the
+app started, then reads one command a line and prints ``DONE <command>`` after each (OPTIONS_JSON: ``users_file``,
+``audit_log``, ``audit_mask``, ``tls_cert``, ``tls_key``, ``threads``; a server that cannot start says why in one
+line and exits 1, as the CLI does):
 
 - ``rebalance``: RUNNING → REBALANCING → RUNNING (a reassignment of partitions, as a rebalance does);
 - ``pause STORE`` / ``resume STORE``: the store's ingest paused by a fault, and running again;
@@ -14,6 +16,7 @@ then reads one command a line and prints ``DONE <command>`` after each:
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 from pathlib import Path
@@ -21,8 +24,8 @@ from typing import Any
 
 from gateway.engine.config import GatewayConfig
 from gateway.serving.hosts import AppHost
-from gateway.serving.options import HttpOptions, ServeOptions
-from gateway.serving.startup import Server, run_server
+from gateway.serving.options import AccessOptions, HttpOptions, ServeOptions
+from gateway.serving.startup import Server, ServerStartError, run_server
 from gateway.serving.stopping import request_stop
 from stores.iqv2.errors import MissingSourceTopicException
 from stores.iqv2.position import Position
@@ -31,6 +34,7 @@ from tests.gateway.gwfixtures import make_app, make_shop, write_shop
 
 def main() -> int:
     state_dir, workers = Path(sys.argv[1]), int(sys.argv[2])
+    extra = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
     shop = make_shop()
     batches = [0]
 
@@ -78,9 +82,16 @@ def main() -> int:
                 return
             print(f"DONE {cmd}", flush=True)
 
-    opts = ServeOptions(http=HttpOptions(port=0, threads=2), workers=workers, pin_cpus=False,
-                        config=GatewayConfig())
-    return run_server(host, opts, ready=ready)
+    opts = ServeOptions(http=HttpOptions(port=0, threads=extra.get("threads", 2), tls_cert=extra.get("tls_cert"),
+                                         tls_key=extra.get("tls_key")),
+                        workers=workers, pin_cpus=False, config=GatewayConfig(),
+                        access=AccessOptions(users_file=extra.get("users_file"), audit_log=extra.get("audit_log"),
+                                             audit_mask=bool(extra.get("audit_mask"))))
+    try:
+        return run_server(host, opts, ready=ready)
+    except ServerStartError as exc:
+        print(f"iqgate: {exc}", file=sys.stderr, flush=True)
+        return 1
 
 
 if __name__ == "__main__":

@@ -117,6 +117,8 @@ def connect(
         partial: return data with per-partition failures beside it instead of an error.
         wait_ms: wait up to this long for a bound before failing with NOT_UP_TO_BOUND.
         timeout: HTTP read timeout in seconds (remote only).
+        http_options: ``ca_certs`` (a PEM file to trust for an ``https://`` server with a self-signed
+            certificate), ``headers``, ``connect_timeout``, ``pool_maxsize``.
 
     Returns:
         A PEP 249 ``Connection``.

@@ -83,7 +83,10 @@ class RemoteTransport:
         max_rows: int | None = None,
         headers: Mapping[str, str] | None = None,
         pool_maxsize: int = 4,
+        ca_certs: str | None = None,
     ) -> None:
+        """``ca_certs``: a PEM file of the certificates an ``https://`` server's must chain to (a self-signed
+        server's own certificate); by default the system's trust store (or ``$SSL_CERT_FILE``)."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise InterfaceError(f"the gateway URL must be http://host:port or https://host:port, got {url!r}")
@@ -109,6 +112,7 @@ class RemoteTransport:
             timeout=urllib3.Timeout(connect=connect_timeout, read=timeout),
             # Reads are idempotent, but a statement that reached the server may be slow: retry only connects.
             retries=urllib3.Retry(total=2, connect=2, read=0, status=0, redirect=0, raise_on_status=False),
+            **({"ca_certs": ca_certs} if ca_certs else {}),
         )
 
     # -- Transport ---------------------------------------------------------------------
