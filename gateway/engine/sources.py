@@ -19,6 +19,7 @@ contract tests against every kind of source.
 | ``Upgrades`` | COLUMN_NOT_YET_AVAILABLE and ``system.stores``' history (issue 20) |
 | ``HasRoles`` / ``HasLags`` | ``system.partitions`` and ``/v1/partitions``: each partition's role, Position and lag |
 | ``Routes`` | ``system.partitions`` of a routed server: its own partitions and every peer's |
+| ``ReadsStreams`` | pull queries on streams: a reader of a stream's records from its log (issue 51) |
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from stores.iqv2.result import StateQueryResult
 from stores.iqv2.state import State
 
 __all__ = ["Source", "PointReads", "ReportsStatus", "KnowsSourceEnds", "Upgrades", "HasRoles", "HasLags", "Routes",
-           "DeclaresCapabilities", "Capabilities"]
+           "ReadsStreams", "DeclaresCapabilities", "Capabilities"]
 
 
 @runtime_checkable
@@ -97,6 +98,13 @@ class Routes(Protocol):
 
 
 @runtime_checkable
+class ReadsStreams(Protocol):
+    def stream_reader(self, name: str) -> Any:
+        """A ``stores.log.stream_reader.StreamReader`` of the stream ``name`` over its log."""
+        ...
+
+
+@runtime_checkable
 class DeclaresCapabilities(Protocol):
     def capabilities(self) -> Capabilities:
         """What this source can do, said outright (a wrapper's differ from what it wraps)."""
@@ -115,6 +123,7 @@ class Capabilities:
     partition_roles: Callable[[], dict[str, dict[int, str]]] | None
     partition_lags: Callable[[], list[Any]] | None
     partition_rows: Callable[[], list[tuple[Any, ...]]] | None
+    stream_reader: Callable[[str], Any] | None = None
 
     @classmethod
     def of(cls, source: Any) -> Capabilities:
@@ -136,6 +145,7 @@ class Capabilities:
             partition_roles=source.partition_roles if isinstance(source, HasRoles) else None,
             partition_lags=source.partition_lags if isinstance(source, HasLags) else None,
             partition_rows=source.partition_rows if isinstance(source, Routes) else None,
+            stream_reader=source.stream_reader if isinstance(source, ReadsStreams) else None,
         )
 
     def names(self) -> list[str]:

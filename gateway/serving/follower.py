@@ -63,7 +63,8 @@ class Follower:
             source_end_offsets=self._reader_caps.source_end_offsets,
             upcoming_columns=self._reader_caps.upcoming_columns, history=self._reader_caps.history,
             partition_roles=self._reader_caps.partition_roles,
-            partition_lags=self.partition_lags if self.mode == "replica" else None, partition_rows=None)
+            partition_lags=self.partition_lags if self.mode == "replica" else None, partition_rows=None,
+            stream_reader=self._reader_caps.stream_reader)
 
     # -- the source -----------------------------------------------------------------------------------------
     @property
