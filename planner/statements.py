@@ -60,7 +60,7 @@ def show_setting_sql(node: exp.Command) -> str:
 def plan_describe(sql: str, node: exp.Describe, catalog: Mapping[str, StoreSpec], explain: bool) -> Template:
     table = node.this
     if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
-        raise UnsupportedSqlError("DESCRIBE takes a store or stream name: DESCRIBE <store>", line=1, col=1)
+        raise UnsupportedSqlError("DESCRIBE takes a store name: DESCRIBE <store>", line=1, col=1)
     line, col = node_position(sql, table)
     name, spec = resolve_relation(catalog, table, line=line, col=col)
     if isinstance(spec, StoreSpec):

@@ -108,7 +108,8 @@ def bind_stream(sql: str, t: ScanTemplate, params: Any, bound: PositionBound,
             if v is NOT_PUSHABLE:
                 continue
             rng.add(op2 + "=" if op2 in (">", "<") else op2, v)  # no exact successor: inclusive
-    empty = any(r.empty for r in ranges.values()) or (named is not None and not named)
+    empty = (any(r.empty for r in ranges.values()) or (named is not None and not named)
+             or any(r.hi is not None and r.hi < 0 for r in (ranges["partition"], ranges["offset"])))
     query = StreamQuery(
         partitions=None if named is None else frozenset(named),
         partition_range=ranges["partition"].pair(),

@@ -195,10 +195,11 @@ def _with_pseudo(schema: pa.Schema, batch: pa.RecordBatch, partition: int, posit
 
 
 def _failure_rows(schema: pa.Schema, failures: list[Failure]) -> pa.RecordBatch:
-    """One row per failed partition: data columns null, the pseudo-columns saying why."""
+    """One row per failed partition: data columns null but ``partition``, the pseudo-columns saying why."""
     n = len(failures)
     width = len(schema) - 4
-    arrays = [pa.nulls(n, schema.field(i).type) for i in range(width)]
+    arrays = [pa.array([f.partition for f in failures], type=pa.int32()) if schema.field(i).name == "partition"
+              else pa.nulls(n, schema.field(i).type) for i in range(width)]
     arrays.append(pa.array([f.partition for f in failures], type=pa.int32()))
     arrays.append(pa.array([position_json(f.position) for f in failures], type=pa.string()))
     arrays.append(pa.array([f.reason.label for f in failures], type=pa.string()))

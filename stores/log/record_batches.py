@@ -90,7 +90,7 @@ def _int_of(t: SqlType) -> Callable[[Any], Any]:
     lo, hi = _INT_RANGE[t]
 
     def to_int(v: Any) -> int:
-        if isinstance(v, float) and not v.is_integer():
+        if isinstance(v, bool) or (isinstance(v, float) and not v.is_integer()):
             raise ValueError
         n = int(v)
         if not lo <= n <= hi:
