@@ -47,7 +47,7 @@ CUSTOMERS = StoreSpec("customers", StoreKind.KEY_VALUE, Column("customer", SqlTy
                       source_topics=("orders",))
 
 
-def _orders(rng: random.Random, n: int) -> list[tuple[Any, ...]]:
+def orders(rng: random.Random, n: int) -> list[dict[str, Any]]:
     out = []
     for i in range(n):
         key = f"c{rng.randrange(20):02d}"
@@ -69,6 +69,26 @@ def _orders(rng: random.Random, n: int) -> list[tuple[Any, ...]]:
     return out
 
 
+#: The orders stream as DuckDB's own JSON functions read the raw records (the value's JSON text): the oracle.
+ORDERS_VIEW = """CREATE OR REPLACE VIEW "{view}" AS SELECT k AS key,
+    CASE WHEN json_type(v, '$.amount') IN ('BIGINT', 'UBIGINT', 'DOUBLE')
+         THEN CAST(json_extract(v, '$.amount') AS DOUBLE) END AS amount,
+    CASE json_type(v, '$.item') WHEN 'VARCHAR' THEN json_extract_string(v, '$.item') WHEN 'NULL' THEN NULL
+         ELSE CAST(json_extract(v, '$.item') AS VARCHAR) END AS item,
+    CASE WHEN json_type(v, '$.qty') IN ('BIGINT', 'UBIGINT') THEN CAST(json_extract(v, '$.qty') AS BIGINT) END AS qty,
+    CAST(epoch_ms(ts) AS TIMESTAMPTZ) AS rowtime, p AS "partition", o AS "offset", p AS _partition
+    FROM "{raw}"
+"""
+
+
+def load_raw(con: duckdb.DuckDBPyConnection, topic: str, records: list[Any]) -> None:
+    """``raw_<topic>`` (k, v JSON text, ts, p, o) from the records as the log returns them."""
+    con.execute(f'CREATE OR REPLACE TABLE "raw_{topic}" (k VARCHAR, v JSON, ts BIGINT, p INTEGER, o BIGINT)')
+    con.executemany(f'INSERT INTO "raw_{topic}" VALUES (?, ?, ?, ?, ?)',
+                    [(r.key, None if r.value is None else json.dumps(r.value), r.timestamp, r.partition, r.offset)
+                     for r in records])
+
+
 class World:
     """The log, the app over it, the gateway, and the oracle over the same records."""
 
@@ -77,7 +97,7 @@ class World:
         self.log = EventLog(root / "log")
         self.log.create_topic("orders", partitions=4)
         self.log.create_topic("clicks", partitions=2)
-        self.log.append_batch("orders", _orders(rng, 700))
+        self.log.append_batch("orders", orders(rng, 700))
         self.log.append_batch("clicks", [(f"c{rng.randrange(20):02d}", {"page": rng.choice(["/", "/buy", "/x"])},
                                           T0 + rng.randrange(7_200_000)) for _ in range(150)])
         self.customers = {f"c{i:02d}": (rng.choice(["gold", "basic"]), round(rng.uniform(0, 500), 2))
@@ -94,25 +114,13 @@ class World:
         self.load_oracle()
 
     def load_oracle(self) -> None:
-        con = self.oracle
         for topic in ("orders", "clicks"):
-            con.execute(f"CREATE OR REPLACE TABLE raw_{topic} (k VARCHAR, v JSON, ts BIGINT, p INTEGER, o BIGINT)")
-            rows = [(r.key, None if r.value is None else json.dumps(r.value), r.timestamp, r.partition, r.offset)
-                    for p in range(self.log.partitions(topic)) for r in self.log.read(topic, p)]
-            con.executemany(f"INSERT INTO raw_{topic} VALUES (?, ?, ?, ?, ?)", rows)
-        con.execute("""CREATE OR REPLACE VIEW orders AS SELECT k AS key,
-            CASE WHEN json_type(v, '$.amount') IN ('BIGINT', 'UBIGINT', 'DOUBLE')
-                 THEN CAST(json_extract(v, '$.amount') AS DOUBLE) END AS amount,
-            CASE json_type(v, '$.item') WHEN 'VARCHAR' THEN json_extract_string(v, '$.item') WHEN 'NULL' THEN NULL
-                 ELSE CAST(json_extract(v, '$.item') AS VARCHAR) END AS item,
-            CASE WHEN json_type(v, '$.qty') IN ('BIGINT', 'UBIGINT') THEN CAST(json_extract(v, '$.qty') AS BIGINT)
-                 END AS qty,
-            CAST(epoch_ms(ts) AS TIMESTAMPTZ) AS rowtime, p AS "partition", o AS "offset", p AS _partition
-            FROM raw_orders""")
-        con.execute("""CREATE OR REPLACE VIEW clicks AS SELECT k AS key, json_extract_string(v, '$.page') AS page,
+            load_raw(self.oracle, topic, [r for p in range(self.log.partitions(topic)) for r in self.log.read(topic, p)])
+        self.oracle.execute(ORDERS_VIEW.format(view="orders", raw="raw_orders"))
+        self.oracle.execute("""CREATE OR REPLACE VIEW clicks AS SELECT k AS key, json_extract_string(v, '$.page') AS page,
             CAST(epoch_ms(ts) AS TIMESTAMPTZ) AS rowtime, p AS "partition", o AS "offset" FROM raw_clicks""")
-        con.execute("CREATE OR REPLACE TABLE customers (customer VARCHAR, tier VARCHAR, credit DOUBLE)")
-        con.executemany("INSERT INTO customers VALUES (?, ?, ?)", [(k, *v) for k, v in self.customers.items()])
+        self.oracle.execute("CREATE OR REPLACE TABLE customers (customer VARCHAR, tier VARCHAR, credit DOUBLE)")
+        self.oracle.executemany("INSERT INTO customers VALUES (?, ?, ?)", [(k, *v) for k, v in self.customers.items()])
 
     def close(self) -> None:
         self.gw.close()
