@@ -453,3 +453,16 @@ def test_http_answers_a_stream_query_with_its_position(world: World) -> None:
         assert body["position"] == {"orders": {"1": 2}}
         status, _, body = http.sql("SELECT * FROM orders WHERE partition = 9")
         assert status == 404 and body["error"]["code"] == "PARTITION_FAILURE"
+
+
+def test_a_relation_over_a_stream_runs_any_number_of_times(world: World) -> None:
+    rel = world.gw.sql("SELECT key, amount FROM orders WHERE partition = 2").relation
+    want = world.oracle.execute("SELECT count(*), sum(amount) FROM orders WHERE partition = 2").fetchone()
+    for _ in range(2):
+        got = rel.aggregate("count(*), sum(amount)").fetchall()[0]
+        assert got[0] == want[0] and got[1] == pytest.approx(want[1])
+    assert world.gw.sql("SELECT * FROM orders o1 JOIN orders o2 ON o1.key = o2.key AND o1.offset = o2.offset "
+                        "WHERE o1.partition = 1 AND o2.partition = 1").rows().__len__() == world.log.end_offsets(
+                            "orders")[1]  # a self-join reads the stream twice: bound as a table
+    arrow = world.gw.sql("SELECT key, offset FROM orders WHERE partition = 3", arrow=True).to_arrow()
+    assert arrow.num_rows == world.log.end_offsets("orders")[3] and arrow.schema.field("offset").type == "int64"
