@@ -2,7 +2,8 @@
 
 A stream scan (``planner.plan.StreamScan``) is read like a store scan: its
 partitions are planned first (``StreamReader.slices``: which offsets, whether
-the log has reached the statement's bound, whether the partition exists),
+the log has reached the statement's bound, whether the partition exists; a
+bound past the log's end is NOT_UP_TO_BOUND at once, since no wait reaches it),
 each partition's outcome is recorded as a store partition's is, and failed
 partitions are the statement's error unless partial results were asked for.
 Then the records flow log → Arrow → DuckDB in batches of ``scan_batch_rows``
@@ -17,7 +18,6 @@ scan covered (``PartitionSlice.last``), merged into the answer's.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,10 +39,6 @@ from .scans import Waiting
 from .sources import Capabilities
 
 __all__ = ["StreamRead", "read_stream", "stream_relation_schema", "empty_stream_table"]
-
-_MIN_POLL_S = 0.002
-_MAX_POLL_S = 0.05
-
 
 def stream_relation_schema(spec: StreamSpec) -> pa.Schema:
     """The relation a stream scan is bound as: the stream's columns, its record columns, the pseudo-columns."""
@@ -134,7 +130,10 @@ def read_stream(caps: Capabilities, scan: StreamScan, spec: StreamSpec, bound: P
         raise mapped from exc
     slices = _slices(reader, scan, bound)
     if waiting is not None and any(_behind(s) for s in slices):
-        slices = _wait(reader, scan, bound, slices, waiting)
+        # the log is the stream's source: a bound past its end is one waiting cannot reach, answered at once as
+        # a store's is (scans.Waiting.beyond_the_end), never holding a worker
+        waiting.note = (f"the bound is past the end of stream {scan.stream!r}'s log (a record no one has written "
+                        "yet): waiting cannot reach it")
     position = Position.empty()
     ok: list[PartitionSlice] = []
     failures: list[Failure] = []
@@ -159,29 +158,6 @@ def _slices(reader: StreamReader, scan: StreamScan, bound: Position) -> list[Par
 
 def _behind(s: PartitionSlice) -> bool:
     return s.failure is not None and s.failure.label == "NOT_UP_TO_BOUND"
-
-
-def _wait(reader: StreamReader, scan: StreamScan, bound: Position, slices: list[PartitionSlice],
-          waiting: Waiting) -> list[PartitionSlice]:
-    """Ask the log again while a partition is behind the bound, until the statement's wait ends (as store scans
-    wait: ``scans.run_scan``), holding one of the server's few waiting slots."""
-    if not waiting.slots.acquire(blocking=False):
-        waiting.note = (f"{waiting.limit} statement(s) are already waiting for a position bound (the server's "
-                        "limit): this one was answered at once; retry later")
-        return slices
-    try:
-        wait_until = min(time.monotonic() + waiting.wait_ms / 1000, waiting.watch.deadline)
-        pause = _MIN_POLL_S
-        for _ in range(100_000):  # bounded; the clock ends it long before
-            now = time.monotonic()
-            if not any(_behind(s) for s in slices) or now >= wait_until or not waiting.watch.alive():
-                break
-            time.sleep(min(pause, wait_until - now))
-            pause = min(pause * 2, _MAX_POLL_S)
-            slices = _slices(reader, scan, bound)
-    finally:
-        waiting.slots.release()
-    return slices
 
 
 def _with_pseudo(schema: pa.Schema, batch: pa.RecordBatch, partition: int, position: str | None) -> pa.RecordBatch:

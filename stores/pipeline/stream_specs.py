@@ -56,10 +56,13 @@ class StreamNames:
         self._by_name: dict[str, _Declared] = {}
 
     def declare(self, topics: tuple[str, ...], schema: StructType, key_type: str, headers: bool, partitions: int,
-                name: str | None, stores: Iterable[str]) -> None:
+                name: str | None, stores: Iterable[str], key_column: str = "key") -> None:
         """Record a ``stream()`` declaration (see the module doc for the rules)."""
         if name is not None and (not isinstance(name, str) or not name):
             raise TopologyError(f"stream {', '.join(topics)}: name must be a non-empty string, got {name!r}")
+        if not isinstance(key_column, str) or not key_column.replace("_", "a").isalnum():
+            raise TopologyError(f"stream {name or ', '.join(topics)}: key_column must be a name of letters, digits "
+                                f"and _, got {key_column!r}")
         if len(topics) > 1:
             if name is not None:
                 raise TopologyError(f"stream {name!r}: a queryable stream reads one topic, not {len(topics)} "
@@ -68,7 +71,7 @@ class StreamNames:
         topic = topics[0]
         try:
             spec = StreamSpec(name=name or topic, topic=topic,
-                              key=Column("key", _sql_type(key_spark_type(key_type), "the key")),  # type: ignore[arg-type]
+                              key=Column(key_column, _sql_type(key_spark_type(key_type), "the key")),  # type: ignore[arg-type]
                               values=tuple(Column(f.name, _sql_type(f.dataType, f"value field {f.name!r}"))  # type: ignore[arg-type]
                                            for f in schema.fields),
                               partitions=max(1, partitions), headers=headers)

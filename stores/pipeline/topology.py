@@ -118,7 +118,7 @@ class Topology:
     def stream(self, topic: str | Sequence[str], value_schema: str | StructType = "value STRING", *,
                key_type: str = "string", max_records_per_batch: int | None = None,
                starting_offsets: str = "earliest", include_headers: bool = False,
-               name: str | None = None) -> DataFrame:
+               name: str | None = None, key_column: str = "key") -> DataFrame:
         """A streaming DataFrame over ``topic`` (or several): key, value fields, timestamp, topic, partition, offset,
         tombstone.
 
@@ -136,7 +136,8 @@ class Topology:
 
         SQL can read the stream's records (a pull query on a stream) under
         ``name``, by default the topic's name (``stream_specs.py`` says when a
-        default name yields to a store's): key, the value fields, and the
+        default name yields to a store's): the key (named ``key_column`` in
+        SQL; the DataFrame's stays ``key``), the value fields, and the
         record's ``rowtime``, ``partition``, ``offset`` (and ``headers``).
         """
         topics = (topic,) if isinstance(topic, str) else tuple(topic)
@@ -152,7 +153,8 @@ class Topology:
             max_records_per_batch = self.max_records_per_batch
         headers = bool(include_headers)
         self._stream_names.declare(topics, schema, key_type, headers,
-                                   max((self._source_partitions(t) for t in topics), default=1), name, self._decls)
+                                   max((self._source_partitions(t) for t in topics), default=1), name, self._decls,
+                                   key_column)
         key = (topics, ddl, key_type, max_records_per_batch, starting_offsets) + ((True,) if headers else ())
         if key not in self._frames:
             self._frames[key] = self._new_stream(topics, schema, ddl, key_type, max_records_per_batch,

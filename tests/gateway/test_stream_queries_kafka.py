@@ -5,7 +5,6 @@ not reached, and a process that finds the stream and its brokers in the state di
 from __future__ import annotations
 
 import random
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -103,28 +102,17 @@ def test_a_time_bound_seeks_no_later_than_the_first_record_at_that_time(kw: Kafk
     assert sum(b.num_rows for s in beyond for b in reader.batches(s, StreamQuery(rowtime=(T0 + 10**9, None)))) == 0
 
 
-def test_a_bound_beyond_the_topic_waits_for_its_records(kw: KafkaWorld) -> None:
-    ends = kw.src.end_offsets(kw.topic)
-    ahead = {kw.topic: {0: ends[0]}}
-    with pytest.raises(ge.NotUpToBoundError, match="NOT_UP_TO_BOUND"):
-        kw.gw.sql(f'SELECT count(*) FROM "{kw.topic}" WHERE partition = 0', position=ahead)
-
-    def produce() -> None:
-        time.sleep(0.3)
-        kw.src.append_batch(kw.topic, [("c01", {"amount": 1.0, "item": "pen", "qty": 1}, T0)])
-
-    partition_of_c01 = kw.src.append_batch(kw.topic, [("c01", {"amount": 2.0}, T0)])[0][0]
-    ends = kw.src.end_offsets(kw.topic)
-    ahead = {kw.topic: {partition_of_c01: ends[partition_of_c01]}}
-    writer = threading.Thread(target=produce)
-    writer.start()
-    try:
-        got = kw.gw.sql(f'SELECT count(*) FROM "{kw.topic}" WHERE partition = {partition_of_c01}', position=ahead,
-                        wait_ms=15_000).rows()
-    finally:
-        writer.join(20)
-        kw.load_oracle()
-    assert got == [(ends[partition_of_c01] + 1,)]
+def test_a_producer_reads_its_own_write_and_a_bound_past_the_end_is_answered_at_once(kw: KafkaWorld) -> None:
+    (p, off), = kw.src.append_batch(kw.topic, [("c01", {"amount": 2.5, "item": "ink", "qty": 1}, T0)])
+    kw.load_oracle()
+    got = kw.gw.sql(f'SELECT amount, item FROM "{kw.topic}" WHERE partition = {p} AND offset >= {off}',
+                    position={kw.topic: {p: off}}).rows()
+    assert got == [(2.5, "ink")]
+    started = time.monotonic()
+    with pytest.raises(ge.NotUpToBoundError, match="NOT_UP_TO_BOUND.*ends at offset"):
+        kw.gw.sql(f'SELECT count(*) FROM "{kw.topic}" WHERE partition = {p}', position={kw.topic: {p: off + 1}},
+                  wait_ms=15_000)
+    assert time.monotonic() - started < 10
 
 
 def test_a_reading_process_finds_the_brokers_in_the_state_dir(kw: KafkaWorld) -> None:
