@@ -11,13 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import ParameterError, SqlSyntaxError
+from .errors import ParameterError, ResourceLimitError, SqlSyntaxError
 from .positions import line_col
 
 __all__ = ["check_text", "check_tree_depth", "check_param_values", "MAX_SQL_CHARS", "MAX_NESTING", "MAX_TREE_DEPTH",
-           "MAX_NAME_CHARS", "MAX_PARAMS"]
+           "MAX_NAME_CHARS", "MAX_PARAMS", "MAX_TERMS"]
 
 MAX_SQL_CHARS = 1_000_000
+# list items and AND/OR terms (commas and the two words, outside strings and comments): planning costs about
+# 0.1-0.2 ms a term here (sqlglot's parse, then the analysis's passes), so 20,000 select-list columns took 3 s of
+# Python that no DuckDB interrupt reaches; past this a statement is refused before it is parsed (issue 50 item 4)
+MAX_TERMS = 10_000
 MAX_NESTING = 1_000  # parentheses and brackets inside one another
 MAX_NAME_CHARS = 1_024  # an identifier or a function name
 # expressions inside one another once parsed (OR chains on one column folded into IN, long AND/OR chains
@@ -40,6 +44,7 @@ def check_text(sql: str) -> None:
         raise SqlSyntaxError(f"the statement contains an invalid character (a lone surrogate, U+{ord(sql[exc.start]):04X})",
                              line=line, col=col) from None
     depth = deepest = 0
+    terms = 0
     i, n = 0, len(sql)
     word_start = -1
     while i < n:
@@ -52,6 +57,14 @@ def check_text(sql: str) -> None:
                 raise SqlSyntaxError(f"a name longer than {MAX_NAME_CHARS} characters", line=line, col=col)
             i += 1
             continue
+        if word_start >= 0 and 2 <= i - word_start <= 3 and sql[word_start:i].lower() in _CONNECTIVES:
+            terms += 1
+            if terms > MAX_TERMS:
+                _too_many_terms(sql, word_start)
+        elif ch == ",":
+            terms += 1
+            if terms > MAX_TERMS:
+                _too_many_terms(sql, i)
         word_start = -1
         if ch in "'\"`":  # a string or quoted identifier: skip to its end ('' and "" escape themselves)
             close = sql.find(ch, i + 1)
@@ -80,6 +93,17 @@ def check_text(sql: str) -> None:
         elif ch in ")]}":
             depth -= 1
         i += 1
+
+
+_CONNECTIVES = frozenset({"and", "or"})
+
+
+def _too_many_terms(sql: str, at: int) -> None:
+    line, col = line_col(sql, at)
+    raise ResourceLimitError(
+        f"the statement has more than {MAX_TERMS:,} list items and AND/OR terms (select-list columns, IN values, "
+        f"arguments, conditions); the limit is {MAX_TERMS:,}, reached here. Split it into several statements, or "
+        "pass a long list of keys as one array parameter (key = ANY(?))", line=line, col=col)
 
 
 def check_tree_depth(tree: Any) -> None:

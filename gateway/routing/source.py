@@ -115,6 +115,12 @@ class RoutedSource:
         out["peers"] = [p.to_json() for p in self.membership.peers.values()]
         return out
 
+    def close(self) -> None:
+        """Close the local source (the peers are the membership's, stopped with routing)."""
+        close = getattr(self.local, "close", None)
+        if close is not None:
+            close()
+
     def query(self, request: StateQueryRequest) -> StateQueryResult:
         spec = self.local.catalog().get(request.store_name)
         answer = self.local.query(request)  # an unknown store raises here, as it would without routing

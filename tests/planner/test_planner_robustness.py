@@ -119,8 +119,8 @@ def test_long_chains_are_rebuilt_balanced_with_their_terms_in_order(join: str) -
 
 
 def _slow_to_plan() -> str:
-    """~20,000 mixed terms (~500 KB): seconds of parsing and analysis, all Python."""
-    terms = [f"(k = {i} AND v = 'x{i}')" if i % 2 else f"(n > {i} OR v IS NULL)" for i in range(20_000)]
+    """4,500 mixed terms (9,000 AND/OR: under MAX_TERMS): most of a second of parsing and analysis, all Python."""
+    terms = [f"(k = {i} AND v = 'x{i}')" if i % 2 else f"(n > {i} OR v IS NULL)" for i in range(4_500)]
     return "SELECT v FROM mystore WHERE " + " OR ".join(terms)
 
 
@@ -134,7 +134,7 @@ def test_planning_stops_when_its_statement_is_interrupted() -> None:
     def attach(interrupt: Any) -> None:
         attached.append(interrupt)
         if interrupt is not None:
-            threading.Timer(0.2, interrupt).start()
+            threading.Timer(0.05, interrupt).start()
 
     cached = planner.Planner()
     with pytest.raises(planner.PlanningInterrupted):
@@ -173,3 +173,23 @@ def test_an_interrupt_swallowed_where_python_cannot_raise_is_not_reported(monkey
     RaisesOnDelete(PlanningInterrupted)  # dropped at once: its __del__ raises into the hook
     RaisesOnDelete(ValueError)
     assert reported == [ValueError]
+
+
+def test_too_many_terms_is_refused_before_parsing_and_says_where() -> None:
+    """Issue 50 item 4: 20,000 select-list columns were 3 s of planning; past MAX_TERMS a statement is refused by
+    the linear text check, naming the line and column where the limit was reached. Commas and the words AND/OR
+    inside strings, quoted names and comments do not count."""
+    from planner.errors import ResourceLimitError
+    from planner.limits import MAX_TERMS, check_text
+
+    wide = "SELECT\n" + ", ".join(f"{i} AS c{i}" for i in range(MAX_TERMS + 5))
+    with pytest.raises(ResourceLimitError, match=f"more than {MAX_TERMS:,} list items") as err:
+        check_text(wide)
+    assert err.value.code == "STATEMENT_TOO_LARGE" and err.value.line == 2 and err.value.col > 1
+    at_limit = "SELECT " + ", ".join(["1"] * (MAX_TERMS // 2)) + " WHERE " + " AND ".join(["true"] * (MAX_TERMS // 2))
+    check_text(at_limit)  # exactly MAX_TERMS - 1 terms: planned as before
+    quiet = "SELECT '" + "a, b AND c OR " * MAX_TERMS + "' AS \"x,y\" -- " + ", " * MAX_TERMS + "\n"
+    check_text(quiet)
+    check_text("SELECT 1 /* " + "or and , " * MAX_TERMS + " */")
+    with pytest.raises(ResourceLimitError):
+        check_text("SELECT 1 WHERE " + " Or ".join(["x"] * (MAX_TERMS + 2)))  # any case

@@ -132,15 +132,20 @@ def served(shop_app: StreamsApp, tmp_path: Path) -> Iterator[Served]:
 
 
 def _conn_to(served: Served, pid: int) -> http.client.HTTPConnection:
-    """A keep-alive connection that the serving process ``pid`` answers (as its health says)."""
-    spare = []
+    """A keep-alive connection that the serving process ``pid`` answers (as its health says). Bounded in time: a
+    process that is still starting does not accept yet (the others take every connection until it does)."""
+    spare: list[http.client.HTTPConnection] = []
+    deadline = time.monotonic() + 30
     try:
-        for _ in range(50):
+        while time.monotonic() < deadline:
             c = served.conn()
             if served.get("/v1/health", c)[1]["process"]["pid"] == pid:
                 return c
-            spare.append(c)
-        raise AssertionError(f"no connection reached serving process {pid}")
+            spare.append(c)  # held open: the fair accept board then prefers the process with fewer connections
+            if len(spare) > 8:
+                spare.pop(0).close()
+            time.sleep(0.05)
+        raise AssertionError(f"no connection reached serving process {pid} in 30 s")
     finally:
         for c in spare:
             c.close()

@@ -97,7 +97,7 @@ CRASH = textwrap.dedent("""
     import sys
     from pathlib import Path
     sys.path.insert(0, {root!r})
-    from gateway.config import GatewayConfig
+    from gateway.engine.config import GatewayConfig
     from gateway.engine import Gateway
     from gateway.http.renderers import render_arrow
     from gateway.errors import RowLimitExceeded
