@@ -113,8 +113,8 @@ class StreamRead:
 def read_stream(caps: Capabilities, scan: StreamScan, spec: StreamSpec, bound: Position, batch_rows: int,
                 waiting: Waiting | None, watch: StatementWatch,
                 outcomes: dict[tuple[str, int], PartitionOutcome]) -> StreamRead:
-    """Plan one stream scan's partitions (waiting, within the budget, for a log behind the bound) and record their
-    outcomes; the records are read later, as DuckDB asks for them."""
+    """Plan one stream scan's partitions and record their outcomes; the records are read later, as DuckDB asks for
+    them. ``waiting`` (a statement that may wait for its bound) is only told why it did not."""
     make = caps.stream_reader
     if make is None:
         raise NotSupported(f"stream {scan.stream!r} cannot be read here: this source has no reader of streams "

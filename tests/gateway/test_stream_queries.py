@@ -462,3 +462,31 @@ def test_a_relation_over_a_stream_runs_any_number_of_times(world: World) -> None
                             "orders")[1]  # a self-join reads the stream twice: bound as a table
     arrow = world.gw.sql("SELECT key, offset FROM orders WHERE partition = 3", arrow=True).to_arrow()
     assert arrow.num_rows == world.log.end_offsets("orders")[3] and arrow.schema.field("offset").type == "int64"
+
+
+class _StoresOnly:
+    """A source as the engine's contract allows one: state, catalog and IQv2 queries, and no stream reader."""
+
+    def __init__(self, app: StreamsApp) -> None:
+        self.app = app
+
+    @property
+    def state(self) -> Any:
+        return self.app.state
+
+    def catalog(self) -> Any:
+        return self.app.catalog()
+
+    def query(self, request: Any) -> Any:
+        return self.app.query(request)
+
+
+def test_a_source_without_a_stream_reader_says_so(world: World) -> None:
+    gw = Gateway(_StoresOnly(world.app))
+    try:
+        assert gw.capabilities.stream_reader is None
+        with pytest.raises(ge.NotSupported, match="stream 'orders' cannot be read here: this source has no reader"):
+            gw.sql("SELECT count(*) FROM orders")
+        assert gw.sql("SELECT count(*) FROM customers").rows() == [(len(world.customers),)]
+    finally:
+        gw.close()
