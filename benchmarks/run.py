@@ -33,6 +33,7 @@ MODULES = (
     "benchmarks.bench_pg",
     "benchmarks.bench_flight",
     "benchmarks.bench_scans",
+    "benchmarks.bench_streams",
     "benchmarks.bench_formats",
     "benchmarks.bench_dbapi",
     "benchmarks.bench_replicas",

@@ -20,7 +20,7 @@ from sqlglot.optimizer.scope import traverse_scope
 
 from stores.catalog.schema import StoreKind, StoreSpec
 
-from .catalog import STORE_SCHEMAS, resolve_store, resolve_system_table, unknown_store
+from .catalog import STORE_SCHEMAS, resolve_relation, resolve_system_table, unknown_store
 from .dialect import SQLGLOT_FAILURES, Explain, IqgateDialect, PositionClause, parse_statement, position_literal_json
 from .errors import (
     InvalidSettingError,
@@ -31,12 +31,13 @@ from .errors import (
 from .guard import ALLOWED, check_argument_counts, check_functions, check_read_only, check_value_sizes, statement_name
 from .literals import value_ref
 from .pg_compat import rewrite_pg_compat
-from .plan import FAILURE_COLUMNS, PSEUDO_COLUMNS, StatementKind
+from .plan import FAILURE_COLUMNS, StatementKind
 from .positions import line_col, node_position
 from .residual import rewrite_stars, unsupported_table_args, wrap_store
 from .residual_program import compile_program
 from .scopes import analyze_scope
 from .statements import plan_describe, plan_reset, plan_set, plan_show, show_setting_sql
+from .streams import is_stream, pseudo_columns
 from .systables import SYSTEM_SCHEMAS, relation_name
 from .template import ScanTemplate, SystemTime, Template
 
@@ -183,6 +184,7 @@ def _analyze_query(sql: str, root: exp.Expression, catalog: Mapping[str, StoreSp
 
     template = Template(kind=StatementKind.SELECT, explain=explain, position_json=position_json, param_mode=mode)
     scans: list[ScanTemplate] = []
+    streams: list[ScanTemplate] = []
     by_table: dict[int, ScanTemplate] = {}
     system: dict[str, None] = {}
     for table, scope in list(store_tables):
@@ -203,27 +205,34 @@ def _analyze_query(sql: str, root: exp.Expression, catalog: Mapping[str, StoreSp
             line, col = node_position(sql, table)
             raise unknown_store(catalog, name, line=line, col=col, what="table function")
         line, col = node_position(sql, table)
-        found = resolve_store(catalog, table, line=line, col=col)
+        found = resolve_relation(catalog, table, line=line, col=col)
+        what = "stream" if is_stream(found[1]) else "store"
         extra = unsupported_table_args(table)
         if extra:
             raise UnsupportedSqlError(
-                f"store {found[0]}: {', '.join(_MODIFIER_NAMES.get(e, e.upper()) for e in extra)} "
-                "on a store is not supported",
+                f"{what} {found[0]}: {', '.join(_MODIFIER_NAMES.get(e, e.upper()) for e in extra)} "
+                f"on a {what} is not supported",
                 line=line,
                 col=col,
             )
         store, spec = found
-        template.deps[store] = spec
-        scan = ScanTemplate(
-            index=len(scans), relation=f"__iq_scan_{len(scans)}", store=store, spec=spec,
-            alias=table.alias_or_name, start=_start(table),
-        )
+        if is_stream(spec):
+            template.stream_deps[store] = spec  # type: ignore[assignment]
+            scan = ScanTemplate(index=len(streams), relation=f"__iq_stream_{len(streams)}", store=store, spec=spec,
+                                alias=table.alias_or_name, start=_start(table))
+            streams.append(scan)
+        else:
+            template.deps[store] = spec  # type: ignore[assignment]
+            scan = ScanTemplate(
+                index=len(scans), relation=f"__iq_scan_{len(scans)}", store=store, spec=spec,
+                alias=table.alias_or_name, start=_start(table),
+            )
+            scans.append(scan)
         _version(sql, table, scan, param_index)
-        scans.append(scan)
         by_table[id(table)] = scan
 
     _unqualify_columns(root)
-    referenced = _referenced_pseudo(root)
+    referenced = _referenced_pseudo(root, {p for scan in by_table.values() for p in pseudo_columns(scan.spec)})
     for scope in traverse_scope(root):
         analyze_scope(sql, scope, root, by_table, param_index)
 
@@ -233,7 +242,8 @@ def _analyze_query(sql: str, root: exp.Expression, catalog: Mapping[str, StoreSp
         scan = by_table.get(id(table))
         if scan is None:
             continue
-        exposed = tuple(p for p in PSEUDO_COLUMNS if (scan.alias.lower(), p) in referenced or ("", p) in referenced)
+        exposed = tuple(p for p in pseudo_columns(scan.spec)
+                        if (scan.alias.lower(), p) in referenced or ("", p) in referenced)
         select = table.find_ancestor(exp.Select)
         if exposed and select is not None and any(
             (j.args.get("method") or "").upper() == "NATURAL" for j in select.args.get("joins") or ()
@@ -249,7 +259,8 @@ def _analyze_query(sql: str, root: exp.Expression, catalog: Mapping[str, StoreSp
     for scope in traverse_scope(root):
         if isinstance(scope.expression, exp.Select):
             rewrite_stars(scope.expression, by_table, exposed_by_scan)
-    if len(scans) == 1 and len(store_tables) == 1 and not system and not exposed_by_scan.get(id(store_tables[0][0])):
+    if len(scans) == 1 and len(store_tables) == 1 and not streams and not system \
+            and not exposed_by_scan.get(id(store_tables[0][0])):
         table = store_tables[0][0]
         template.program = compile_program(root, table, scans[0].spec, scans[0].alias, param_index)
     for table, _scope in store_tables:
@@ -271,6 +282,7 @@ def _analyze_query(sql: str, root: exp.Expression, catalog: Mapping[str, StoreSp
                             else max(int(str(p.this)) for p in placeholders) if mode == "numbered" else 0)
     template.param_names = frozenset(str(p.this) for p in placeholders if p.this and mode == "named")
     template.scans = tuple(scans)
+    template.streams = tuple(streams)
     template.system_tables = tuple(system)
     return template
 
@@ -357,10 +369,8 @@ def _version(sql: str, table: exp.Table, scan: ScanTemplate, param_index: dict[i
         return
     line, col = node_position(sql, version) if node_position(sql, version)[0] else node_position(sql, table)
     if scan.spec.kind is not StoreKind.VERSIONED:
-        raise UnsupportedSqlError(
-            f"FOR SYSTEM_TIME applies only to versioned stores; store {scan.store} is {scan.spec.kind.value}",
-            line=line, col=col,
-        )
+        what = f"{scan.store} is a stream" if is_stream(scan.spec) else f"store {scan.store} is {scan.spec.kind.value}"
+        raise UnsupportedSqlError(f"FOR SYSTEM_TIME applies only to versioned stores; {what}", line=line, col=col)
     written = str(version.args.get("kind", "")).upper()
     if written not in _SYSTEM_TIME_KINDS:
         raise UnsupportedSqlError(
@@ -380,11 +390,12 @@ def _version(sql: str, table: exp.Table, scan: ScanTemplate, param_index: dict[i
     table.set("version", None)
 
 
-def _referenced_pseudo(root: exp.Expression) -> set[tuple[str, str]]:
+def _referenced_pseudo(root: exp.Expression, names: set[str]) -> set[tuple[str, str]]:
+    """(qualifier, name) of every column reference whose name is one of the pseudo-columns ``names``."""
     out: set[tuple[str, str]] = set()
     for column in root.find_all(exp.Column):
         name = column.name.lower()
-        if name in PSEUDO_COLUMNS:
+        if name in names:
             out.add((column.table.lower(), name))
     return out
 

@@ -19,13 +19,14 @@ from collections.abc import Mapping
 from sqlglot import exp
 
 from stores.catalog.schema import StoreSpec
+from stores.catalog.streams import StreamSpec, streams_of
 
-from .errors import UnknownSchemaError, UnknownStoreError
+from .errors import UnknownSchemaError, UnknownStoreError, UnsupportedSqlError
 from .suggest import closest
 from .systables import SYSTEM_SCHEMAS, SYSTEM_TABLES, UNQUALIFIED_SYSTEM_TABLES
 
-__all__ = ["find_store", "resolve_store", "resolve_system_table", "unknown_store", "store_column_names",
-           "STORE_SCHEMAS", "DATABASE"]
+__all__ = ["find_store", "resolve_store", "resolve_relation", "resolve_system_table", "unknown_store",
+           "store_column_names", "STORE_SCHEMAS", "DATABASE"]
 
 #: The schema names the stores answer to: ``main`` (iqgate's faces) and ``public`` (what PG clients expect).
 STORE_SCHEMAS = ("main", "public")
@@ -44,16 +45,23 @@ def find_store(catalog: Mapping[str, StoreSpec], name: str) -> tuple[str, StoreS
     return None
 
 
+def find_stream(catalog: Mapping[str, StoreSpec], name: str) -> tuple[str, StreamSpec] | None:
+    """The stream a name means (exact spelling first, then a unique case-insensitive match), or None."""
+    found = find_store(streams_of(catalog), name)  # type: ignore[arg-type]
+    return found  # type: ignore[return-value]
+
+
 def unknown_store(
     catalog: Mapping[str, StoreSpec], name: str, *, line: int | None, col: int | None, what: str = "store",
     shown: str | None = None,
 ) -> UnknownStoreError:
+    streams = sorted(streams_of(catalog)) if what != "table function" else []
     names = sorted(catalog)
-    suggestion = closest(name, names)
+    suggestion = closest(name, names + streams)
     if suggestion is not None:
         hint = f"; did you mean {suggestion!r}?"
-    elif names:
-        hint = f"; known stores: {', '.join(names)}"
+    elif names or streams:
+        hint = f"; known stores: {', '.join(names) or 'none'}" + (f"; streams: {', '.join(streams)}" if streams else "")
     else:
         hint = "; the catalog has no stores"
     return UnknownStoreError(f"unknown {what} {(shown or name)!r}{hint}", line=line, col=col)
@@ -116,6 +124,25 @@ def resolve_store(
     if schema in SYSTEM_SCHEMAS:
         raise UnknownStoreError(f"{table.sql(dialect='duckdb')} is a system table, not a store", line=line, col=col)
     found = find_store(catalog, table.name)
+    if found is None:
+        if find_stream(catalog, table.name) is not None:
+            raise UnsupportedSqlError(
+                f"{table.name!r} is a stream, not a store: this statement needs a store (SUBSCRIBE and EMIT CHANGES "
+                "follow a store's changes); read a stream's records with SELECT", line=line, col=col)
+        raise unknown_store(catalog, table.name, line=line, col=col,
+                            shown=None if schema is None else f"{schema}.{table.name}")
+    return found
+
+
+def resolve_relation(
+    catalog: Mapping[str, StoreSpec], table: exp.Table, *, line: int | None, col: int | None
+) -> tuple[str, StoreSpec | StreamSpec]:
+    """The store, else the stream, a table reference names (as ``resolve_store`` spells them), or a clear error."""
+    schema = _qualifier(table, line=line, col=col)
+    if schema in SYSTEM_SCHEMAS:
+        raise UnknownStoreError(f"{table.sql(dialect='duckdb')} is a system table, not a store", line=line, col=col)
+    found: tuple[str, StoreSpec | StreamSpec] | None = find_store(catalog, table.name) or find_stream(catalog,
+                                                                                                    table.name)
     if found is None:
         raise unknown_store(catalog, table.name, line=line, col=col,
                             shown=None if schema is None else f"{schema}.{table.name}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from stores.iqv2.position import PositionBound
 from stores.iqv2.request import StateQueryRequest
 
-from .plan import Plan, StatementKind, StoreScan
+from .plan import Plan, StatementKind, StoreScan, StreamScan
 
 __all__ = ["explain_text"]
 
@@ -45,6 +45,19 @@ def _scan(scan: StoreScan) -> list[str]:
     return lines
 
 
+def _stream(scan: StreamScan) -> list[str]:
+    n = scan.partitions
+    what = f"topic {scan.topic}" + (f", {n} partition{'' if n == 1 else 's'}" if n else "")
+    flags = (["full scan"] if scan.full_scan else []) + (["include failures"] if scan.include_failures else [])
+    lines = [f"scan {scan.relation}: stream {scan.stream} ({what})" + (" [" + ", ".join(flags) + "]" if flags else "")]
+    if scan.query.empty:
+        lines.append("  no records: the pushed predicates cannot match any record")
+    else:
+        lines.append(f"  {scan.query!r} from the earliest offset to the end offsets at the start, "
+                     f"bound={_bound(scan.bound)}")
+    return lines
+
+
 def explain_text(plan: Plan) -> str:
     """The EXPLAIN text of a plan (an EXPLAIN plan's inner plan is explained)."""
     if plan.kind is StatementKind.EXPLAIN and plan.inner is not None:
@@ -60,6 +73,8 @@ def explain_text(plan: Plan) -> str:
     lines: list[str] = []
     for scan in plan.scans:
         lines += _scan(scan)
+    for stream in plan.streams:
+        lines += _stream(stream)
     for key in plan.system_tables:
         lines.append(f"system table {key}: from the store catalog")
     if plan.fast_path is not None:

@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from stores.catalog.streams import StreamQuery
 from stores.iqv2.position import PositionBound
 from stores.iqv2.query import ResultOrder
 from stores.iqv2.request import StateQueryRequest
 
-__all__ = ["StatementKind", "StoreScan", "Plan", "Subscription", "SubscriptionKeys", "PSEUDO_COLUMNS", "FAILURE_COLUMNS"]
+__all__ = ["StatementKind", "StoreScan", "StreamScan", "Plan", "Subscription", "SubscriptionKeys", "PSEUDO_COLUMNS",
+           "FAILURE_COLUMNS"]
 
 PSEUDO_COLUMNS = ("_partition", "_position", "_failure_reason", "_failure_message")
 FAILURE_COLUMNS = ("_failure_reason", "_failure_message")
@@ -61,6 +63,26 @@ class StoreScan:
     # (StoreKind value) and partition count at planning time.
     store_kind: str | None = None
     store_partitions: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamScan:
+    """The records of one stream reference, read from the stream's log up to its end at the statement's start.
+
+    ``query`` holds the pushed partition, offset and rowtime predicates (pre-filters: the residual SQL still
+    decides); ``bound`` is the statement's position bound, which the log must have reached. The relation has
+    the stream's columns, its record columns (``rowtime``, ``partition``, ``offset``, [``headers``]) and the
+    pseudo-columns, one row per record and one per failed partition, as a store scan's relation.
+    """
+
+    relation: str
+    stream: str
+    topic: str
+    query: StreamQuery
+    bound: PositionBound = PositionBound.unbounded()
+    include_failures: bool = False
+    full_scan: bool = False
+    partitions: int | None = None  # the topic's partition count when the stream was declared (for EXPLAIN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,3 +177,5 @@ class Plan:
     residual_program: Any = None
     residual_values: tuple[Any, ...] = ()
     subscription: Subscription | None = None
+    # SELECT: the streams the statement reads (pull queries on streams), each a relation like a store scan's
+    streams: tuple[StreamScan, ...] = ()

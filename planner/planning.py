@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from stores.catalog.schema import StoreSpec
+from stores.catalog.streams import StreamQuery, streams_of
 from stores.iqv2.position import Position, PositionBound
 
 from .analyze import Template, analyze
@@ -26,12 +27,13 @@ from .errors import ParameterError, SqlSyntaxError, TableScanDisabledError
 from .explain import explain_text
 from .limits import check_param_values, check_text, check_tree_depth
 from .literals import sql_literal
-from .plan import Plan, StatementKind, StoreScan
+from .plan import Plan, StatementKind, StoreScan, StreamScan
 from .point_lanes import PointLane, lane_of
 from .positions import line_col
 from .requests import bind_scan, check_params
 from .rewrites import balance_chains, rewrite_or_chains
 from .settings import resolve_session
+from .streams import bind_stream, scan_disabled
 from .subscribe import analyze_subscribe, bind_subscription
 from .template import NO_LANE_YET as _NO_LANE_YET
 
@@ -100,7 +102,8 @@ class Planner:
             if cached is not None:
                 self._cache.move_to_end(key)
         if cached is not None and all(catalog.get(name) is spec or catalog.get(name) == spec
-                                      for name, spec in cached.template.deps.items()):
+                                      for name, spec in cached.template.deps.items()) and _same_streams(
+                                          cached.template, catalog):
             self._stats["hits"] += 1
             return cached
         self._stats["misses"] += 1
@@ -149,6 +152,14 @@ class Planner:
         if lane is None or not lane.planned_on(catalog):
             return None
         return lane
+
+
+def _same_streams(template: Template, catalog: Mapping[str, StoreSpec]) -> bool:
+    """Is every stream the template read still the same entry (a stream published anew may have new columns)?"""
+    if not template.stream_deps:
+        return True
+    streams = streams_of(catalog)
+    return all(streams.get(name) == spec for name, spec in template.stream_deps.items())
 
 
 def _analyzed(text: str, catalog: Mapping[str, StoreSpec]) -> Template:
@@ -223,8 +234,14 @@ def _bind(template: Template, sql: str, params: Sequence[Any] | Mapping[str, Any
             )
         scans.append(scan)
         fast_paths.append(fast)
+    streams = []
+    for t in template.streams:
+        stream = bind_stream(text, t, params, bound, settings)
+        if stream.full_scan and not settings["table_scans"]:
+            raise scan_disabled(text, t)
+        streams.append(stream)
     residual = _residual(template, params)
-    fast_path = fast_paths[0] if len(scans) == 1 else None
+    fast_path = fast_paths[0] if len(scans) == 1 and not streams else None
     result = Plan(
         kind=StatementKind.SELECT,
         scans=tuple(scans),
@@ -233,8 +250,9 @@ def _bind(template: Template, sql: str, params: Sequence[Any] | Mapping[str, Any
         position_bound=bound,
         fast_path=fast_path,
         system_tables=template.system_tables,
-        residual_program=template.program if len(scans) == 1 else None,
+        residual_program=template.program if len(scans) == 1 and not streams else None,
         residual_values=template.slot_values(params) if template.program is not None else (),
+        streams=tuple(streams),
     )
     return _explained(result) if template.explain else result
 
@@ -262,8 +280,11 @@ def _shape(template: Template, sql: str) -> Plan:
         return Plan(kind=template.kind, describe=template.describe, settings=MappingProxyType(dict(template.settings)))
     scans = tuple(StoreScan(relation=t.relation, store=t.store, requests=(), include_failures=t.include_failures)
                   for t in template.scans)
+    streams = tuple(StreamScan(relation=t.relation, stream=t.store, topic=t.spec.topic, query=StreamQuery(empty=True),
+                               include_failures=t.include_failures) for t in template.streams)  # type: ignore[union-attr]
     residual = "".join("NULL" if isinstance(c, int) else c for c in template.chunks)
-    shape = Plan(kind=StatementKind.SELECT, scans=scans, residual_sql=residual, system_tables=template.system_tables)
+    shape = Plan(kind=StatementKind.SELECT, scans=scans, residual_sql=residual, system_tables=template.system_tables,
+                 streams=streams)
     return Plan(kind=StatementKind.EXPLAIN, inner=shape) if template.explain else shape
 
 

@@ -104,7 +104,8 @@ class PointLane:
 def lane_of(template: Template, bound: PositionBound) -> PointLane | None:
     """The lane of a template that plans as a plain point lookup answered without DuckDB, else None.
     ``bound``: the template's own, as ``plan`` reads it for the default session."""
-    if template.kind is not StatementKind.SELECT or template.explain or template.system_tables or len(template.scans) != 1:
+    if template.kind is not StatementKind.SELECT or template.explain or template.system_tables or len(template.scans) != 1 \
+            or template.streams:
         return None
     t = template.scans[0]
     if t.fast_path is not None and t.all_consumed:

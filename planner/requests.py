@@ -38,7 +38,7 @@ from .plan import StoreScan
 from .positions import line_col
 from .template import ScanTemplate
 
-__all__ = ["bind_scan", "bind_general"]
+__all__ = ["bind_scan", "bind_general", "Binder"]
 
 
 @dataclass(slots=True)
@@ -105,6 +105,9 @@ class _Binder:
             return NO_MATCH
         line, col = _pos(self.sql, ref, self.t.start)
         raise TypeMismatchError(f"cannot compare column _partition (INTEGER) with {show(value, sql_type)} ({sql_type})", line=line, col=col)
+
+
+Binder = _Binder  # the value coercion a scan's binding uses, for streams' too (planner/streams.py)
 
 
 def bind_scan(

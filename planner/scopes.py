@@ -18,10 +18,10 @@ from stores.iqv2.query import ResultOrder
 from .errors import UnknownColumnError
 from .function_allowlist import AGGREGATE_FUNCTIONS, SET_RETURNING_FUNCTIONS
 from .literals import value_ref
-from .plan import PSEUDO_COLUMNS
 from .positions import node_position
 from .predicates import Constraint, classify, conjuncts
 from .residual import OPAQUE_TABLE_ARGS
+from .streams import is_stream, pseudo_columns, stream_role
 from .template import ScanTemplate
 
 __all__ = ["analyze_scope", "local_sources"]
@@ -71,6 +71,8 @@ def key_part_role(i: int) -> str:
 
 
 def _role(spec: StoreSpec, column: str) -> str | None:
+    if is_stream(spec):
+        return stream_role(column)
     if spec.composite:
         for i, c in enumerate(spec.key_parts):
             if column == c.name.lower():
@@ -90,7 +92,10 @@ def _consumable(spec: StoreSpec, role: str, kind: str, eq_roles: set[str] | None
     """Whether the scan's requests represent the constraint exactly (so it need not be re-checked for LIMIT).
 
     A composite key's part is consumed when every earlier part has an equality (a key or a key-prefix range).
+    A stream's are never: nothing (no LIMIT) relies on them.
     """
+    if is_stream(spec):
+        return False
     if role.startswith("key#"):
         i = int(role[4:])
         if eq_roles is None or any(key_part_role(j) not in eq_roles for j in range(i)):
@@ -123,7 +128,7 @@ def analyze_scope(sql: str, scope: Any, root: exp.Expression, by_table: dict[int
         renamed = node.args.get("alias").columns if node.args.get("alias") is not None else []
         for i, ident in enumerate(renamed[: len(visible)]):
             visible[i] = ident.name.lower()
-        names_of[alias] = dict(zip(visible, original)) | {p: p for p in PSEUDO_COLUMNS}
+        names_of[alias] = dict(zip(visible, original)) | {p: p for p in pseudo_columns(scan.spec)}
     # derived tables and single-use CTEs that only project one store's columns pass predicates through
     targets = dict(stores)
     for alias, node in local:
@@ -244,7 +249,7 @@ def _pass_through(node: exp.Expression, scope: Any, root: exp.Expression,
     if any(table.args.get(a) for a in OPAQUE_TABLE_ARGS) or (table.args.get("alias") is not None and table.args["alias"].columns):
         return None
     scan = by_table[id(table)]
-    store_columns = {c.name.lower() for c in scan.spec.columns()} | set(PSEUDO_COLUMNS)
+    store_columns = {c.name.lower() for c in scan.spec.columns()} | set(pseudo_columns(scan.spec))
     mapping: dict[str, str] = {}
     seen: dict[str, int] = {}
     for e in inner.expressions:
@@ -269,9 +274,10 @@ def _pass_through(node: exp.Expression, scope: Any, root: exp.Expression,
 def _unknown_column(sql: str, column: exp.Column, scan: ScanTemplate) -> None:
     line, col = node_position(sql, column)
     names = ", ".join(c.name for c in scan.spec.columns())
+    what = "stream" if is_stream(scan.spec) else "store"
     err = UnknownColumnError(
-        f"unknown column {column.name!r} in store {scan.store} (as {scan.alias}); its columns are {names} "
-        f"and the pseudo-columns {', '.join(PSEUDO_COLUMNS)}",
+        f"unknown column {column.name!r} in {what} {scan.store} (as {scan.alias}); its columns are {names} "
+        f"and the pseudo-columns {', '.join(pseudo_columns(scan.spec))}",
         line=line, col=col,
     )
     err.store, err.column = scan.store, column.name  # the gateway tells a column arriving with an upgrade apart

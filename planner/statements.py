@@ -13,7 +13,7 @@ from sqlglot import exp
 
 from stores.catalog.schema import StoreSpec
 
-from .catalog import resolve_store
+from .catalog import resolve_relation
 from .errors import InvalidSettingError, UnsupportedSqlError
 from .literals import value_ref
 from .plan import StatementKind
@@ -62,8 +62,12 @@ def plan_describe(sql: str, node: exp.Describe, catalog: Mapping[str, StoreSpec]
     if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
         raise UnsupportedSqlError("DESCRIBE takes a store name: DESCRIBE <store>", line=1, col=1)
     line, col = node_position(sql, table)
-    found = resolve_store(catalog, table, line=line, col=col)
-    return _template(kind=StatementKind.DESCRIBE, explain=explain, describe=found[0], deps={found[0]: found[1]})
+    name, spec = resolve_relation(catalog, table, line=line, col=col)
+    if isinstance(spec, StoreSpec):
+        return _template(kind=StatementKind.DESCRIBE, explain=explain, describe=name, deps={name: spec})
+    template = _template(kind=StatementKind.DESCRIBE, explain=explain, describe=name)
+    template.stream_deps[name] = spec
+    return template
 
 
 def plan_set(sql: str, node: exp.Set, explain: bool) -> Template:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stores.catalog.schema import StoreSpec
+from stores.catalog.streams import StreamSpec
 from stores.iqv2.query import ResultOrder
 
 from .literals import ValueRef
@@ -38,12 +39,13 @@ class SystemTime:
 
 @dataclass
 class ScanTemplate:
-    """One store reference, with what its scope lets the planner push into IQv2."""
+    """One store reference, with what its scope lets the planner push into IQv2 (or one stream reference, whose
+    ``spec`` is a StreamSpec and ``store`` its name: ``planner/streams.py``)."""
 
     index: int
     relation: str
     store: str
-    spec: StoreSpec
+    spec: StoreSpec | StreamSpec
     alias: str
     start: int | None
     constraints: list[Constraint] = field(default_factory=list)
@@ -74,6 +76,8 @@ class Template:
     program: Program | None = None  # the residual as an expression tree, when it is simple (residual_program.py)
     long_chains: bool = False  # an AND/OR chain was rebuilt balanced (rewrites.balance_chains): see Plan.long_chains
     subscription: Any = None  # SUBSCRIBE: its SubscribeTemplate (subscribe.py)
+    streams: tuple[ScanTemplate, ...] = ()  # the stream references, as ``scans`` holds the stores' (streams.py)
+    stream_deps: dict[str, StreamSpec] = field(default_factory=dict)
 
     def slot_values(self, params: Any) -> tuple[Any, ...]:
         """The parameter values in placeholder order: what a residual program reads (``Plan.residual_values``)."""

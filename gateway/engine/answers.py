@@ -170,7 +170,7 @@ class DuckAnswer:
             if self._mode is not None:
                 return None
             self._mode = "relation"
-            if self._reads.streamed:
+            if self._reads.streamed or self._reads.streams:  # store scans and stream reads read once: tables
                 self._reads.bind(self._lease, self._sql, tables=True)
             try:
                 self._rel = self._lease.cursor.sql(self._sql)

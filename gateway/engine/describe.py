@@ -1,7 +1,7 @@
 """A statement's result columns without running it: what PostgreSQL's Describe of a prepared statement needs.
 
 The planner gives the plan's shape (``planner.plan_shape``: no parameter
-values, residual SQL with NULL for each). Each store scan is registered as an
+values, residual SQL with NULL for each). Each store (and stream) scan is registered as an
 empty relation with the store's columns, the system tables as they are, and
 DuckDB binds the residual SQL without executing it: its column names and
 types are exactly those the statement will answer with, and no store is read.
@@ -17,9 +17,11 @@ import duckdb
 from planner.plan import Plan, StatementKind
 from planner.systables import SystemContext
 from stores.catalog.schema import StoreSpec
+from stores.catalog.streams import streams_of
 
 from .arrow_rows import ScanRows
 from .duck import duck_error
+from .stream_reads import empty_stream_table
 from .system_tables import register_system_tables
 
 __all__ = ["shape_columns"]
@@ -50,6 +52,8 @@ def shape_columns(shape: Plan, catalog: Mapping[str, StoreSpec], settings: Mappi
     try:
         for scan in shape.scans:
             cur.register(scan.relation, ScanRows(catalog[scan.store]).to_arrow(scan.include_failures))
+        for stream in shape.streams:
+            cur.register(stream.relation, empty_stream_table(streams_of(catalog)[stream.stream]))
         if shape.system_tables:
             register_system_tables(cur, shape.system_tables, catalog, context, settings)
         rel = cur.sql(shape.residual_sql or "")

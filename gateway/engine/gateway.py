@@ -27,6 +27,7 @@ import planner
 from planner.plan import Plan, StatementKind
 from planner.systables import SystemContext
 from stores.catalog.schema import StoreSpec
+from stores.catalog.streams import relation_spec
 from stores.iqv2.position import Position, PositionBound
 from stores.iqv2.request import StateQueryRequest
 from stores.iqv2.state import State
@@ -279,7 +280,7 @@ class Gateway:
         if kind is StatementKind.SHOW_TABLES:
             return statements.show_tables(catalog, self._pool)
         if kind is StatementKind.DESCRIBE:
-            return statements.describe(catalog[plan.describe or ""], self._pool)
+            return statements.describe(relation_spec(catalog, plan.describe or ""), self._pool)
         if kind is StatementKind.SUBSCRIBE:
             raise StreamRequired(STREAM_REQUIRED)
         return self._select(plan, stmt, budget, catalog, watch)

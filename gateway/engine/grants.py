@@ -28,6 +28,7 @@ from dataclasses import fields
 from typing import Any
 
 from stores.catalog.schema import StoreSpec
+from stores.catalog.streams import Catalog, streams_of
 
 from ..access.principal import LIMIT_NAMES, Principal
 from .config import GatewayConfig
@@ -82,10 +83,12 @@ class Grants:
         return known
 
     def catalog(self, principal: Principal | None, full: Mapping[str, StoreSpec]) -> Mapping[str, StoreSpec]:
-        """``full`` as ``principal`` sees it: only the stores they may read (the same spec objects)."""
+        """``full`` as ``principal`` sees it: only the stores and streams they may read (the same spec objects; a
+        stream is granted by its name, as a store is)."""
         if not restricted(principal):
             return full
-        return {name: spec for name, spec in full.items() if self.can_read(principal, name)}
+        return Catalog({name: spec for name, spec in full.items() if self.can_read(principal, name)},
+                       {name: spec for name, spec in streams_of(full).items() if self.can_read(principal, name)})
 
     def config(self, principal: Principal | None, base: GatewayConfig) -> GatewayConfig:
         """``base`` with the principal's limits as ceilings (a user's limit never raises the server's)."""

@@ -6,7 +6,8 @@ answers into the store relation's rows (``arrow_rows.collect``) and records
 each partition's outcome. A range scan is read as Arrow streams
 (``arrow_scans``): each partition's stream holds a read transaction until it
 is read or closed, so the ``Reads`` that holds them is their one owner, and
-``close()`` ends every snapshot however the statement ends.
+``close()`` ends every snapshot however the statement ends. A stream's
+records are read the same way, from its log (``stream_reads.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from planner.plan import Plan, StoreScan
 from stores.catalog.schema import StoreSpec
+from stores.catalog.streams import streams_of
 from stores.iqv2.position import Position
 
 from .arrow_rows import ScanRows, StoreShapeMoved, collect
@@ -29,7 +31,8 @@ from .errors import GatewayInternalError
 from .guards import StatementWatch
 from .outcomes import PartitionOutcome, partition_error, record_outcomes
 from .scans import Waiting, run_scan
-from .sources import Source
+from .sources import Capabilities, Source
+from .stream_reads import StreamRead, read_stream
 
 __all__ = ["Reads", "read_scans", "statement_bound"]
 
@@ -42,18 +45,20 @@ class Reads:
     position: Position = field(default_factory=Position.empty)
     partitions: list[PartitionOutcome] = field(default_factory=list)
     streamed: set[str] = field(default_factory=set)  # relations read as Arrow streams
+    streams: list[StreamRead] = field(default_factory=list)  # the statement's stream scans (stream_reads.py)
     _closed: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def relations(self) -> dict[str, str]:
         """Relation name → store name (error messages name stores, never ``__iq_scan_0``)."""
-        return {scan.relation: scan.store for scan, _ in self.scans}
+        return {scan.relation: scan.store for scan, _ in self.scans} | {s.scan.relation: s.scan.stream
+                                                                        for s in self.streams}
 
     @property
     def in_memory(self) -> bool:
         """Every scan's rows are Python rows in hand (no stream): what the fast path and the evaluator take."""
-        return not self.streamed and not any(rows.streams for _, rows in self.scans)
+        return not self.streamed and not self.streams and not any(rows.streams for _, rows in self.scans)
 
     def bind(self, lease: Lease, sql: str, *, tables: bool = False) -> None:
         """Point each scan's relation name on ``lease`` at its data: a stream DuckDB reads once as it runs, or a
@@ -69,6 +74,8 @@ class Reads:
                 lease.bind(scan.relation, reader if once else reader.read_all())
             else:
                 lease.bind(scan.relation, rows.to_arrow(scan.include_failures))
+        for stream in self.streams:
+            stream.bind(lease, sql, tables=tables)
 
     def close(self) -> None:
         """End every snapshot (idempotent; a stream read to the end has ended its own)."""
@@ -78,6 +85,8 @@ class Reads:
             self._closed = True
         for _, rows in self.scans:
             close_streams(rows.streams)
+        for stream in self.streams:
+            stream.close()
 
 
 def statement_bound(plan: Plan, settings: Mapping[str, Any], request_bound: Position | None,
@@ -90,7 +99,10 @@ def statement_bound(plan: Plan, settings: Mapping[str, Any], request_bound: Posi
     bound = bound.merge(bound_from(settings.get("position_bound")))
     bound = bound.merge(request_bound)
     if not bound.is_empty():
-        check_bound_topics(bound, [catalog[scan.store] for scan in plan.scans], catalog.values())
+        streams = streams_of(catalog)
+        check_bound_topics(bound, [catalog[scan.store] for scan in plan.scans] +
+                           [streams[scan.stream] for scan in plan.streams],
+                           [*catalog.values(), *streams.values()])
     return bound
 
 
@@ -117,10 +129,18 @@ def read_scans(source: Source, plan: Plan, catalog: Mapping[str, StoreSpec], bou
             for _, answer in answers:
                 reads.position = reads.position.merge(answer.position)
                 record_outcomes(outcomes, scan.store, answer)
+        if plan.streams:
+            caps, streams = Capabilities.of(source), streams_of(catalog)
+            for stream_scan in plan.streams:
+                read = read_stream(caps, stream_scan, streams[stream_scan.stream], bound, config.scan_batch_rows,
+                                   waiting, watch, outcomes)
+                reads.streams.append(read)
+                reads.position = reads.position.merge(read.position)
         watch.check("reading the stores")
         reads.partitions = [outcomes[k] for k in sorted(outcomes)]
         if not partial:
             needed = [f for scan, rows in reads.scans if not scan.include_failures for f in rows.failures]
+            needed += [f for read in reads.streams if not read.scan.include_failures for f in read.failures]
             if needed:
                 raise partition_error(needed, waiting.note if waiting is not None else "")
         return reads

@@ -20,6 +20,7 @@ contract tests against every kind of source.
 | ``HasRoles`` / ``HasLags`` | ``system.partitions`` and ``/v1/partitions``: each partition's role, Position and lag |
 | ``Routes`` | ``system.partitions`` of a routed server: its own partitions and every peer's |
 | ``FollowsLive`` | live answers: the object whose stores' changelogs feeds follow, where it is not the source |
+| ``ReadsStreams`` | pull queries on streams: a reader of a stream's records from its log (issue 51) |
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from stores.iqv2.result import StateQueryResult
 from stores.iqv2.state import State
 
 __all__ = ["Source", "PointReads", "ReportsStatus", "KnowsSourceEnds", "Upgrades", "HasRoles", "HasLags", "Routes",
-           "FollowsLive", "DeclaresCapabilities", "Capabilities"]
+           "FollowsLive", "ReadsStreams", "DeclaresCapabilities", "Capabilities"]
 
 
 @runtime_checkable
@@ -106,6 +107,13 @@ class FollowsLive(Protocol):
 
 
 @runtime_checkable
+class ReadsStreams(Protocol):
+    def stream_reader(self, name: str) -> Any:
+        """A ``stores.log.stream_reader.StreamReader`` of the stream ``name`` over its log."""
+        ...
+
+
+@runtime_checkable
 class DeclaresCapabilities(Protocol):
     def capabilities(self) -> Capabilities:
         """What this source can do, said outright (a wrapper's differ from what it wraps)."""
@@ -125,6 +133,7 @@ class Capabilities:
     partition_lags: Callable[[], list[Any]] | None
     partition_rows: Callable[[], list[tuple[Any, ...]]] | None
     live_source: Callable[[], Any] | None = None
+    stream_reader: Callable[[str], Any] | None = None
 
     @classmethod
     def of(cls, source: Any) -> Capabilities:
@@ -147,6 +156,7 @@ class Capabilities:
             partition_lags=source.partition_lags if isinstance(source, HasLags) else None,
             partition_rows=source.partition_rows if isinstance(source, Routes) else None,
             live_source=source.live_source if isinstance(source, FollowsLive) else None,
+            stream_reader=source.stream_reader if isinstance(source, ReadsStreams) else None,
         )
 
     def names(self) -> list[str]:

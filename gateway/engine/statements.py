@@ -12,6 +12,7 @@ from typing import Any
 
 from planner.plan import Plan, StatementKind
 from stores.catalog.schema import StoreSpec
+from stores.catalog.streams import StreamSpec, streams_of
 from stores.iqv2.position import Position
 
 from .config import Session
@@ -44,15 +45,24 @@ def explain_result(plan: Plan, pool: Any) -> Result:
 
 
 def show_tables(catalog: Mapping[str, StoreSpec], pool: Any) -> Result:
-    rows = [(name, spec.kind.value, spec.partitions, spec.key.name) for name, spec in sorted(catalog.items())]
+    """The stores and the streams (kind ``stream``), by name."""
+    relations: dict[str, StoreSpec | StreamSpec] = {**streams_of(catalog), **catalog}
+    rows = [(name, spec.kind.value, spec.partitions, spec.key.name) for name, spec in sorted(relations.items())]
     cols = [("name", "VARCHAR"), ("kind", "VARCHAR"), ("partitions", "INTEGER"), ("key", "VARCHAR")]
     return static_result(StatementKind.SHOW_TABLES, cols, rows, pool)
 
 
-def describe(spec: StoreSpec, pool: Any) -> Result:
-    keys = spec.key_columns()
-    rows = [(c.name, duck_type(c.type), "YES" if c.nullable and c not in keys else "NO",
-             "PRI" if c in keys else None, None, None) for c in spec.columns()]
+def describe(spec: StoreSpec | StreamSpec, pool: Any) -> Result:
+    """A store's columns (its key the primary key), or a stream's: key and values, then the record's own columns
+    (``extra`` says so: ``SELECT *`` leaves them out). A stream's key is no primary key: records repeat keys."""
+    if isinstance(spec, StreamSpec):
+        rows = [(c.name, duck_type(c.type), "YES" if c.nullable else "NO", None, None, None) for c in spec.columns()]
+        rows += [(c.name, duck_type(c.type), "YES" if c.nullable else "NO", None, None, "record column")
+                 for c in spec.record_columns()]
+    else:
+        keys = spec.key_columns()
+        rows = [(c.name, duck_type(c.type), "YES" if c.nullable and c not in keys else "NO",
+                 "PRI" if c in keys else None, None, None) for c in spec.columns()]
     cols = [("column_name", "VARCHAR"), ("column_type", "VARCHAR"), ("null", "VARCHAR"), ("key", "VARCHAR"),
             ("default", "VARCHAR"), ("extra", "VARCHAR")]
     return static_result(StatementKind.DESCRIBE, cols, rows, pool)

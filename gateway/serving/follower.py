@@ -64,7 +64,7 @@ class Follower:
             upcoming_columns=self._reader_caps.upcoming_columns, history=self._reader_caps.history,
             partition_roles=self._reader_caps.partition_roles,
             partition_lags=self.partition_lags if self.mode == "replica" else None, partition_rows=None,
-            live_source=self.live_source)
+            live_source=self.live_source, stream_reader=self._reader_caps.stream_reader)
 
     def live_source(self) -> StateDirReader:
         """Live answers follow the state dir's stores and their changelogs (where ``app.json`` says they are)."""

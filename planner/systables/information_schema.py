@@ -15,7 +15,7 @@ from stores.catalog.decimals import DecimalType
 from stores.catalog.nested import NestedType
 from stores.catalog.schema import SqlType, StoreSpec
 
-from .model import SystemContext, SystemTable, columns
+from .model import SystemContext, SystemTable, columns, describe_relation, not_null, relation_columns, relations
 from .pg_types import pg_type_for_sql
 
 __all__ = ["TABLES"]
@@ -38,20 +38,19 @@ def _schemata(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[
 
 
 def _tables(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[tuple[Any, ...]]:
-    for name, spec in sorted(catalog.items()):
+    for name, spec in sorted(relations(catalog).items()):
         yield (ctx.database, ctx.schema, name, "BASE TABLE", None, None, None, None, None, "NO", "NO", None,
-               f"{spec.kind.value} store, key {', '.join(c.name for c in spec.key_columns())}, "
-               f"{spec.partitions} partitions")
+               describe_relation(spec))
 
 
 def _columns(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[tuple[Any, ...]]:
-    for name, spec in sorted(catalog.items()):
-        for i, c in enumerate(spec.columns(), start=1):
+    for name, spec in sorted(relations(catalog).items()):
+        for i, c in enumerate(relation_columns(spec), start=1):
             pg = pg_type_for_sql(c.type)
             data_type = pg.formatted if ctx.flavor == "postgres" else _duck_name(c.type)
             precision, radix, scale = ((c.type.precision, 10, c.type.scale) if isinstance(c.type, DecimalType)
                                        else _PRECISION.get(c.type, (None, None, None)))
-            nullable = "NO" if (c in spec.key_columns() or not c.nullable) else "YES"
+            nullable = "NO" if not_null(spec, c) else "YES"
             dt_precision = 3 if c.type is SqlType.TIMESTAMP else (0 if c.type is SqlType.DATE else None)
             yield (ctx.database, ctx.schema, name, c.name, i, None, nullable, data_type, None, None,
                    precision, radix, scale, dt_precision, None, ctx.database, "pg_catalog", pg.name,

@@ -8,6 +8,8 @@
   far it is (records reached of the target, records/s, ETA), the columns
   that arrive with the swap, and whether its answers miss history the
   source no longer held.
+- ``system.streams``: one row per stream a statement can read (issue 51):
+  its topic, key, value columns and whether its records carry headers.
 
 The rows are runtime facts, not catalog facts, so the gateway hands them in
 through ``SystemContext``; this module only fixes the columns.
@@ -19,10 +21,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from stores.catalog.schema import StoreSpec
+from stores.catalog.streams import streams_of
 
 from .model import SystemContext, SystemTable, columns
 
-__all__ = ["TABLES", "PARTITION_COLUMNS", "STORE_COLUMNS"]
+__all__ = ["TABLES", "PARTITION_COLUMNS", "STORE_COLUMNS", "STREAM_COLUMNS"]
 
 PARTITION_COLUMNS = columns("host varchar, store varchar, partition integer, role varchar, position varchar, "
                             "offset_lag bigint, time_lag_ms bigint, current_offset bigint, end_offset bigint, "
@@ -35,6 +38,10 @@ STORE_COLUMNS = columns("store varchar, kind varchar, status varchar, reason var
                         "history_since varchar, batches bigint, last_batch_at timestamptz")
 
 
+STREAM_COLUMNS = columns("stream varchar, topic varchar, partitions integer, key_column varchar, key_type varchar, "
+                         "value_columns varchar[], headers boolean")
+
+
 def _partitions(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterable[tuple[Any, ...]]:
     return ctx.partitions
 
@@ -43,5 +50,12 @@ def _stores(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterable[tu
     return ctx.stores
 
 
+def _streams(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterable[tuple[Any, ...]]:
+    for name, spec in sorted(streams_of(catalog).items()):
+        yield (name, spec.topic, spec.partitions, spec.key.name, spec.key.type.value,
+               [f"{c.name} {c.type.value}" for c in spec.values], spec.headers)
+
+
 TABLES = (SystemTable("system", "partitions", PARTITION_COLUMNS, _partitions),
-          SystemTable("system", "stores", STORE_COLUMNS, _stores))
+          SystemTable("system", "stores", STORE_COLUMNS, _stores),
+          SystemTable("system", "streams", STREAM_COLUMNS, _streams))

@@ -7,9 +7,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from stores.catalog.schema import StoreSpec
+from stores.catalog.schema import Column, StoreSpec
+from stores.catalog.streams import StreamSpec, streams_of
 
-__all__ = ["SystemContext", "SystemTable", "columns", "STORE_NAMESPACE_OID", "SERVER_VERSION", "VERSION_STRING"]
+__all__ = ["SystemContext", "SystemTable", "columns", "STORE_NAMESPACE_OID", "SERVER_VERSION", "VERSION_STRING",
+           "relations", "relation_columns", "not_null", "describe_relation"]
 
 #: the PostgreSQL version PG clients are told (features they may use are PG 16's)
 SERVER_VERSION = "16.4"
@@ -75,3 +77,27 @@ def columns(spec: str) -> tuple[tuple[str, str], ...]:
 # PostgreSQL's oid is an unsigned 32-bit integer: DuckDB's UINTEGER, which the PG port describes as oid (26), so
 # clients that decode catalog rows by type (asyncpg's type introspection reads oid and oid[]) get PostgreSQL's.
 _OID = re.compile(r"^OID\b")
+
+
+def relations(catalog: Mapping[str, StoreSpec]) -> dict[str, StoreSpec | StreamSpec]:
+    """The tables a catalog shows: its stores and, beside them, its streams, by name."""
+    return {**streams_of(catalog), **catalog}
+
+
+def relation_columns(spec: StoreSpec | StreamSpec) -> tuple[Column, ...]:
+    """Every column a statement can name: a store's, or a stream's key, values and record columns."""
+    return spec.all_columns() if isinstance(spec, StreamSpec) else spec.columns()
+
+
+def not_null(spec: StoreSpec | StreamSpec, c: Column) -> bool:
+    """A store's key columns are its primary key (NOT NULL); a stream has no primary key (keys repeat, or are
+    missing)."""
+    return not c.nullable or (isinstance(spec, StoreSpec) and c in spec.key_columns())
+
+
+def describe_relation(spec: StoreSpec | StreamSpec) -> str:
+    """The one-line description a table's comment carries."""
+    n = spec.partitions
+    if isinstance(spec, StreamSpec):
+        return f"stream of topic {spec.topic}, {n} partitions when declared"
+    return f"{spec.kind.value} store, key {', '.join(c.name for c in spec.key_columns())}, {n} partitions"

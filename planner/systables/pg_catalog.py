@@ -17,7 +17,16 @@ from typing import Any
 from stores.catalog.schema import StoreSpec
 
 from ..settings import SESSION_SETTINGS
-from .model import STORE_NAMESPACE_OID, SystemContext, SystemTable, columns
+from .model import (
+    STORE_NAMESPACE_OID,
+    SystemContext,
+    SystemTable,
+    columns,
+    describe_relation,
+    not_null,
+    relation_columns,
+    relations,
+)
 from .pg_types import PG_TYPES, pg_type_for_sql
 
 __all__ = ["TABLES", "store_oids", "FIRST_STORE_OID"]
@@ -29,8 +38,8 @@ _PG_CLASS_OID = 1259
 
 
 def store_oids(catalog: Mapping[str, StoreSpec]) -> dict[str, int]:
-    """A store's relation oid: stable for a given catalog (by name order)."""
-    return {name: FIRST_STORE_OID + 2 * i for i, name in enumerate(sorted(catalog))}
+    """A store's (or stream's) relation oid: stable for a given catalog (by name order)."""
+    return {name: FIRST_STORE_OID + 2 * i for i, name in enumerate(sorted(relations(catalog)))}
 
 
 def _namespaces(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[tuple[Any, ...]]:
@@ -40,18 +49,20 @@ def _namespaces(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterato
 
 
 def _classes(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[tuple[Any, ...]]:
+    specs = relations(catalog)
     for name, oid in store_oids(catalog).items():
-        spec = catalog[name]
+        spec = specs[name]
         yield (oid, name, STORE_NAMESPACE_OID, oid + 1, 0, _ROLE_OID, 2, oid, 0, 0, -1.0, 0, 0, False, False, "p",
-               "r", len(spec.columns()), 0, False, False, False, False, False, True, "d", False, 0, None, None, None)
+               "r", len(relation_columns(spec)), 0, False, False, False, False, False, True, "d", False, 0, None, None, None)
 
 
 def _attributes(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[tuple[Any, ...]]:
+    specs = relations(catalog)
     for name, oid in store_oids(catalog).items():
-        spec = catalog[name]
-        for i, c in enumerate(spec.columns(), start=1):
+        spec = specs[name]
+        for i, c in enumerate(relation_columns(spec), start=1):
             t = pg_type_for_sql(c.type)
-            notnull = c in spec.key_columns() or not c.nullable
+            notnull = not_null(spec, c)
             yield (oid, c.name, t.oid, -1, t.length, i, 0, -1, -1, t.length > 0, "d", "p", "", notnull, False, False,
                    "", "", False, True, 0, 100 if t.category == "S" else 0, None, None, None, None)
 
@@ -65,10 +76,9 @@ def _types(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[tup
 
 
 def _descriptions(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[tuple[Any, ...]]:
+    specs = relations(catalog)
     for name, oid in store_oids(catalog).items():
-        spec = catalog[name]
-        yield (oid, _PG_CLASS_OID, 0, f"{spec.kind.value} store, key {', '.join(c.name for c in spec.key_columns())}, "
-                                    f"{spec.partitions} partitions")
+        yield (oid, _PG_CLASS_OID, 0, describe_relation(specs[name]))
 
 
 def _database(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[tuple[Any, ...]]:
@@ -91,7 +101,7 @@ def _settings(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[
 
 
 def _tables(catalog: Mapping[str, StoreSpec], ctx: SystemContext) -> Iterator[tuple[Any, ...]]:
-    for name in sorted(catalog):
+    for name in sorted(relations(catalog)):
         yield (ctx.schema, name, ctx.user, None, False, False, False, False)
 
 

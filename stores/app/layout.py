@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..catalog.schema import StoreSpec
+from ..catalog.streams import StreamSpec
 
 __all__ = [
     "app_json_path",
@@ -43,6 +44,10 @@ __all__ = [
     "partition_from_filename",
     "write_json_atomic",
     "coordination_dir",
+    "streams_dir",
+    "stream_spec_path",
+    "publish_streams",
+    "read_streams",
 ]
 
 _PARTITION_RE = re.compile(r"^partition-(\d+)\.db$")
@@ -117,6 +122,59 @@ def shared_query_members(state_dir: str | os.PathLike[str]) -> list[list[str]]:
         if isinstance(names, list):
             groups.append([str(n) for n in names])
     return groups
+
+
+def streams_dir(state_dir: str | os.PathLike[str]) -> Path:
+    return Path(state_dir) / "streams"
+
+
+def stream_spec_path(state_dir: str | os.PathLike[str], stream: str) -> Path:
+    return streams_dir(state_dir) / stream / "stream.json"
+
+
+def publish_streams(state_dir: str | os.PathLike[str], streams: Iterable[StreamSpec]) -> None:
+    """Write each queryable stream's ``stream.json`` (atomically) and remove those of streams no longer declared,
+    so every process reading the state dir knows the pipeline's streams as it knows its stores."""
+    specs = {s.name: s for s in streams}
+    for name, spec in specs.items():
+        path = stream_spec_path(state_dir, name)
+        text = spec.to_json()
+        try:
+            if path.read_text(encoding="utf-8") == text + "\n":
+                continue  # unchanged: keep its mtime, readers need not look again
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".stream.json.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text + "\n")
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    root = streams_dir(state_dir)
+    for sub in sorted(root.iterdir()) if root.is_dir() else ():
+        if sub.is_dir() and sub.name not in specs:
+            (sub / "stream.json").unlink(missing_ok=True)
+            shutil.rmtree(sub, ignore_errors=True)
+
+
+def read_streams(state_dir: str | os.PathLike[str]) -> dict[str, StreamSpec]:
+    """The streams ``publish_streams`` wrote (a damaged ``stream.json`` is a ValueError naming the file)."""
+    root = streams_dir(state_dir)
+    out: dict[str, StreamSpec] = {}
+    for sub in sorted(root.iterdir()) if root.is_dir() else ():
+        f = sub / "stream.json"
+        try:
+            spec = StreamSpec.from_json(f.read_text(encoding="utf-8"))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{f}: not a valid stream spec: {exc}") from None
+        out[spec.name] = spec
+    return out
 
 
 def damaged_dir(state_dir: str | os.PathLike[str], store: str) -> Path:

@@ -105,6 +105,9 @@ class AppDriver(Protocol):
 
 
 class TopologyLike(Protocol):
+    """The stores of a pipeline. A topology may also have ``stream_specs()`` (``StreamSpec``s: topics declared
+    queryable as streams) and a ``log`` (the source log they, and the bounds, are read from)."""
+
     def store_specs(self) -> Sequence[StoreSpec]: ...
 
     def create_runtime(self, app: AppDriver) -> Runtime | None:

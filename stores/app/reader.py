@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..catalog.schema import StoreSpec
+from ..catalog.streams import Catalog
 from ..engine import PartitionStore, open_partition
 from ..engine.base import EXISTS_CHECK_S
 from ..engine.kv import PointRead
@@ -35,9 +36,11 @@ from ..iqv2.position import Position, PositionBound
 from ..iqv2.request import StateQueryRequest
 from ..iqv2.result import StateQueryResult
 from ..iqv2.state import State
+from ..log.stream_reader import StreamReader
 from . import layout
 from .dispatch import run_request
 from .health import StoreStatus, annotate_bound_failures, overall
+from .queryable_streams import PublishedStreams, reader_of
 
 __all__ = ["StateDirReader", "AppInfo"]
 
@@ -103,6 +106,7 @@ class StateDirReader:
         self._info: AppInfo = AppInfo(None)
         self._info_mtime: int | None = None
         self._source: tuple[Any, Any] | None = None
+        self._streams = PublishedStreams(self.state_dir)
 
     # -- metadata -----------------------------------------------------------------------
     def _rescan(self, *, force: bool = False) -> None:
@@ -162,9 +166,18 @@ class StateDirReader:
                 out[n] = None
         return out
 
-    def catalog(self) -> dict[str, StoreSpec]:
+    def catalog(self) -> Catalog:
+        """The stores, and beside them the streams the pipeline published (``queryable_streams``)."""
         self._rescan()
-        return dict(self._specs)
+        return Catalog(self._specs, self._streams.current())
+
+    def stream_reader(self, name: str) -> StreamReader:
+        """A reader of stream ``name``'s records, from the source log ``app.json`` names."""
+        streams = self._streams.current()
+        if name not in streams:
+            streams = self._streams.current(force=True)
+        return reader_of(streams, name, self._source_log(),
+                         "app.json names no source log (a Kafka source with client options is not written down)")
 
     def history(self, name: str) -> dict[str, Any] | None:
         """Like ``StreamsApp.history``: the partial-history marker ``store.json`` holds, if any."""
@@ -299,6 +312,11 @@ class StateDirReader:
 
     def source_end_offsets(self, topics: Iterable[str]) -> Position | None:
         """The source's last offsets, where app.json says where the source is (else None: the gateway just waits)."""
+        src = self._source_log()
+        return None if src is None else layout.source_end_offsets(src, topics)
+
+    def _source_log(self) -> Any:
+        """The source log app.json names (an EventLog or a KafkaSource), or None."""
         where = self.app_info().source
         if not where:
             return None
@@ -315,7 +333,7 @@ class StateDirReader:
             else:
                 return None
             self._source = (key, src)
-        return layout.source_end_offsets(self._source[1], topics)
+        return self._source[1]
 
     def positions(self) -> dict[str, Position]:
         out = {}

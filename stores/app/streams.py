@@ -14,11 +14,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..catalog.schema import StoreSpec
+from ..catalog.streams import Catalog
 from ..engine import PartitionStore, open_partition
 from ..engine.kv import PointRead
 from ..engine.writer import PartitionedWriter
@@ -33,6 +34,7 @@ from ..iqv2.position import Position, PositionBound
 from ..iqv2.request import StateQueryRequest
 from ..iqv2.result import StateQueryResult
 from ..iqv2.state import State, StreamThreadExceptionResponse
+from ..log.stream_reader import StreamReader
 from . import layout
 from .assignment import Hosting, initial_hosting, reassigned
 from .coordination import ShutdownCoordinator
@@ -42,33 +44,18 @@ from .handles import open_handle
 from .health import HealthTracker, annotate_bound_failures, overall, restoring
 from .lifecycle import ClientStateMachine
 from .protocol import Runtime, TopologyLike
+from .queryable_streams import declared_streams, reader_of
 from .rebuilds import StoreRebuilds
+from .store_topology import StoreTopology
 from .upgrade import UpgradePlan, Upgrades, mark_removed, plan_upgrade
 
-__all__ = ["StreamsApp", "StoreTopology"]
+__all__ = ["StreamsApp", "StoreTopology"]  # StoreTopology: store_topology.py
 
 log = logging.getLogger(__name__)
 
 UncaughtHandler = Callable[[BaseException], StreamThreadExceptionResponse]
 
 _STOPPED = (State.PENDING_SHUTDOWN, State.NOT_RUNNING, State.PENDING_ERROR, State.ERROR)
-
-
-class StoreTopology:
-    """A topology of stores written by hand (tests, fixtures): no runtime, so start() goes straight to RUNNING."""
-
-    def __init__(self, specs: Iterable[StoreSpec]) -> None:
-        self._specs = tuple(specs)
-        names = [s.name for s in self._specs]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise ValueError(f"duplicate store names in topology: {dup}")
-
-    def store_specs(self) -> Sequence[StoreSpec]:
-        return self._specs
-
-    def create_runtime(self, app: Any) -> Runtime | None:
-        return None
 
 
 class StreamsApp(StoreRebuilds):
@@ -109,6 +96,7 @@ class StreamsApp(StoreRebuilds):
             if s.name in self._specs:
                 raise ValueError(f"duplicate store name {s.name!r} in topology")
             self._specs[s.name] = s
+        self._streams = declared_streams(topology, self._specs)
         self._hosting: Hosting = initial_hosting(self._specs, hosted_partitions, standby_partitions)
         self._synchronous = synchronous.upper()
         self._stores: dict[str, dict[int, PartitionStore]] = {}
@@ -204,6 +192,7 @@ class StreamsApp(StoreRebuilds):
             raise IllegalStateException("The client is either already started or already stopped, cannot re-start")
         try:
             self._open_stores()
+            layout.publish_streams(self.state_dir, self._streams.values())
             self._runtime = self.topology.create_runtime(self)
         except BaseException:
             log.exception("stream-client %s: failed to open its stores", self.application_id)
@@ -373,8 +362,13 @@ class StreamsApp(StoreRebuilds):
             app._close_to_error()
 
     # -- stores ----------------------------------------------------------------------------
-    def catalog(self) -> dict[str, StoreSpec]:
-        return dict(self._specs)
+    def catalog(self) -> Catalog:
+        """The stores, with the streams the topology declared queryable beside them (``Catalog.streams``)."""
+        return Catalog(self._specs, self._streams)
+
+    def stream_reader(self, name: str) -> StreamReader:
+        """A reader of the stream ``name``'s records from the topology's log (``stores.log.stream_reader``)."""
+        return reader_of(self._streams, name, getattr(self.topology, "log", None), "the topology names no source log")
 
     def spec(self, name: str) -> StoreSpec:
         spec = self._specs.get(name)

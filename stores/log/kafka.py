@@ -122,6 +122,10 @@ class KafkaSource:
     def read(self, topic: str, partition: int, start: int, end: int) -> Iterator[Record]:
         return self.client.read(topic, partition, start, end)
 
+    def low_offsets(self, topic: str) -> dict[int, int]:
+        """``{partition: first offset still held}`` (retention deleted the records before it)."""
+        return self.client.low_offsets(topic)
+
     def close(self) -> None:
         if self._client:
             self._client.pop().close()
@@ -311,6 +315,17 @@ class KafkaClient:
 
         For tools and oracles: the pipeline reads through ``stores.pipeline.kafka_source``.
         """
+        for offset, key, raw, ts, headers in self.read_raw(topic, partition, start, end):
+            yield Record(topic, partition, offset, None if key is None else key.decode("utf-8", "replace"),
+                         None if raw is None else json.loads(raw), ts, headers)
+
+    def read_raw(self, topic: str, partition: int, start: int, end: int) -> Iterator[tuple[Any, ...]]:
+        """``(offset, key bytes, value bytes, timestamp ms, headers)`` of the records at offsets [start, end).
+
+        A read that makes no progress for ``timeout_s`` fails saying where it is stuck; one that keeps
+        reading may take as long as it needs (a stream scan of a whole topic). The consumer is closed when
+        the generator ends or is closed early.
+        """
         from confluent_kafka import Consumer, TopicPartition
         from confluent_kafka import KafkaError as RdKafkaError
 
@@ -339,12 +354,32 @@ class KafkaClient:
                         pos = end
                         break
                     pos = m.offset() + 1
-                    raw, key = m.value(), m.key()
-                    yield Record(topic, partition, m.offset(), None if key is None else key.decode("utf-8", "replace"),
-                                 None if raw is None else json.loads(raw), m.timestamp()[1],
-                                 tuple((n, v) for n, v in (m.headers() or ())))
+                    deadline = time.monotonic() + self.timeout_s  # progress: the clock starts again
+                    yield (m.offset(), m.key(), m.value(), m.timestamp()[1],
+                           tuple((n, v) for n, v in (m.headers() or ())))
         finally:
             consumer.close()
+
+    def offsets_for_times(self, topic: str, times: Mapping[int, int]) -> dict[int, int | None]:
+        """Kafka's offsetsForTimes: per partition the first offset whose record timestamp is at or after the time
+        (None: no such record yet). Exact for any order of timestamps: no earlier record is as late."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        if not times:
+            return {}
+        with self._probe_consumer() as c:
+            try:
+                got = c.offsets_for_times([TopicPartition(topic, p, int(t)) for p, t in sorted(times.items())],
+                                          timeout=self.timeout_s)
+            except KafkaException as exc:
+                raise self._unavailable(f"look up offsets by time in {topic!r}", exc) from None
+        out: dict[int, int | None] = {}
+        for tp in got:
+            if tp.error is not None:
+                raise KafkaError(f"Kafka at {self.servers} failed to look up offsets by time in {topic}/"
+                                 f"{tp.partition}: {tp.error}")
+            out[tp.partition] = tp.offset if tp.offset >= 0 else None
+        return out
 
     # -- producing ----------------------------------------------------------------------------
     def produce(self, topic: str, records: Iterable[Any]) -> list[tuple[int, int]]:

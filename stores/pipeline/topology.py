@@ -35,6 +35,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from ..catalog.schema import StoreKind, StoreSpec
+from ..catalog.streams import StreamSpec
 from ..log.eventlog import EventLog
 from ..log.kafka import KafkaSource
 from ..log.source import SourceLog
@@ -54,6 +55,7 @@ from .kafka_source import source_options
 from .shared_query import DEFAULT_STORES_PER_QUERY
 from .stateful_tables import session_table_decl, table_aggregate_decl
 from .stream_rows import HEADERS, METADATA_COLUMNS, TOMBSTONE, key_spark_type, parse_value_schema, stream_schema
+from .stream_specs import StreamNames
 
 __all__ = ["Topology", "StoreDecl", "TopologyError", "DEFAULT_MAX_RECORDS_PER_BATCH"]
 
@@ -110,11 +112,13 @@ class Topology:
         self._streams: dict[str, tuple[str, ...]] = {}  # stream id -> topics
         self._frames: dict[tuple[Any, ...], DataFrame] = {}  # stream() arguments -> the one DataFrame for them
         self._decls: dict[str, StoreDecl] = {}
+        self._stream_names = StreamNames()  # the streams SQL can read (stream_specs.py)
 
     # -- sources ------------------------------------------------------
     def stream(self, topic: str | Sequence[str], value_schema: str | StructType = "value STRING", *,
                key_type: str = "string", max_records_per_batch: int | None = None,
-               starting_offsets: str = "earliest", include_headers: bool = False) -> DataFrame:
+               starting_offsets: str = "earliest", include_headers: bool = False,
+               name: str | None = None, key_column: str = "key") -> DataFrame:
         """A streaming DataFrame over ``topic`` (or several): key, value fields, timestamp, topic, partition, offset,
         tombstone.
 
@@ -129,6 +133,12 @@ class Topology:
         ``includeHeaders=true``; the EventLog's records carry them too).
         The same arguments give the same DataFrame: stores built on it read
         the source once, in one shared query.
+
+        SQL can read the stream's records (a pull query on a stream) under
+        ``name``, by default the topic's name (``stream_specs.py`` says when a
+        default name yields to a store's): the key (named ``key_column`` in
+        SQL; the DataFrame's stays ``key``), the value fields, and the
+        record's ``rowtime``, ``partition``, ``offset`` (and ``headers``).
         """
         topics = (topic,) if isinstance(topic, str) else tuple(topic)
         if not topics or not all(isinstance(t, str) and t for t in topics):
@@ -142,6 +152,9 @@ class Topology:
         if max_records_per_batch is None:
             max_records_per_batch = self.max_records_per_batch
         headers = bool(include_headers)
+        self._stream_names.declare(topics, schema, key_type, headers,
+                                   max((self._source_partitions(t) for t in topics), default=1), name, self._decls,
+                                   key_column)
         key = (topics, ddl, key_type, max_records_per_batch, starting_offsets) + ((True,) if headers else ())
         if key not in self._frames:
             self._frames[key] = self._new_stream(topics, schema, ddl, key_type, max_records_per_batch,
@@ -378,6 +391,10 @@ class Topology:
     def store_specs(self) -> list[StoreSpec]:
         return [d.spec for d in self._decls.values()]
 
+    def stream_specs(self) -> list[StreamSpec]:
+        """The streams SQL can read (published by the app beside the stores' specs)."""
+        return self._stream_names.specs()
+
     def declarations(self) -> list[StoreDecl]:
         return list(self._decls.values())
 
@@ -398,6 +415,7 @@ class Topology:
             raise TopologyError(f"store name must be a non-empty string, got {name!r}")
         if name in self._decls:
             raise TopologyError(f"store name {name!r} is used twice in this topology")
+        self._stream_names.check_store(name)
         if not isinstance(df, DataFrame):
             raise TopologyError(f"store {name!r}: expected a pyspark DataFrame, got {type(df).__name__}")
         if not df.isStreaming:

@@ -4,7 +4,8 @@ A source is what the engine runs IQv2 requests against (``gateway/engine/sources
 the same shop stores: the StreamsApp that wrote them, a StateDirReader over its files, a serving process's
 Follower (hosted and read-only, over a state board its publisher keeps), and a RoutedSource over a reader with
 no peers. Every kind must declare capabilities the engine can use, answer the same statements with the same
-rows and Positions through one Gateway, refuse an unknown store alike, and answer the system tables.
+rows and Positions through one Gateway, refuse an unknown store alike, and answer the system tables. The app
+also declares a stream over the orders' log (issue 51): every kind reads it alike.
 """
 
 from __future__ import annotations
@@ -26,25 +27,32 @@ from gateway.serving.hosts import AppHost, ReadOnlyHost
 from gateway.serving.publisher import Crashes, Publisher
 from gateway.serving.state_board import StateBoard
 from stores.app.reader import StateDirReader
-from stores.app.streams import StreamsApp
+from stores.app.streams import StoreTopology, StreamsApp
+from stores.catalog.schema import Column, SqlType
+from stores.catalog.streams import StreamSpec
 from stores.iqv2.errors import UnknownStateStoreException
 from stores.iqv2.query import KeyQuery
 from stores.iqv2.request import StateQueryRequest
 from stores.iqv2.state import State
-from tests.gateway.gwfixtures import Shop
+from stores.log.eventlog import EventLog
+from tests.gateway.gwfixtures import SPECS, Shop, write_shop
 
 KINDS = ["streams-app", "state-dir-reader", "follower-hosted", "follower-read-only", "routed"]
 # every capability each kind must declare (what the engine's features stand on)
 EXPECTED = {
-    "streams-app": {"point_read", "status", "source_end_offsets", "upcoming_columns", "history", "partition_roles"},
+    "streams-app": {"point_read", "status", "source_end_offsets", "upcoming_columns", "history", "partition_roles",
+                    "stream_reader"},
     "state-dir-reader": {"point_read", "status", "source_end_offsets", "upcoming_columns", "history",
-                         "partition_roles"},
+                         "partition_roles", "stream_reader"},
     "follower-hosted": {"point_read", "status", "source_end_offsets", "upcoming_columns", "history",
-                        "partition_roles"},
+                        "partition_roles", "stream_reader"},
     "follower-read-only": {"point_read", "status", "source_end_offsets", "upcoming_columns", "history",
-                           "partition_roles"},
-    "routed": {"status", "source_end_offsets", "upcoming_columns", "history", "partition_rows"},  # no point lane
+                           "partition_roles", "stream_reader"},
+    "routed": {"status", "source_end_offsets", "upcoming_columns", "history", "partition_rows",
+               "stream_reader"},  # no point lane
 }
+ORDER_EVENTS = StreamSpec("order_events", "orders", Column("key", SqlType.VARCHAR), (Column("amount", SqlType.DOUBLE),),
+                          partitions=2)
 STATEMENTS = [
     "SELECT * FROM revenue ORDER BY customer",
     "SELECT customer, orders FROM revenue WHERE customer = 'c03'",
@@ -54,6 +62,9 @@ STATEMENTS = [
     "SELECT * FROM latest ORDER BY customer",
     "SELECT r.customer, r.orders, l.amount FROM revenue r JOIN latest l USING (customer) ORDER BY 1",
     "SELECT customer, _partition, _position FROM revenue WHERE customer IN ('c01', 'c02') ORDER BY 1",
+    "SELECT key, count(*), round(sum(amount), 2) FROM order_events GROUP BY key ORDER BY key",
+    "SELECT e.key, e.offset, r.orders FROM order_events e JOIN revenue r ON e.key = r.customer WHERE e.partition = 1 "
+    "ORDER BY 2",
 ]
 
 
@@ -91,6 +102,21 @@ def _make(kind: str, app: StreamsApp) -> _Kind:
 
 
 @pytest.fixture(scope="module")
+def shop_app(tmp_path_factory: pytest.TempPathFactory, shop: Shop) -> Iterator[StreamsApp]:
+    """The shop stores, and the orders they were made of as a log and a stream over it."""
+    root = tmp_path_factory.mktemp("shop")
+    log = EventLog(root / "log")
+    log.create_topic("orders", partitions=2)
+    log.append_batch("orders", [(c, {"amount": a}, ts) for c, ts, a in shop.orders])
+    app = StreamsApp(StoreTopology(SPECS, streams=[ORDER_EVENTS], log=log), application_id="gw-tests",
+                     state_dir=str(root / "state"), coordination_base=str(root / "coord"))
+    app.start()
+    write_shop(app, shop)
+    yield app
+    app.close()
+
+
+@pytest.fixture(scope="module")
 def reference(shop_app: StreamsApp) -> Iterator[Gateway]:
     g = Gateway(shop_app)
     yield g
@@ -120,6 +146,7 @@ def test_the_capabilities_are_declared(kind: tuple[str, Any, Gateway]) -> None:
 def test_the_catalog_and_the_state(kind: tuple[str, Any, Gateway], shop_app: StreamsApp) -> None:
     _, source, _ = kind
     assert dict(source.catalog()) == dict(shop_app.catalog())
+    assert dict(source.catalog().streams) == {"order_events": ORDER_EVENTS}
     deadline = time.monotonic() + 5
     while source.state is not State.RUNNING and time.monotonic() < deadline:  # a follower's board, a moment
         time.sleep(0.05)

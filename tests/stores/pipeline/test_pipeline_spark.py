@@ -73,6 +73,27 @@ def build_app(spark, log, state_dir, listener=None, handler=None):
     return app
 
 
+def check_published_streams(state_dir: Path, log: EventLog) -> None:
+    """The pipeline host publishes its queryable streams (issue 51): another process reads the orders' records."""
+    from gateway import Gateway
+    from stores.catalog.streams import StreamSpec
+
+    published = StreamSpec.from_json((state_dir / "streams" / "orders" / "stream.json").read_text())
+    assert (published.name, published.topic, [c.name for c in published.values]) == ("orders", "orders",
+                                                                                        ["amount", "item"])
+    assert not (state_dir / "streams" / "profiles").exists()  # the store "profiles" took the topic's name
+    gw = Gateway.open(state_dir)
+    try:
+        got = gw.sql("SELECT partition, count(*), round(sum(amount), 2), max(offset) FROM orders GROUP BY partition "
+                     "ORDER BY partition")
+        want = [(p, len(recs), round(sum(r.value["amount"] for r in recs), 2), len(recs) - 1)
+                for p in range(log.partitions("orders")) if (recs := log.read("orders", p))]
+        assert got.rows() == want
+        assert got.position == Position.from_map({"orders": log.last_offsets("orders")})
+    finally:
+        gw.close()
+
+
 def test_shop_pipeline_oracle_read_your_writes_restart_recovery_truncation(spark, tmp_path):
     log = EventLog(tmp_path / "log")
     for topic, n in shop.TOPICS.items():
@@ -90,6 +111,7 @@ def test_shop_pipeline_oracle_read_your_writes_restart_recovery_truncation(spark
         assert caught_up(app, log, STORES)
         sizes = check_all(app, log)
         assert sizes["orders"] == 400 and sizes["revenue"] == 30 and sizes["profiles"] > 0
+        check_published_streams(state_dir, log)
         wait_until(lambda: len(transitions) >= 2, "the listener to see RUNNING", 10)  # called after it is visible
         assert transitions[:2] == [(State.CREATED, State.REBALANCING), (State.REBALANCING, State.RUNNING)]
 

@@ -134,3 +134,49 @@ def test_a_kafka_stream_has_the_event_logs_columns_without_the_connector_jar(spa
     assert df.isStreaming
     assert df.columns == ["key", "amount", "timestamp", "topic", "partition", "offset", "tombstone"]
     assert dict(df.dtypes)["key"] == "bigint"
+
+
+def test_streams_are_queryable_under_their_topic_or_their_name(topo, caplog):
+    """Issue 51: which streams SQL can read and how they are named (stores/pipeline/stream_specs.py)."""
+    from stores.catalog.schema import Column
+    from stores.catalog.streams import StreamSpec
+    from stores.pipeline.declarations import TopologyError
+
+    orders = topo.stream("orders", value_schema="amount DOUBLE, item STRING, tags ARRAY<STRING>", include_headers=True)
+    topo.stream("orders", value_schema="amount DOUBLE, item STRING, tags ARRAY<STRING>", include_headers=True,
+                max_records_per_batch=10)  # the same columns: the same stream
+    users = topo.stream("users", value_schema="name STRING, age INT", key_type="bigint", name="people",
+                        key_column="user_id")  # ksqlDB's `USER_ID BIGINT KEY`
+    specs = {s.name: s for s in topo.stream_specs()}
+    assert set(specs) == {"orders", "people"}
+    o = specs["orders"]
+    assert (o.topic, o.partitions, o.headers, o.key.type) == ("orders", 3, True, SqlType.VARCHAR)
+    assert [(c.name, c.type.value) for c in o.values] == [("amount", "DOUBLE"), ("item", "VARCHAR"),
+                                                         ("tags", "VARCHAR[]")]
+    assert (specs["people"].topic, specs["people"].key, specs["people"].partitions) == \
+        ("users", Column("user_id", SqlType.BIGINT), 2)
+    assert "key" in users.columns  # the DataFrame's key column keeps its name
+    assert StreamSpec.from_json(o.to_json()) == o
+
+    # a default name yields to a store's, with a warning saying how to name the stream
+    topo.table("orders", orders.groupBy("key").count(), key="key")
+    assert {s.name for s in topo.stream_specs()} == {"people"}
+    assert any("not queryable as 'orders'" in r.getMessage() for r in caplog.records)
+    # a name given is the stream's: a store of that name, or a stream of other columns, is refused
+    with pytest.raises(TopologyError, match="store name 'people' is a stream's"):
+        topo.table("people", users, key="key")
+    with pytest.raises(TopologyError, match="a store has that name"):
+        topo.stream("orders", value_schema="amount DOUBLE", name="orders")
+    with pytest.raises(TopologyError, match="used twice, with other columns"):
+        topo.stream("orders", value_schema="amount DOUBLE", name="people")
+    with pytest.raises(TopologyError, match="reads one topic, not 2"):
+        topo.stream(["orders", "users"], value_schema="amount DOUBLE", name="both")
+    with pytest.raises(TopologyError, match="stream 'bad': .*reserved"):
+        topo.stream("users", value_schema="rowtime BIGINT", name="bad")
+    with pytest.raises(TopologyError, match="key_column must be a name"):
+        topo.stream("users", value_schema="age INT", name="bad", key_column="user id")
+    with pytest.raises(TopologyError, match="duplicate column names"):
+        topo.stream("users", value_schema="age INT", name="bad", key_column="AGE")
+    topo.stream(["orders", "users"], value_schema="amount DOUBLE")  # several topics without a name: not queryable
+    topo.stream("users", value_schema="rowtime BIGINT")  # a reserved column under the default name: not queryable
+    assert {s.name for s in topo.stream_specs()} == {"people"}
