@@ -40,6 +40,7 @@ MODULES = (
     "benchmarks.bench_pipeline",
     "benchmarks.bench_joins",
     "benchmarks.bench_kafka",
+    "benchmarks.bench_moment",
     "benchmarks.bench_statestore",
     "benchmarks.bench_memory",
     "benchmarks.bench_many_stores",

@@ -53,11 +53,16 @@ _MODIFIER_NAMES = {
 }
 def analyze(sql: str, statement: exp.Expression, catalog: Mapping[str, StoreSpec]) -> Template:
     explain = False
+    explain_position = False
     if isinstance(statement, Explain):
         if statement.args.get("analyze"):
             raise UnsupportedSqlError("EXPLAIN ANALYZE is not supported: EXPLAIN shows the plan without running it", line=1, col=1)
         explain = True
+        explain_position = bool(statement.args.get("position"))
         statement = statement.this
+        if explain_position and not isinstance(statement, (exp.Select, exp.SetOperation, exp.Subquery, exp.Values)):
+            raise UnsupportedSqlError("EXPLAIN POSITION explains a query (SELECT, WITH, VALUES): the Position each "
+                                      "store partition it reads would be read at", line=1, col=1)
     if isinstance(statement, exp.Show):
         return plan_show(sql, statement, explain)
     if isinstance(statement, exp.Describe):
@@ -85,7 +90,9 @@ def analyze(sql: str, statement: exp.Expression, catalog: Mapping[str, StoreSpec
     check_argument_counts(sql, statement)
     check_value_sizes(sql, statement)
     _check_fetch(sql, statement)
-    return _analyze_query(sql, statement, catalog, explain)
+    template = _analyze_query(sql, statement, catalog, explain)
+    template.explain_position = explain_position
+    return template
 
 
 def _check_fetch(sql: str, statement: exp.Expression) -> None:

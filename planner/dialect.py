@@ -47,9 +47,10 @@ class PositionClause(exp.Expression):
 
 
 class Explain(exp.Expression):
-    """``EXPLAIN [ANALYZE] <statement>``."""
+    """``EXPLAIN [ANALYZE | POSITION] <statement>``: POSITION (Materialize's EXPLAIN TIMESTAMP) says which
+    Position each store partition would be read at, not how."""
 
-    arg_types = {"this": True, "analyze": False}
+    arg_types = {"this": True, "analyze": False, "position": False}
 
 
 class Subscribe(exp.Expression):
@@ -411,10 +412,11 @@ class Parser(DuckDBParser):
         if self._curr and self._curr.text.upper() == "EXPLAIN":
             self._advance()
             analyze = self._match_text_seq("ANALYZE")
+            position = not analyze and self._match_text_seq("POSITION")
             inner = self._parse_statement()
             if inner is None:
                 self.raise_error("EXPLAIN needs a statement to explain")
-            return Explain(this=inner, analyze=analyze)
+            return Explain(this=inner, analyze=analyze, position=position)
         if self._at_word("SUBSCRIBE") and self._curr.token_type == TokenType.VAR:
             return self._parse_subscribe()
         start = self._curr.start if self._curr else 0
@@ -472,7 +474,7 @@ class Generator(DuckDBGenerator):
         return text
 
     def explain_sql(self, expression: Explain) -> str:
-        analyze = " ANALYZE" if expression.args.get("analyze") else ""
+        analyze = " ANALYZE" if expression.args.get("analyze") else " POSITION" if expression.args.get("position") else ""
         return f"EXPLAIN{analyze} {self.sql(expression, 'this')}"
 
     def positionclause_sql(self, expression: PositionClause) -> str:

@@ -150,7 +150,8 @@ class Plan:
     ``fast_path`` (when not None) lists, for a single scan of key lookups with
     nothing else to do, the store columns to return in order: the gateway may
     skip DuckDB and build rows straight from the results.
-    EXPLAIN: ``explain`` holds the text; ``inner`` the explained plan.
+    EXPLAIN: ``explain`` holds the text; ``inner`` the explained plan; ``explain_position`` an EXPLAIN POSITION
+    (the engine reads the inner plan's Positions and answers them as rows).
     SHOW_TABLES / DESCRIBE: ``describe`` names the store for DESCRIBE.
     SET: ``settings`` holds the validated new session settings.
     SUBSCRIBE: ``subscription`` (SUBSCRIBE … and SELECT … EMIT CHANGES).
@@ -166,6 +167,7 @@ class Plan:
     position_bound: PositionBound = PositionBound.unbounded()
     fast_path: tuple[str, ...] | None = None
     explain: str | None = None
+    explain_position: bool = False
     inner: Plan | None = None
     describe: str | None = None
     settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))

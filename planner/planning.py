@@ -254,7 +254,7 @@ def _bind(template: Template, sql: str, params: Sequence[Any] | Mapping[str, Any
         residual_values=template.slot_values(params) if template.program is not None else (),
         streams=tuple(streams),
     )
-    return _explained(result) if template.explain else result
+    return _explained(result, template.explain_position) if template.explain else result
 
 
 def plan_shape(sql: str, catalog: Mapping[str, StoreSpec]) -> Plan:
@@ -285,7 +285,8 @@ def _shape(template: Template, sql: str) -> Plan:
     residual = "".join("NULL" if isinstance(c, int) else c for c in template.chunks)
     shape = Plan(kind=StatementKind.SELECT, scans=scans, residual_sql=residual, system_tables=template.system_tables,
                  streams=streams)
-    return Plan(kind=StatementKind.EXPLAIN, inner=shape) if template.explain else shape
+    return Plan(kind=StatementKind.EXPLAIN, inner=shape, explain_position=template.explain_position) \
+        if template.explain else shape
 
 
 _DEFAULTS = resolve_session(None)
@@ -317,5 +318,6 @@ def _residual(template: Template, params: Any) -> str:
     return "".join(out)
 
 
-def _explained(inner: Plan) -> Plan:
-    return Plan(kind=StatementKind.EXPLAIN, inner=inner, explain=explain_text(inner), position_bound=inner.position_bound)
+def _explained(inner: Plan, position: bool = False) -> Plan:
+    return Plan(kind=StatementKind.EXPLAIN, inner=inner, explain=explain_text(inner), position_bound=inner.position_bound,
+                explain_position=position)

@@ -7,6 +7,7 @@ this way instead of writing ``AS OF POSITION``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +17,8 @@ from stores.iqv2.position import Position, PositionError
 from .errors import InvalidSettingError
 from .suggest import closest
 
-__all__ = ["Setting", "SESSION_SETTINGS", "validate_setting", "resolve_session", "position_from_setting"]
+__all__ = ["Setting", "SESSION_SETTINGS", "CONSISTENCY_LEVELS", "validate_setting", "resolve_session",
+           "position_from_setting"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +26,45 @@ class Setting:
     default: Any
     type: type
     doc: str
+    #: the value's canonical form, where the type's own converter is not it (a choice, a duration)
+    convert: Callable[[str, Any], Any] | None = None
+
+
+CONSISTENCY_LEVELS = ("snapshot", "monotonic", "bounded_staleness", "eventual")
+
+
+def _to_consistency(name: str, value: Any) -> str:
+    text = value.strip().lower() if isinstance(value, str) else value
+    if text not in CONSISTENCY_LEVELS:
+        raise InvalidSettingError(f"setting {name} must be one of {', '.join(CONSISTENCY_LEVELS)}, got {value!r}")
+    return text
+
+
+_UNITS_MS = {"ms": 1, "s": 1000, "sec": 1000, "second": 1000, "seconds": 1000, "min": 60_000, "minute": 60_000,
+             "minutes": 60_000, "m": 60_000, "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000}
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*")
+_MAX_DURATION_MS = 7 * 24 * 3_600_000
+
+
+def _to_duration_ms(name: str, value: Any) -> int:
+    """A duration as milliseconds: an integer is milliseconds (PostgreSQL's unit for time settings), text may
+    name its unit ('2s', '500ms', '1 min'); '' or 0 is none."""
+    if value is None or value == "":
+        return 0
+    if isinstance(value, bool):
+        raise InvalidSettingError(f"setting {name} must be a duration such as '2s' or '500ms', got {value!r}")
+    if isinstance(value, (int, float)):
+        ms = float(value)
+    else:
+        m = _DURATION.fullmatch(str(value).lower())
+        unit = _UNITS_MS.get(m.group(2) or "ms") if m else None
+        if m is None or unit is None:
+            raise InvalidSettingError(f"setting {name} must be a duration such as '2s' or '500ms' (units: ms, s, "
+                                      f"min, h), got {value!r}")
+        ms = float(m.group(1)) * unit
+    if ms < 0 or ms > _MAX_DURATION_MS:
+        raise InvalidSettingError(f"setting {name} must be between 0 and 7 days, got {value!r}")
+    return int(ms)
 
 
 SESSION_SETTINGS: Mapping[str, Setting] = {
@@ -39,6 +80,13 @@ SESSION_SETTINGS: Mapping[str, Setting] = {
     "statement_timeout_ms": Setting(0, int, "cancel statements running longer than this; 0 means no timeout"),
     "require_active": Setting(False, bool, "only answer from active store partitions (IQv2 requireActive)"),
     "execution_info": Setting(False, bool, "collect IQv2 execution info for every partition"),
+    "consistency": Setting(
+        "snapshot", str, "snapshot: a statement over several stores reads them at one input Position; monotonic: "
+        "that, and never older than this session's last answer; bounded_staleness: any copy at most max_staleness "
+        "behind; eventual: every store at its latest", _to_consistency),
+    "max_staleness": Setting(
+        0, int, "with consistency bounded_staleness: how far behind (time lag) a copy may be, e.g. '2s'; 0 for any",
+        _to_duration_ms),
 }
 
 _TRUE = {"true", "on", "yes", "1"}
@@ -104,7 +152,7 @@ def validate_setting(name: str, value: Any, *, line: int | None = None, col: int
             col=col,
         )
     try:
-        return key, _CONVERTERS[setting.type](key, value)
+        return key, (setting.convert or _CONVERTERS[setting.type])(key, value)
     except InvalidSettingError as err:
         raise InvalidSettingError(err.message, line=line, col=col) from None
 

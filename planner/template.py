@@ -62,6 +62,7 @@ class ScanTemplate:
 class Template:
     kind: StatementKind
     explain: bool = False
+    explain_position: bool = False  # EXPLAIN POSITION: the Positions the query would read at, not its plan
     scans: tuple[ScanTemplate, ...] = ()
     chunks: tuple[str | int, ...] = ()
     slot_keys: tuple[int | str, ...] = ()

@@ -45,6 +45,9 @@ class GatewayConfig:
     this gateway runs at once (the rest are refused TOO_MANY_SUBSCRIPTIONS);
     ``subscription_buffer_bytes`` how far (in decoded changes) one may fall
     behind its store before it ends SUBSCRIBER_TOO_SLOW.
+    ``consistency_wait_ms`` is how long a statement may wait, when it sets no
+    wait of its own, for its stores to reach one Position (snapshot) or the
+    session's last Position (monotonic): ``moment.py``.
     """
 
     max_rows: int = 1_000_000
@@ -63,11 +66,12 @@ class GatewayConfig:
     scan_batch_rows: int = 16_384
     max_subscriptions: int = 1_000
     subscription_buffer_bytes: int = 4 * 2**20
+    consistency_wait_ms: int = 1_000
 
     def __post_init__(self) -> None:
         for name in ("max_rows", "statement_timeout_ms", "max_wait_ms", "max_request_bytes", "ndjson_batch_rows",
                      "max_memory_bytes", "max_response_bytes", "max_waiters", "scan_batch_rows", "max_subscriptions",
-                     "subscription_buffer_bytes"):
+                     "subscription_buffer_bytes", "consistency_wait_ms"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise ValueError(f"GatewayConfig.{name} must be a positive integer, got {v!r}")
@@ -113,6 +117,17 @@ class Session:
     def __init__(self, gateway: Any = None) -> None:
         self._gateway = gateway
         self._settings: dict[str, Any] = {}
+        self._seen = Position.empty()  # the Positions of this session's answers, merged (consistency monotonic)
+
+    @property
+    def seen(self) -> Position:
+        """Every Position this session's answers were at, merged: with ``consistency = 'monotonic'`` no answer
+        may be older (the PG port's connection, a DB-API connection, ``Gateway.session()``)."""
+        return self._seen
+
+    def observe(self, position: Position | None) -> None:
+        if position is not None and not position.is_empty():
+            self._seen = self._seen.merge(position)
 
     @property
     def settings(self) -> dict[str, Any]:

@@ -17,6 +17,7 @@ reads only, from a source whose capabilities are declared (``sources.py``).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,7 +41,15 @@ from .cancel import Cancellation
 from .config import GatewayConfig, Session
 from .describe import shape_columns
 from .duck import DuckPool, row_limit_error
-from .errors import BadRequest, GatewayInternalError, StateStoreMigratedError, StreamRequired, translate
+from .errors import (
+    BadRequest,
+    GatewayInternalError,
+    NoCommonPositionError,
+    StateStoreMigratedError,
+    StreamRequired,
+    translate,
+)
+from .explain_position import explain_position_result
 from .grants import CALLER, Grants, restricted
 from .guards import Guards, StatementWatch
 from .outcomes import PartitionOutcome
@@ -68,6 +77,7 @@ STREAM_REQUIRED = ("a SUBSCRIBE (or SELECT … EMIT CHANGES) is a live answer th
                    "Gateway.subscribe(), over HTTP with Accept: application/x-ndjson or text/event-stream, over the "
                    "PG port with COPY (SUBSCRIBE …) TO STDOUT or DECLARE c CURSOR FOR SUBSCRIBE … and FETCH, or "
                    "with a DB-API cursor's execute() and fetches")
+_ONE_MOMENT = frozenset({"snapshot", "monotonic"})  # the consistency levels that read several stores at one Position
 
 
 class Gateway:
@@ -91,6 +101,9 @@ class Gateway:
         self._owns_source = False
         self._live: Any = None  # live answers (live/service.py), made on the first subscription
         self._live_lock = threading.Lock()
+        #: statements whose reads disagreed on a Position and were brought to one (read as of an earlier one,
+        #: waited for a store behind, found none in time): /metrics and the benchmark say how often
+        self.moments = {"read_as_of": 0, "waited": 0, "no_common_position": 0}
 
     @classmethod
     def open(cls, state_dir: str | Path, **config: Any) -> Gateway:
@@ -191,6 +204,7 @@ class Gateway:
         context: SystemContext | None = None,
         cancel: Cancellation | None = None,
         principal: Principal | None = None,
+        seen: Position | None = None,
     ) -> Result:
         """Run one statement within its budget (time from now, memory, rows, the client still there).
 
@@ -206,6 +220,9 @@ class Gateway:
         ``principal`` is the user asking (``gateway.access``): the statement
         sees only the stores they may read (``grants.py``) and runs within
         their limits; None is a caller with every grant.
+        ``seen``: the Position of the session's last answer where the caller
+        keeps it (an HTTP session token); a ``Session`` keeps its own. With
+        ``consistency = 'monotonic'`` the answer is never older.
         """
         if cancel is not None:
             cancel.check()
@@ -213,6 +230,12 @@ class Gateway:
         settings = self._settings(session)
         if form is None:
             form = Form.ARROW if arrow else Form.ROWS if stream else Form.ANY
+        monotonic = settings.get("consistency") == "monotonic"
+        if monotonic and isinstance(session, Session):
+            seen = session.seen if seen is None else seen.merge(session.seen)
+        if monotonic and seen is not None and not seen.is_empty():
+            given = bound_from(position)  # never older than the session's last answer: its Position is a bound
+            position = seen if given is None else given.merge(seen)
         stmt = Statement.of(text, params, position, partial=partial, wait_ms=wait_ms, max_rows=max_rows,
                             session=session, settings=settings, form=form, cancelled=cancelled, cancel=cancel,
                             context=context, principal=principal)
@@ -232,6 +255,8 @@ class Gateway:
                 activity.end(slot)
         if slot is not None and result.streaming:  # it runs on while it is read: ended with its answer
             result.on_end(lambda: activity.end(slot))
+        if monotonic and isinstance(session, Session):
+            session.observe(result.position)
         return result
 
     def _run(self, stmt: Statement) -> Result:
@@ -275,6 +300,10 @@ class Gateway:
         kind = plan.kind
         if kind is StatementKind.SET:
             return statements.set_result(plan, stmt.session, dict(stmt.settings), self._pool)
+        if kind is StatementKind.EXPLAIN and plan.explain_position and plan.inner is not None:
+            reads = self._read(plan.inner, stmt, budget, catalog, watch, explaining=True)
+            reads.close()
+            return explain_position_result(reads, self._pool)
         if kind is StatementKind.EXPLAIN:
             return statements.explain_result(plan, self._pool)
         if kind is StatementKind.SHOW_TABLES:
@@ -285,13 +314,38 @@ class Gateway:
             raise StreamRequired(STREAM_REQUIRED)
         return self._select(plan, stmt, budget, catalog, watch)
 
+    def _read(self, plan: Plan, stmt: Statement, budget: Budget, catalog: Mapping[str, StoreSpec],
+              watch: StatementWatch, *, explaining: bool = False) -> Reads:
+        """Read a SELECT's scans, at one Position where the session's consistency asks for it (``moment.py``);
+        ``explaining`` (EXPLAIN POSITION): always, and a failure to agree is shown rather than raised."""
+        bound = statement_bound(plan, stmt.settings, stmt.position, catalog)
+        level = stmt.settings.get("consistency", "snapshot")
+        wait_ms = budget.wait_ms
+        if not wait_ms and level == "monotonic" and not bound.is_empty():
+            wait_ms = min(self.config.consistency_wait_ms, budget.timeout_ms)
+        waiting = Waiting(self.source, self.capabilities, wait_ms, watch, self._waiters,
+                          self.config.max_waiters) if wait_ms > 0 else None
+        one_moment = None
+        if explaining or (level in _ONE_MOMENT and (len(plan.scans) > 1 or any(len(s.requests) > 1
+                                                                                  for s in plan.scans))):
+            wait = budget.wait_ms or self.config.consistency_wait_ms
+            one_moment = min(time.monotonic() + wait / 1000, watch.deadline)
+        partial = explaining or stmt.partial_results(self.config)
+        try:
+            reads = read_scans(self.source, plan, catalog, bound, self.config, waiting, partial, watch, one_moment)
+        except NoCommonPositionError:
+            self.moments["no_common_position"] += 1
+            raise
+        moment = reads.moment
+        if moment is not None and moment.rounds:
+            self.moments["read_as_of"] += 1
+            self.moments["waited"] += moment.slept
+            self.moments["no_common_position"] += not moment.aligned
+        return reads
+
     def _select(self, plan: Plan, stmt: Statement, budget: Budget, catalog: Mapping[str, StoreSpec],
                 watch: StatementWatch) -> Result:
-        bound = statement_bound(plan, stmt.settings, stmt.position, catalog)
-        waiting = Waiting(self.source, self.capabilities, budget.wait_ms, watch, self._waiters,
-                          self.config.max_waiters) if budget.wait_ms > 0 else None
-        reads = read_scans(self.source, plan, catalog, bound, self.config, waiting, stmt.partial_results(self.config),
-                           watch)
+        reads = self._read(plan, stmt, budget, catalog, watch)
         try:
             route, columns = choose_route(plan, reads, stmt, self._programs)
             if route is Route.FAST_PATH:

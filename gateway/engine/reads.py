@@ -20,7 +20,9 @@ from typing import Any
 from planner.plan import Plan, StoreScan
 from stores.catalog.schema import StoreSpec
 from stores.catalog.streams import streams_of
+from stores.engine.arrow_reads import ArrowRows
 from stores.iqv2.position import Position
+from stores.iqv2.result import QueryResult
 
 from .arrow_rows import ScanRows, StoreShapeMoved, collect
 from .arrow_scans import as_arrow_requests, close_streams, reads_once, relation_reader, streamable
@@ -29,8 +31,9 @@ from .config import GatewayConfig
 from .duck import Lease
 from .errors import GatewayInternalError
 from .guards import StatementWatch
+from .moment import Moment, align, mark_unaligned, unaligned_error
 from .outcomes import PartitionOutcome, partition_error, record_outcomes
-from .scans import Waiting, run_scan
+from .scans import Answers, Waiting, run_scan
 from .sources import Capabilities, Source
 from .stream_reads import StreamRead, read_stream
 
@@ -46,6 +49,7 @@ class Reads:
     partitions: list[PartitionOutcome] = field(default_factory=list)
     streamed: set[str] = field(default_factory=set)  # relations read as Arrow streams
     streams: list[StreamRead] = field(default_factory=list)  # the statement's stream scans (stream_reads.py)
+    moment: Moment | None = None  # how the reads came to one Position (None: each store at its latest)
     _closed: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -107,17 +111,33 @@ def statement_bound(plan: Plan, settings: Mapping[str, Any], request_bound: Posi
 
 
 def read_scans(source: Source, plan: Plan, catalog: Mapping[str, StoreSpec], bound: Position, config: GatewayConfig,
-               waiting: Waiting | None, partial: bool, watch: StatementWatch) -> Reads:
-    """Run every scan of ``plan``; with ``partial`` False a needed failed partition is the statement's error."""
+               waiting: Waiting | None, partial: bool, watch: StatementWatch,
+               one_moment: float | None = None) -> Reads:
+    """Run every scan of ``plan``; with ``partial`` False a needed failed partition is the statement's error.
+
+    ``one_moment`` (a monotonic deadline): bring reads that share a source topic-partition to one Position
+    (``moment.align``), waiting at most until then; None reads every store at its latest."""
     reads = Reads()
-    outcomes: dict[tuple[str, int], PartitionOutcome] = {}
+    runs: list[tuple[StoreScan, StoreScan]] = []
+    answered: list[Answers] = []
     try:
         for scan in plan.scans:
             run = scan
             if plan.fast_path is None and config.arrow_scans and streamable(scan, catalog[scan.store]):
                 run = as_arrow_requests(scan, config.scan_batch_rows)
                 reads.streamed.add(scan.relation)
-            answers = run_scan(source, run, bound, waiting)
+            runs.append((scan, run))
+            answered.append(run_scan(source, run, bound, waiting))
+        if one_moment is not None and answered:
+            reads.moment = align(source, answered, [scan.store for scan in plan.scans], watch, one_moment,
+                                 _close_answer)
+            if not reads.moment.aligned:
+                if not partial:
+                    raise unaligned_error(reads.moment)
+                mark_unaligned(answered, reads.moment, _close_answer)
+        outcomes: dict[tuple[str, int], PartitionOutcome] = {}
+        while answered:
+            (scan, run), answers = runs.pop(0), answered.pop(0)
             try:
                 rows = collect(catalog[scan.store], answers, None if run is not scan else scan.order,
                                None if run is not scan else scan.limit)
@@ -145,5 +165,15 @@ def read_scans(source: Source, plan: Plan, catalog: Mapping[str, StoreSpec], bou
                 raise partition_error(needed, waiting.note if waiting is not None else "")
         return reads
     except BaseException:
+        for answers in answered:  # read, not yet collected: their snapshots end here
+            for _, answer in answers:
+                for qr in answer.partition_results.values():
+                    _close_answer(qr)
         reads.close()  # every snapshot ends with the statement
         raise
+
+
+def _close_answer(qr: QueryResult) -> None:
+    """End the snapshot an answered partition holds (an Arrow stream holds a read transaction)."""
+    if not qr.is_failure and isinstance(qr.result, ArrowRows):
+        qr.result.close()

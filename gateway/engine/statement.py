@@ -23,6 +23,8 @@ from .errors import BadRequest
 
 __all__ = ["Form", "Budget", "Statement"]
 
+_LANE_LEVELS = frozenset({"snapshot", "monotonic", "eventual"})
+
 
 class Form(enum.Enum):
     """How the caller will read the answer: a hint, never a promise.
@@ -94,8 +96,13 @@ class Statement:
 
     @property
     def plain(self) -> bool:
-        """No session setting and no wait: what the point lane takes (it never waits and knows no settings)."""
-        return not self.settings and not self.wait_ms
+        """No wait and no session setting the point lane does not honour: what the point lane takes (it never
+        waits; it reads one store partition, which is one moment whatever the consistency, and a monotonic
+        session's last Position is in ``position``; bounded staleness is the general way's)."""
+        if self.wait_ms:
+            return False
+        s = self.settings
+        return not s or (len(s) == 1 and s.get("consistency") in _LANE_LEVELS)
 
     def budget(self, config: GatewayConfig) -> Budget:
         return Budget.of(config, self.settings, self.max_rows, self.wait_ms)

@@ -236,6 +236,8 @@ class Runner:
         principal = self.principal(call)
         kwargs = dict(options.engine_kwargs(), session=run_session, arrow=True, cancelled=liveness.gone,
                       cancel=cancel, context=self.context(call), principal=principal)
+        if run_session is not session:  # a monotonic session's last Position holds for the call's overlay too
+            kwargs["seen"] = session.seen
         sets = list(param_sets) if param_sets else [None]
         access = self.access
         audited = None if access is None or access.plain or principal is None else access.begin(
@@ -244,6 +246,8 @@ class Runner:
             with self._tracking(cancel):
                 result = self.gateway.sql(sql, sets[0], **kwargs)
                 try:
+                    if stored is not None and run_session is not session:
+                        stored.observe(result.position)
                     if result.statement.value == "set":
                         self._keep_setting(call, sql, sets[0], session, stored is None, run_session is not session)
                     answer = self._answer(call, result, sets[1:], sql, kwargs, liveness, cancel)

@@ -35,6 +35,7 @@ from .limits import parse_sql_request
 from .live import live_media, live_response
 from .metrics import Metrics
 from .renderers import JSON, error_response, json_body, position_header
+from .session import SESSION_HEADER, next_token, seen_from
 
 __all__ = ["FastPath", "JSON_ACCEPTS"]
 
@@ -92,11 +93,12 @@ class FastPath:
             principal = self._access.bearer(environ.get("HTTP_AUTHORIZATION"), face="http", client=client_of(environ))
             req = parse_sql_request(environ["wsgi.input"].read(length) if length else b"", cfg.max_request_bytes)
             audited = begin(self._access, principal, environ, req.sql, req.params)
+            seen = seen_from(environ.get("HTTP_X_IQ_SESSION"))
             try:
                 result = self._gateway.sql(req.sql, req.params, req.position, partial=req.partial,
                                            wait_ms=req.wait_ms, session=req.session, max_rows=req.max_rows,
                                            form=Form.ROWS, cancelled=environ.get("waitress.client_disconnected"),
-                                           principal=principal)
+                                           principal=principal, seen=seen)
             except StreamRequired:  # a SUBSCRIBE asked with Accept */* (or none): its changes as NDJSON (live.py)
                 media = live_media(environ.get("HTTP_ACCEPT"), JSON)
                 if media is None:
@@ -113,6 +115,7 @@ class FastPath:
             try:
                 body = json_body(result, response_limit(cfg, principal))
                 position = position_header(result)
+                token = next_token(req.session, seen, result.position)
             except BaseException:
                 result.close()
                 raise
@@ -125,12 +128,16 @@ class FastPath:
             data = body.encode()
             if audited is not None:
                 audited.end(result=result, response_bytes=len(data))
-            start_response("200 OK", [("Content-Type", JSON), ("Content-Length", str(len(data))),
-                                      ("X-IQ-Position", position)])
+            headers = [("Content-Type", JSON), ("Content-Length", str(len(data))), ("X-IQ-Position", position)]
+            if token is not None:
+                headers.append((SESSION_HEADER, token))
+            start_response("200 OK", headers)
             self._metrics.observe("/v1/sql", 200, time.perf_counter() - t0)
             return [data]
         resp = Response(body, content_type=JSON)  # streamed: exactly as the Flask view sends it
         resp.headers["X-IQ-Position"] = position
+        if token is not None:
+            resp.headers[SESSION_HEADER] = token
         resp.call_on_close(result.close)
         if audited is not None:
             audit_response(resp, audited, result)

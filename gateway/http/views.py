@@ -27,6 +27,7 @@ from .renderers import (
     dumps,
     position_header,
 )
+from .session import SESSION_HEADER, next_token, seen_from
 from .visible import optional_principal, visible_status
 
 __all__ = ["register_views", "negotiate", "source_status"]
@@ -68,11 +69,13 @@ def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metric
         req = parse_sql_request(request.get_data(), cfg.max_request_bytes)
         principal = g.principal
         audited = begin(access, principal, request.environ, req.sql, req.params)
+        seen = seen_from(request.headers.get(SESSION_HEADER))
         try:
             result = gateway.sql(req.sql, req.params, req.position, partial=req.partial, wait_ms=req.wait_ms,
                                  session=req.session, max_rows=req.max_rows,
                                  form=Form.ARROW if media == ARROW else Form.ROWS,
-                                 cancelled=request.environ.get("waitress.client_disconnected"), principal=principal)
+                                 cancelled=request.environ.get("waitress.client_disconnected"), principal=principal,
+                                 seen=seen)
         except StreamRequired:  # a SUBSCRIBE: streamed when the client takes NDJSON (or anything)
             live = live_media(accept, media)
             if live is None:
@@ -95,6 +98,9 @@ def register_views(app: Flask, gateway: Any, cfg: GatewayConfig, metrics: Metric
                 audited.end(error=exc)
             raise
         resp.headers["X-IQ-Position"] = position_header(result)
+        token = next_token(req.session, seen, result.position)
+        if token is not None:
+            resp.headers[SESSION_HEADER] = token
         resp.call_on_close(result.close)  # also when the body was never read (the answers close when sent)
         return resp if audited is None else audit_response(resp, audited, result)
 

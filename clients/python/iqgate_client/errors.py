@@ -15,7 +15,7 @@ __all__ = [
     "Warning", "Error", "InterfaceError", "DatabaseError", "DataError", "OperationalError",
     "IntegrityError", "InternalError", "ProgrammingError", "NotSupportedError",
     "GatewayError", "SqlError", "UnknownStoreError", "UnknownTopicError", "NotSupported", "ExecutionError",
-    "ForbiddenError", "PartitionFailureError", "NotUpToBoundError", "StreamsNotStartedError",
+    "ForbiddenError", "PartitionFailureError", "NotUpToBoundError", "NoCommonPositionError", "StreamsNotStartedError",
     "StreamsRebalancingError", "StateStoreMigratedError", "StreamsStoppedError",
     "StateStoreNotAvailableError", "InvalidPartitionError", "RowLimitExceeded", "StatementTimeout", "StatementCancelled",
     "OutOfMemoryError", "ResponseTooLarge", "RequestTooLarge", "Unauthorized", "BadRequest", "NotAcceptable", "RouteNotFound",
@@ -206,6 +206,15 @@ class NotUpToBoundError(PartitionFailureError):
     retryable = True
 
 
+class NoCommonPositionError(PartitionFailureError):
+    """The stores a statement reads were not at one common Position within its wait (issue 47): one is
+    stopped, rebuilding or too far behind. ``partitions`` names each store partition and where it was."""
+
+    code = "NO_COMMON_POSITION"
+    http_status = 503
+    retryable = True
+
+
 class StreamsNotStartedError(GatewayError, OperationalError):
     code = "STREAMS_NOT_STARTED"
     http_status = 503
@@ -380,7 +389,7 @@ _BY_CODE: dict[str, type[GatewayError]] = {
     c.code: c
     for c in (
         SqlError, UnknownStoreError, NotSupported, ExecutionError, ForbiddenError, PartitionFailureError,
-        NotUpToBoundError, StreamsNotStartedError, StreamsRebalancingError, StateStoreMigratedError,
+        NotUpToBoundError, NoCommonPositionError, StreamsNotStartedError, StreamsRebalancingError, StateStoreMigratedError,
         StreamsStoppedError, StateStoreNotAvailableError, InvalidPartitionError, RowLimitExceeded,
         StatementTimeout, StatementCancelled, RequestTooLarge, Unauthorized, BadRequest, NotAcceptable, RouteNotFound,
         MethodNotAllowed, GatewayInternalError, UnknownTopicError, OutOfMemoryError, ResponseTooLarge,
