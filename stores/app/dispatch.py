@@ -44,6 +44,7 @@ def run_request(
     query = request.query
     bound = request.position_bound
     info = request.execution_info_enabled
+    snapshot = request.snapshot
     for p in wanted:
         store = local.get(p)
         if store is None:
@@ -63,5 +64,5 @@ def run_request(
                 f" {'active' if p in active else 'not active'}.",
             )
             continue
-        results[p] = store.query(query, bound, execution_info=info)
+        results[p] = store.query(query, bound, execution_info=info, snapshot=snapshot)
     return StateQueryResult.of(results)

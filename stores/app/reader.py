@@ -292,6 +292,17 @@ class StateDirReader:
             result = annotate_bound_failures(result, info.stores[spec.name].note())
         return result
 
+    def kept_positions(self, store: str) -> dict[int, list[Position]]:
+        """Per partition file of ``store``: its current Position, then each earlier one it can be read as of
+        (``StateQueryRequest.with_snapshot``), newest first."""
+        spec = self._spec(store)
+        out = {}
+        for p in range(spec.partitions):
+            s = self._partition(spec, p)
+            if s is not None:
+                out[p] = s.kept_positions()
+        return out
+
     def status(self) -> dict[str, Any]:
         """The writer's health as it wrote it to app.json (a stopped writer's stores are no longer ingesting)."""
         info = self.app_info()

@@ -423,6 +423,12 @@ class StreamsApp(StoreRebuilds):
                 out[name] = pos
         return out
 
+    def kept_positions(self, store: str) -> dict[int, list[Position]]:
+        """Per local partition of ``store``: its current Position, then each earlier one it can be read as of
+        (``StateQueryRequest.with_snapshot``), newest first."""
+        self.spec(store)
+        return {p: s.kept_positions() for p, s in self._local_view(store)[0].items()}
+
     def partition_store(self, name: str, partition: int) -> PartitionStore:
         """The open store of one partition (fixtures write straight into it with ``apply_batch``)."""
         self.spec(name)

@@ -8,6 +8,7 @@ from ..catalog.schema import StoreKind, StoreSpec
 from .base import Handler, PartitionStore, StoreClosedError, is_permitted
 from .change import Change
 from .codec import BatchError
+from .history import Retention
 from .kv import KeyValueStore, TimestampedKeyValueStore
 from .rows import RowIterator
 from .versioned import VersionedStore
@@ -16,7 +17,7 @@ from .window import SessionStore, WindowStore
 __all__ = [
     "Change", "PartitionStore", "Handler", "StoreClosedError", "BatchError", "is_permitted", "RowIterator",
     "KeyValueStore", "TimestampedKeyValueStore", "WindowStore", "SessionStore", "VersionedStore",
-    "STORE_CLASSES", "open_partition",
+    "STORE_CLASSES", "open_partition", "Retention",
 ]
 
 STORE_CLASSES: dict[StoreKind, type[PartitionStore]] = {
@@ -30,11 +31,14 @@ STORE_CLASSES: dict[StoreKind, type[PartitionStore]] = {
 
 def open_partition(
     spec: StoreSpec, partition: int, path: str | os.PathLike[str], *, read_only: bool = False,
-    synchronous: str = "FULL", adbc_min_rows: int | None = None,
+    synchronous: str = "FULL", adbc_min_rows: int | None = None, history: Retention | None = None,
 ) -> PartitionStore:
     """Open (creating unless read-only) the file of one store partition with the class of its kind.
 
-    ``adbc_min_rows``: from how many rows a partition's batch is staged through ADBC (engine/staging.py).
+    ``adbc_min_rows``: from how many rows a partition's batch is staged through ADBC (engine/staging.py);
+    ``history``: how much of its past a writer keeps for as-of reads (engine/history.py; default: the spec's
+    options ``history_batches``/``history_ms``, else 16 batches and 10 s).
     """
     extra = {} if adbc_min_rows is None else {"adbc_min_rows": adbc_min_rows}
-    return STORE_CLASSES[spec.kind](spec, partition, path, read_only=read_only, synchronous=synchronous, **extra)
+    return STORE_CLASSES[spec.kind](spec, partition, path, read_only=read_only, synchronous=synchronous,
+                                    history=history, **extra)

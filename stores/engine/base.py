@@ -15,7 +15,6 @@ same snapshot as the data, then the result, with the position always attached.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import sqlite3
@@ -25,21 +24,19 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
-import pyarrow as pa
-
 from ..catalog.schema import StoreSpec
 from ..iqv2.position import Position, PositionBound
 from ..iqv2.result import FailureReason, QueryResult
+from . import asof, history
 from .arrow_reads import AdbcReaders, ArrowQuery, ArrowRows, raw_columns
-from .batch import changes_to_table, encode, final_deletes, stream_time
-from .change import Change
 from .codec import ValueCodec, affinity
 from .connections import ReadPool
 from .files import CORRUPTION_TEXTS, QUICK_CHECK_MAX_BYTES, integrity_problem, no_checkpoint_on_close
 from .files import rollback as _rollback
 from .files import writable as _writable
-from .key_order import sort_order
+from .history import Retention
 from .staging import ADBC_MIN_ROWS, Stager
+from .writes import PartitionWrites
 
 __all__ = ["PartitionStore", "Handler", "StoreClosedError", "is_permitted", "integrity_problem", "CORRUPTION_TEXTS", "upsert_set",
            "QUICK_CHECK_MAX_BYTES"]
@@ -109,7 +106,7 @@ class _ArrowTarget:
         return getattr(self._store, name)
 
 
-class PartitionStore:
+class PartitionStore(PartitionWrites):
     """Base of every store kind; one instance per (store, partition) file."""
 
     HANDLERS: ClassVar[dict[type, Handler]] = {}
@@ -124,6 +121,7 @@ class PartitionStore:
         read_only: bool = False,
         synchronous: str = "FULL",
         adbc_min_rows: int = ADBC_MIN_ROWS,
+        history: Retention | None = None,
     ) -> None:
         self.spec = spec
         self.name = spec.name
@@ -133,6 +131,10 @@ class PartitionStore:
         self.read_only = read_only
         self.codec = ValueCodec(spec)
         self._topics = frozenset(spec.source_topics) or None
+        self.retention = Retention.of(spec.options, history)  # what a writer keeps of the past (history.py)
+        self._asof: ReadPool | None = None  # the as-of reads' own connections (asof.py), from the first one on
+        self._asof_lock = threading.Lock()
+        self._undo_b: int | None = None  # while a batch is merged: its history tag (``capture_where``)
         self._synchronous = synchronous
         # The writing process reads through the idle writer first and keeps at most one reader (see connections.py)
         self._pool = ReadPool(self.path, max_readers=2 if read_only else 1)
@@ -171,6 +173,7 @@ class PartitionStore:
             )
             for ddl in self.ddl():
                 c.execute(ddl)
+            history.migrate(c, self.TABLE, self.retention)
             kind = c.execute("SELECT kind FROM meta").fetchone()[0]
             if kind != self.spec.kind.value:
                 raise ValueError(
@@ -193,14 +196,26 @@ class PartitionStore:
         """
         self._checked_at = now
         self._pool.check_replaced()
+        if self._asof is not None:
+            self._asof.check_replaced()
 
     @contextlib.contextmanager
-    def _reader(self) -> Iterator[sqlite3.Connection]:
-        """A read connection borrowed from the partition's pool (shared by every thread) for one snapshot."""
+    def _reader(self, *, as_of: bool = False) -> Iterator[sqlite3.Connection]:
+        """A read connection borrowed from the partition's pool (shared by every thread) for one snapshot; with
+        ``as_of``, from its as-of pool (asof.py), which never lends the writer."""
         if self._closed:
             raise StoreClosedError(f"store {self.name!r} partition {self.partition} is closed")
         try:
-            with self._pool.connection(self._idle_writer if self._wconn is not None else None) as c:
+            if as_of:
+                with self._asof_lock:
+                    if self._closed:
+                        raise RuntimeError("closed")
+                    if self._asof is None:
+                        self._asof = asof.make_pool(self)
+                    connection = self._asof.connection()
+            else:
+                connection = self._pool.connection(self._idle_writer if self._wconn is not None else None)
+            with connection as c:
                 yield c
         except FileNotFoundError as exc:
             if self.path.exists():
@@ -256,9 +271,13 @@ class PartitionStore:
             log.warning("store %s partition %d: %s cannot be written; closing without a checkpoint",
                         self.name, self.partition, self.path)
         finish_arrow = self._arrow.close()  # waits (bounded) for Arrow scans in flight
+        before_close = (lambda c: no_checkpoint_on_close(c, self.path)) if frozen else None
         with self._write_lock:
-            self._closed = True
-            self._pool.close(before_close=(lambda c: no_checkpoint_on_close(c, self.path)) if frozen else None)
+            with self._asof_lock:
+                self._closed = True
+            self._pool.close(before_close=before_close)
+            if self._asof is not None:
+                self._asof.close(before_close=before_close)
             if self._wconn is not None:  # last: the last connection to close checkpoints and removes the WAL
                 if frozen:
                     no_checkpoint_on_close(self._wconn, self.path)
@@ -343,6 +362,23 @@ class PartitionStore:
         with self._reader() as c:
             return self.position_of(c.execute("SELECT position FROM meta").fetchone()[0])
 
+    def kept_positions(self) -> list[Position]:
+        """The current Position, then each earlier one this partition can still be read as of, newest first."""
+        with self._reader() as c:
+            c.execute("BEGIN")
+            try:
+                out = asof.kept_positions(c, self.position_of)
+            except BaseException:
+                _rollback(c)
+                raise
+            c.execute("COMMIT")
+        return out
+
+    @property
+    def source_topics(self) -> frozenset[str] | None:
+        """The topics whose offsets make up this store's Position (None: it declares none, so every topic counts)."""
+        return self._topics
+
     def meta(self) -> dict[str, Any]:
         with self._reader() as c:
             row = c.execute("SELECT version, last_batch_id, position, observed_ts FROM meta").fetchone()
@@ -358,8 +394,13 @@ class PartitionStore:
             return None
 
     # -- IQv2 ------------------------------------------------------------------------
-    def query(self, query: Any, bound: PositionBound, *, execution_info: bool = False) -> QueryResult:
-        """Run one query on this partition; failures come back as data, malformed requests raise."""
+    def query(self, query: Any, bound: PositionBound, *, execution_info: bool = False,
+              snapshot: Position | None = None) -> QueryResult:
+        """Run one query on this partition; failures come back as data, malformed requests raise.
+
+        ``snapshot``: the state as of that Position (asof.py): NOT_UP_TO_BOUND while the partition is behind it,
+        POSITION_NOT_KEPT when it is past it and kept no state at exactly it; the bound applies to that state.
+        """
         t0 = time.perf_counter_ns() if execution_info else 0
         target: Any = self
         arrow = type(query) is ArrowQuery
@@ -381,7 +422,14 @@ class PartitionStore:
                     now = time.monotonic()
                     if now - self._checked_at > EXISTS_CHECK_S:
                         self._check_file(now)
-                    position, raw = handler.fetch(target, prepared)
+                    if snapshot is None:
+                        position, raw = handler.fetch(target, prepared)
+                    else:
+                        position, raw = asof.fetch_as_of(self, lambda base: handler.fetch(
+                            _ArrowTarget(base, target._columns, target._batch_rows) if arrow else base, prepared),
+                            snapshot)
+                except asof.AsOfMiss as miss:
+                    res = miss.result
                 except Exception as exc:  # noqa: BLE001 - store failures are data (STORE_EXCEPTION)
                     res = self._store_exception(exc, self._safe_position())
                 else:
@@ -452,148 +500,11 @@ class PartitionStore:
             sql = self._sql_cache[key] = make()
         return sql
 
-    # -- writes ----------------------------------------------------------------------
-    # The columnar write path: a batch arrives as canonical Arrow rows (engine/batch.py), is staged
-    # (engine/staging.py) and merged by the kind's set-based SQL, with the Position, in ONE transaction.
-    IDENTITY: ClassVar[tuple[str, ...]] = ("k",)  # the change-table columns that name a row of this kind
-
-    def _refuse_if_unwritable(self) -> None:
-        """A PermissionError (a fault: ingest pauses and retries) when the file or its WAL companions cannot be
-        written, before SQLite tries to.
-
-        Why: SQLite writes its WAL index through a shared mapping of the
-        ``-shm`` file (a new WAL's header, at a commit's start), and a write
-        to that mapping once the file is immutable or on a read-only file
-        system is a SIGBUS that kills the whole process, pipeline and
-        gateway with it (issue 13 item 6: seen again in a CI rehearsal,
-        2026-12-01, in COMMIT). A few ``access`` calls per batch.
-        """
-        if not _writable(self.path):
-            raise PermissionError(errno.EPERM, f"Operation not permitted: store {self.name!r} partition "
-                                  f"{self.partition}: {self.path} (or its -wal/-shm) cannot be written (read-only "
-                                  "or immutable); not writing to it")
-
-    @contextlib.contextmanager
-    def _write_txn(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction under the writer lock: committed on success, rolled back on any error."""
-        with self._write_lock:
-            self._refuse_if_unwritable()
-            c = self._writer_conn()
-            c.execute("BEGIN IMMEDIATE")
-            try:
-                yield c
-                c.execute("COMMIT")
-            except BaseException:
-                if c.in_transaction:
-                    c.execute("ROLLBACK")
-                raise
-
     def _writer_conn(self) -> sqlite3.Connection:
         c = self._wconn
         if c is None:
             raise StoreClosedError(f"store {self.name!r} partition {self.partition} is closed for writing")
         return c
-
-    def apply_batch(self, batch_id: int, changes: Sequence[Change], position: Position) -> bool:
-        """Apply ``changes`` (this partition's) and merge ``position`` in one transaction; False if already applied.
-
-        A thin adapter onto ``apply_rows``: the changes become a change table
-        first, checked as the writer checks them.
-        """
-        where = f"store {self.name!r} batch {batch_id} partition {self.partition}"
-        rows = encode(self.spec, changes_to_table(self.spec, self.codec, changes, where), where)
-        return self.apply_rows(batch_id, rows, position, stream_time(self.spec.kind, rows))
-
-    def apply_rows(self, batch_id: int, rows: Any, position: Position, observed: int | None,
-                   *, presorted: bool = False, before_commit: Callable[[], object] | None = None) -> bool:
-        """Write canonical Arrow rows of this partition and merge ``position``, in ONE transaction, idempotently.
-
-        ``rows`` is a change table from ``batch.encode`` (this partition's
-        share, in arrival order, or with ``presorted`` already stably sorted
-        by ``IDENTITY`` as ``split_by_partition`` leaves it); ``observed`` its
-        newest record time. A batch id at or below the last applied one
-        changes nothing (a replay).
-
-        ``before_commit`` runs inside the transaction, after the merge and
-        just before COMMIT; if it raises, the transaction rolls back. The
-        changelog writer waits there for its record to be durable, so the
-        staging and merge overlap the changelog append while the store still
-        commits only after it (issue 22).
-        """
-        with self._write_lock:
-            c = self._writer_conn()
-            last = c.execute("SELECT last_batch_id FROM meta").fetchone()[0]
-            if last is not None and batch_id <= last:
-                return False  # only this thread writes the file, so no one can apply it between here and BEGIN
-            self._refuse_if_unwritable()
-            rows = self.rows_to_stage(rows)
-            if len(rows) > 1 and not presorted:  # key order for B-tree locality; stable: arrival order stays within a row
-                rows = rows.take(pa.array(sort_order(rows, self.IDENTITY)))
-            with contextlib.ExitStack() as stack:
-                src = stack.enter_context(self._stager.staged(c, rows)) if len(rows) else None
-                c.execute("BEGIN IMMEDIATE")
-                try:
-                    text, before = c.execute("SELECT position, observed_ts FROM meta").fetchone()
-                    if before is not None and (observed is None or before > observed):
-                        observed = before
-                    if src is not None:
-                        self.merge(c, src, rows, observed)
-                    c.execute(
-                        "UPDATE meta SET last_batch_id = ?, position = ?, version = version + 1, observed_ts = ?"
-                        " WHERE id = 0",
-                        (batch_id, Position.from_json(text).merge(position).to_json(), observed),
-                    )
-                    if before_commit is not None:
-                        before_commit()
-                    c.execute("COMMIT")
-                except BaseException:
-                    if c.in_transaction:
-                        c.execute("ROLLBACK")
-                    raise
-        return True
-
-    def rows_to_stage(self, rows: Any) -> Any:
-        """The rows the merge needs (by default all; kinds whose deletes remove rows drop superseded deletes)."""
-        return final_deletes(rows, self.IDENTITY)
-
-    def merge(self, c: sqlite3.Connection, src: str, rows: Any, observed: int | None) -> None:
-        """Merge the staged rows into the kind's table, in the open transaction.
-
-        ``src`` holds the rows sorted by ``IDENTITY`` then arrival, its rowid
-        following that order: ``ORDER BY rowid`` reads them so without a sort.
-
-        ``rows`` is the same data as Arrow (for counts), ``observed`` the
-        partition's stream time after this batch.
-        """
-        raise NotImplementedError
-
-    def value_columns(self) -> list[str]:
-        """The table's value columns: v0 … v{n-1}, then the internal ones (written, never read by queries)."""
-        return [f"v{i}" for i in range(len(self.spec.stored_values()))]
-
-    STAGED: tuple[str, ...] = ("k", "ts", "ws", "we", "del")  # the change-table columns the kind's merge reads
-
-    def stage_columns(self) -> list[str]:
-        """The change-table columns a kind's merge reads from the staged rows: ``STAGED``, then the values.
-
-        Why not every column: the staging insert binds each column of each
-        row, so a kind without windows leaves out ``ws`` and ``we`` (for a
-        key-value store of two values, 14% less of a 250k-row share's ADBC
-        insert; issue 22).
-        """
-        return [*self.STAGED, *self.value_columns()]
-
-    def reset(self) -> None:
-        """Empty the partition and forget its position and last batch, in one transaction.
-
-        For rebuilding a store from its source (e.g. its checkpoint is gone):
-        readers, in this process or others, see the old or the empty store,
-        and a reader holding a bound gets NOT_UP_TO_BOUND until it is rebuilt.
-        """
-        with self._write_txn() as c:
-            c.execute(f"DELETE FROM {self.TABLE}")
-            c.execute("UPDATE meta SET last_batch_id = NULL, position = '{}', version = version + 1,"
-                      " observed_ts = NULL WHERE id = 0")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, partition={self.partition}, path={str(self.path)!r})"

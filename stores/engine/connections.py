@@ -73,9 +73,12 @@ class ReadPool:
     """The read connections of one partition file: borrowed per snapshot, shared by every thread."""
 
     def __init__(self, path: Path, configure: Callable[[sqlite3.Connection], None] | None = None, *,
-                 max_readers: int = 2) -> None:
+                 max_readers: int = 2, counts_partition: bool = True) -> None:
+        """``configure`` runs on each new connection (after ``query_only`` is set); ``counts_partition`` False for
+        a partition's second pool (its as-of reads, asof.py), which must not count as another open partition."""
         global _partitions
         self.path = path
+        self._counts = counts_partition
         self.max_readers = max_readers
         self._open = 0
         self._freed = threading.Condition()
@@ -88,8 +91,9 @@ class ReadPool:
         self._ino: int | None = None
         self._closed = False
         self._before_close: Callable[[sqlite3.Connection], None] | None = None
-        with _lock:
-            _partitions += 1
+        if counts_partition:
+            with _lock:
+                _partitions += 1
 
     @contextlib.contextmanager
     def connection(self, fallback: Callable[[], contextlib.AbstractContextManager[sqlite3.Connection | None]]
@@ -285,8 +289,9 @@ class ReadPool:
             self._epoch += 1
             self._before_close = before_close
         self._drop_idle()
-        with _lock:
-            _partitions -= 1
+        if self._counts:
+            with _lock:
+                _partitions -= 1
 
 
 def _evict() -> None:

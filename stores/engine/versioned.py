@@ -145,7 +145,21 @@ class VersionedStore(PartitionStore):
         ]
 
     IDENTITY = ("k", "ts")
+    ROW_KEY = ("k", "vf")
     STAGED = ("k", "ts", "del")
+
+    def row_columns(self) -> list[str]:
+        return ["vt", "tomb", *self.value_columns()]
+
+    def capture(self, c: sqlite3.Connection, src: str) -> None:
+        """The versions the batch writes, and the version before each of them (its ``valid_to`` is mended)."""
+        super().capture(c, src)
+        rest = self.row_columns()
+        c.execute(self.cached_sql(("capture_predecessors", src), lambda: (
+            f"INSERT INTO ver_undo (b, k, vf, ex, {', '.join(rest)}) SELECT ?, t.k, t.vf, 1,"
+            f" {', '.join(f't.{r}' for r in rest)} FROM {src} s JOIN ver t ON t.k = s.k AND t.vf ="
+            " (SELECT max(p.vf) FROM ver p WHERE p.k = s.k AND p.vf < s.ts) WHERE true ORDER BY s.rowid"
+            " ON CONFLICT DO NOTHING")), (self._undo_b,))
 
     def rows_to_stage(self, rows: Any) -> Any:
         return rows  # a tombstone is a version too: nothing to resolve
@@ -169,4 +183,5 @@ class VersionedStore(PartitionStore):
                   f" WHERE p.k = s.k AND p.vf < s.ts) FROM {src} s)")
         retention = self.spec.history_retention_ms
         if retention is not None and observed is not None:
+            self.capture_where(c, "vt IS NOT NULL AND vt < ?", (observed - retention,))
             c.execute("DELETE FROM ver WHERE vt IS NOT NULL AND vt < ?", (observed - retention,))

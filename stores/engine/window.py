@@ -45,6 +45,7 @@ class _WindowTable(PartitionStore):
         ]
 
     IDENTITY = ("k", "ws", "we")
+    ROW_KEY = ("k", "ws", "we")
 
     def merge(self, c: sqlite3.Connection, src: str, rows: Any, observed: int | None) -> None:
         """Upserts in (key, window) order (of two for one window the later wins), then the deletes that came last."""

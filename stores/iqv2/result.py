@@ -22,6 +22,9 @@ class FailureReason(enum.Enum):
     NOT_PRESENT = ("NOT_PRESENT", True)
     DOES_NOT_EXIST = ("DOES_NOT_EXIST", False)
     STORE_EXCEPTION = ("STORE_EXCEPTION", True)
+    #: iqgate's own (beyond KIP-796): a partition past a request's snapshot keeps no state at exactly it
+    #: (stores/engine/asof.py); retryable, as another copy, or a read at a newer snapshot, may answer
+    POSITION_NOT_KEPT = ("POSITION_NOT_KEPT", True)
 
     def __init__(self, label: str, retryable: bool) -> None:
         self.label = label

@@ -41,6 +41,11 @@ class ReplicaSource:
         self.reader.catalog()
         return self.reader.point_read(store, partition, key, bound)
 
+    def kept_positions(self, store: str) -> dict[int, list[Position]]:
+        """``StateDirReader.kept_positions`` on the replica's files (its copies keep history as the active does)."""
+        self.reader.catalog()
+        return self.reader.kept_positions(store)
+
     def app_info(self) -> Any:
         return self.reader.app_info()
 
