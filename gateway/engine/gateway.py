@@ -60,6 +60,7 @@ from .result import Result
 from .routes import Route, choose_route, takes_point_lane
 from .scans import Waiting, probe_query, read_point
 from .sources import Capabilities, Source
+from .staleness import MAX_STALENESS
 from .statement import Budget, Form, Statement, bound_from
 from .system_tables import register_system_tables, store_rows
 from .upgrading import not_yet_available
@@ -331,11 +332,22 @@ class Gateway:
             wait = budget.wait_ms or self.config.consistency_wait_ms
             one_moment = min(time.monotonic() + wait / 1000, watch.deadline)
         partial = explaining or stmt.partial_results(self.config)
+        stale_ms = stmt.settings.get("max_staleness") if level == "bounded_staleness" else None
+        staleness = token = None
+        if stale_ms:
+            token = MAX_STALENESS.set(stale_ms)  # a routed source asks a fresher copy (staleness.py)
+            lags = self.capabilities.partition_lags
+            if lags is not None:  # a replica on its own: no other copy, a stale one fails
+                staleness = (stale_ms, {(i.store, i.partition): i.time_lag_ms for i in lags()})
         try:
-            reads = read_scans(self.source, plan, catalog, bound, self.config, waiting, partial, watch, one_moment)
+            reads = read_scans(self.source, plan, catalog, bound, self.config, waiting, partial, watch, one_moment,
+                               staleness)
         except NoCommonPositionError:
             self.moments["no_common_position"] += 1
             raise
+        finally:
+            if token is not None:
+                MAX_STALENESS.reset(token)
         moment = reads.moment
         if moment is not None and moment.rounds:
             self.moments["read_as_of"] += 1

@@ -35,6 +35,7 @@ from .moment import Moment, align, mark_unaligned, unaligned_error
 from .outcomes import PartitionOutcome, partition_error, record_outcomes
 from .scans import Answers, Waiting, run_scan
 from .sources import Capabilities, Source
+from .staleness import mark_stale
 from .stream_reads import StreamRead, read_stream
 
 __all__ = ["Reads", "read_scans", "statement_bound"]
@@ -112,11 +113,13 @@ def statement_bound(plan: Plan, settings: Mapping[str, Any], request_bound: Posi
 
 def read_scans(source: Source, plan: Plan, catalog: Mapping[str, StoreSpec], bound: Position, config: GatewayConfig,
                waiting: Waiting | None, partial: bool, watch: StatementWatch,
-               one_moment: float | None = None) -> Reads:
+               one_moment: float | None = None, staleness: tuple[int, dict[tuple[str, int], int]] | None = None
+               ) -> Reads:
     """Run every scan of ``plan``; with ``partial`` False a needed failed partition is the statement's error.
 
     ``one_moment`` (a monotonic deadline): bring reads that share a source topic-partition to one Position
-    (``moment.align``), waiting at most until then; None reads every store at its latest."""
+    (``moment.align``), waiting at most until then; None reads every store at its latest. ``staleness``: the
+    session's max_staleness and the time lag of each local copy (``staleness.mark_stale``)."""
     reads = Reads()
     runs: list[tuple[StoreScan, StoreScan]] = []
     answered: list[Answers] = []
@@ -128,6 +131,8 @@ def read_scans(source: Source, plan: Plan, catalog: Mapping[str, StoreSpec], bou
                 reads.streamed.add(scan.relation)
             runs.append((scan, run))
             answered.append(run_scan(source, run, bound, waiting))
+        if staleness is not None:
+            mark_stale(answered, [scan.store for scan in plan.scans], staleness[1], staleness[0], _close_answer)
         if one_moment is not None and answered:
             reads.moment = align(source, answered, [scan.store for scan in plan.scans], watch, one_moment,
                                  _close_answer)

@@ -141,6 +141,7 @@ def encode_request(request: StateQueryRequest) -> dict[str, Any]:
         "bound": None if bound.is_unbounded() else bound.position.to_json_map(),
         "require_active": request.active_required,
         "execution_info": request.execution_info_enabled,
+        "snapshot": None if request.snapshot is None else request.snapshot.to_json_map(),
     }
 
 
@@ -162,6 +163,11 @@ def decode_request(body: Any) -> StateQueryRequest:
             r = r.with_position_bound(PositionBound.at(Position.from_map(body["bound"])))
         except (TypeError, ValueError) as exc:
             raise CodecError(f"bound is not a position: {exc}") from None
+    if body.get("snapshot") is not None:  # as of exactly this Position (a statement brought to one moment)
+        try:
+            r = r.with_snapshot(Position.from_map(body["snapshot"]))
+        except (TypeError, ValueError) as exc:
+            raise CodecError(f"snapshot is not a position: {exc}") from None
     if body.get("require_active"):
         r = r.require_active()
     if body.get("execution_info"):

@@ -34,6 +34,7 @@ from stores.iqv2.result import FailureReason, QueryResult, StateQueryResult
 from stores.iqv2.state import State
 
 from ..engine.grants import CALLER
+from ..engine.staleness import MAX_STALENESS
 from ..engine.partitions import PartitionInfo, local_partitions, partition_row
 from ..engine.sources import Capabilities
 from .codec import CodecError, decode_answer, encode_request
@@ -123,6 +124,7 @@ class RoutedSource:
             close()
 
     def query(self, request: StateQueryRequest) -> StateQueryResult:
+        staleness = MAX_STALENESS.get()  # the statement's max_staleness (bounded_staleness), ms
         spec = self.local.catalog().get(request.store_name)
         answer = self.local.query(request)  # an unknown store raises here, as it would without routing
         view = self.local_view()
@@ -136,14 +138,35 @@ class RoutedSource:
             if qr.is_failure and qr.failure_reason in _FINAL:
                 continue
             lag_ok = self.max_lag is None or info is None or info.offset_lag <= self.max_lag
-            if qr.is_failure or not lag_ok:
+            fresh = staleness is None or info is None or info.time_lag_ms <= staleness
+            if qr.is_failure or not lag_ok or not fresh:
                 pending.append(p)
         if pending and self.membership.peers:
             topics = (frozenset(spec.source_topics) or None) if spec is not None else None
             self._forward(request, pending, results, topics)
         if self.catch_up_wait_s > 0 and not request.active_required:
             self._catch_up(request, results)
+        if staleness is not None:
+            self._refuse_stale(request.store_name, results, staleness)
         return StateQueryResult.of(results)
+
+    def _refuse_stale(self, store: str, results: dict[int, QueryResult], staleness: int) -> None:
+        """A partition no copy within ``staleness`` answered: its stale answer becomes NOT_UP_TO_BOUND saying so."""
+        view = self.local_view()
+        for p, qr in list(results.items()):
+            if qr.is_failure:
+                continue
+            if qr.host == self.self_url:
+                info = view.get((store, p))
+            else:
+                peer = self.membership.peers.get(qr.host or "")
+                info = peer.partitions.get((store, p)) if peer is not None else None
+            lag = info.time_lag_ms if info is not None else 0
+            if lag > staleness:
+                results[p] = QueryResult.for_failure(
+                    FailureReason.NOT_UP_TO_BOUND, f"the freshest copy of store {store!r} partition {p} that answered "
+                    f"({qr.host}) is {lag} ms behind; the session's max_staleness is {staleness} ms",
+                    qr.position).served_by(qr.host, qr.active)
 
     def _catch_up(self, request: StateQueryRequest, results: dict[int, QueryResult]) -> None:
         """Local partitions behind the bound that no peer could answer: ask again for a moment (a replica trails
@@ -185,6 +208,9 @@ class RoutedSource:
             if request.active_required and info.role != "active":
                 continue
             if self.max_lag is not None and info.offset_lag > self.max_lag and not request.active_required:
+                continue
+            staleness = MAX_STALENESS.get()
+            if staleness is not None and info.time_lag_ms > staleness and info.role != "active":
                 continue
             reaches = bound.is_unbounded() or is_permitted(info.position, bound, topics)
             out.append((not reaches, info.offset_lag, info.role != "active", peer.url, peer, info))

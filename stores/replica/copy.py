@@ -114,8 +114,22 @@ class StoreCopy:
         self.ends: dict[int, int] = dict(starts)
         self.read_to: dict[int, int] = dict(starts)
         self.behind_since: dict[int, int | None] = {p: None for p in hosted}
-        self.error: str | None = None
+        self._error: str | None = None
+        self.error_since: int | None = None  # when the copy stopped following its changelog (an error), ms
         self.polled = False  # lags mean something only once the log was asked where each partition ends
+
+    @property
+    def error(self) -> str | None:
+        """Why the copy is not following its changelog now (None: it is)."""
+        return self._error
+
+    @error.setter
+    def error(self, value: str | None) -> None:
+        if value is None:
+            self.error_since = None
+        elif self._error is None:
+            self.error_since = now_ms()
+        self._error = value
 
     def follows(self, topic: str, topic_id: str | None) -> bool:
         """Is this copy restored from ``topic`` as it is now (the same id, when both are known)?"""
@@ -185,6 +199,8 @@ class StoreCopy:
             except Exception:  # noqa: BLE001 - a closing store
                 position = Position.empty()
             since = self.behind_since[p]
+            if self.error_since is not None:  # not following: behind since then, for all anyone here can tell
+                since = self.error_since if since is None else min(since, self.error_since)
             out.append(PartitionLag(self.name, p, self.applied_offset[p], self.ends.get(p, 0),
                                     0 if since is None else max(0, now - since), position, read_to=self.read_to.get(p)))
         return out

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gateway.engine.config import GatewayConfig
-from gateway.engine.errors import BadRequest, NoCommonPositionError, SqlError
+from gateway.engine.errors import BadRequest, NoCommonPositionError, NotSupported, SqlError
 from gateway.engine.gateway import Gateway
 from gateway.engine.session_token import token_of
 from gateway.http import create_app
@@ -165,7 +165,7 @@ def test_explain_position_names_the_store_that_held_the_statement_back(pipeline:
 
 
 def test_explain_position_explains_queries_only(gw: Gateway) -> None:
-    with pytest.raises(SqlError, match="EXPLAIN POSITION explains a query"):
+    with pytest.raises(NotSupported, match="EXPLAIN POSITION explains a query"):
         gw.sql("EXPLAIN POSITION SHOW TABLES")
 
 

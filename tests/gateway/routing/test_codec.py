@@ -63,3 +63,15 @@ def test_a_field_of_the_wrong_type_is_refused_by_name(fields: dict, named: str) 
     query = named.split(".")[0]
     with pytest.raises(CodecError, match=rf"^{named} cannot be"):
         decode_request({"store": "s", "query": {"$query": query, "fields": fields}})
+
+
+def test_a_snapshot_crosses_to_a_peer_and_a_bad_one_is_named() -> None:
+    """A statement brought to one Position asks a peer as of it (issue 47): the request's snapshot survives."""
+    at = Position.from_map({"orders": {0: 41, 1: 7}})
+    req = StateQueryRequest.in_store("s").with_query(q.KeyQuery.with_key("c01")).with_snapshot(at)
+    back = decode_request(json.loads(dumps(encode_request(req))))
+    assert back.snapshot == at and back.query == req.query
+    assert decode_request(json.loads(dumps(encode_request(req.with_snapshot(None))))).snapshot is None
+    with pytest.raises(CodecError, match="snapshot is not a position"):
+        decode_request({"store": "s", "query": {"$query": "KeyQuery", "fields": {"key": "a"}},
+                        "snapshot": {"orders": {"0": -1}}})
