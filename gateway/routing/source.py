@@ -34,9 +34,9 @@ from stores.iqv2.result import FailureReason, QueryResult, StateQueryResult
 from stores.iqv2.state import State
 
 from ..engine.grants import CALLER
-from ..engine.staleness import MAX_STALENESS
 from ..engine.partitions import PartitionInfo, local_partitions, partition_row
 from ..engine.sources import Capabilities
+from ..engine.staleness import MAX_STALENESS
 from .codec import CodecError, decode_answer, encode_request
 from .membership import Membership
 
