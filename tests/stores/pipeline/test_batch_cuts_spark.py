@@ -30,10 +30,13 @@ from tests.stores.pipeline.oracle import caught_up, wait_for_state, wait_until  
 STORES = ("revenue", "last_order")
 BATCHES = 5  # committed by every store while the log grows (a batch is 0.3-0.7 s here, more on a loaded machine)
 APPEND_MAX_S = 40.0
+# The age limit is the freshness trade-off (measured by benchmarks/bench_pipeline.py --cuts), not what is tested
+# here: on a loaded machine a batch takes seconds and a 1 s limit leaves many cuts unshared by design.
+MAX_AGE_MS = 5000
 
 
 def _app(spark: Any, log: EventLog, state: Path, shared: bool) -> StreamsApp:
-    t = Topology(spark, log, trigger="100 milliseconds", shared_cuts=shared)
+    t = Topology(spark, log, trigger="100 milliseconds", shared_cuts=shared, cut_max_age_ms=MAX_AGE_MS)
     orders = t.stream("orders", value_schema="amount DOUBLE")
     t.table("revenue", orders.groupBy("key").agg(F.sum("amount").alias("revenue"), F.count("*").alias("orders")),
             key="key")
@@ -118,6 +121,6 @@ def test_stores_of_different_queries_commit_positions_from_one_sequence(spark: A
     share_on = _shared(pos_on["revenue"], pos_on["last_order"])
     share_off = _shared(pos_off["revenue"], pos_off["last_order"])
     print(f"shared positions: cuts on {share_on:.2f} ({pos_on}), off {share_off:.2f} ({pos_off})")
-    assert share_on >= 0.6, (share_on, pos_on)
+    assert share_on >= 0.75, (share_on, pos_on)
     assert share_off <= 0.4, (share_off, pos_off)  # without shared cuts they do not meet: the check can fail
     assert share_on > share_off + 0.3
