@@ -28,7 +28,7 @@ from stores.pipeline.materializer import position_from_offsets, read_batch_offse
 from tests.stores.pipeline.oracle import caught_up, wait_for_state, wait_until  # noqa: E402
 
 STORES = ("revenue", "last_order")
-BATCHES = 5  # committed by every store while the log grows (a batch is 0.3-0.7 s here, more on a loaded machine)
+BATCHES = 4  # committed by every store while the log grows (a batch is 0.3-0.7 s here, more on a loaded machine)
 APPEND_MAX_S = 40.0
 # The age limit is the freshness trade-off (measured by benchmarks/bench_pipeline.py --cuts), not what is tested
 # here: on a loaded machine a batch takes seconds and a 1 s limit leaves many cuts unshared by design.
