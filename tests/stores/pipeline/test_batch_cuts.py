@@ -9,7 +9,6 @@ limit, nobody ends past what the log holds, and the planners end mostly on the s
 from __future__ import annotations
 
 import multiprocessing as mp
-import random
 import time
 import uuid
 from pathlib import Path
@@ -30,13 +29,14 @@ from stores.pipeline.batch_cuts import (
     batch_ends,
     bind_ledger_ref,
     choose_end,
-    prepare_ledger,
     new_ledger_ref,
+    prepare_ledger,
     unbind_ledger_ref,
 )
 from stores.pipeline.iqlog_source import EPOCHS_KEY, IqLogStreamReader
 from stores.pipeline.kafka_source import IqKafkaStreamReader
 from stores.pipeline.stream_rows import parse_value_schema, stream_schema
+from tests.stores.pipeline.cut_planners import PARTS, appender, planner
 
 T0 = 1_000_000.0
 
@@ -141,49 +141,6 @@ def test_batch_ends_shares_a_limit_over_topics() -> None:
 
 
 # -- planners in several processes ------------------------------------------------------------------------------
-PARTS = 3
-
-
-RUN_S = 2.0  # how long the planners plan, once every process is ready (spawned interpreters start slowly)
-
-
-def _appender(ends: Any, go: Any) -> None:
-    rng = random.Random(1)
-    go.wait()
-    stop_at = time.time() + RUN_S + 0.2
-    while time.time() < stop_at:
-        with ends.get_lock():
-            for p in range(PARTS):
-                ends[p] += rng.randint(0, 7)
-        time.sleep(0.002)
-
-
-def _planner(ledger_path: str, ends: Any, limit: int | None, from_zero: bool, go: Any, seed: int,
-             out: Any) -> None:
-    """One query's planner for ``RUN_S``: each batch's (start, end, log end seen, log end after)."""
-    rng = random.Random(seed)
-    cuts = SharedCuts(ledger_path, None, 0.5, "test")
-    go.wait()
-    stop_at = time.time() + RUN_S
-    with ends.get_lock():
-        start = {p: 0 if from_zero else ends[p] for p in range(PARTS)}
-    batches = []
-    while time.time() < stop_at:
-        looked_at = time.time()
-        with ends.get_lock():
-            seen = {p: ends[p] for p in range(PARTS)}
-        avail = {("orders", p): (start[p], seen[p]) for p in range(PARTS)}
-        end = {int(p): e for p, e in batch_ends(["orders"], avail, limit, cuts, {"orders": "e1"},
-                                                 looked_at)["orders"].items()}
-        with ends.get_lock():
-            after = {p: ends[p] for p in range(PARTS)}
-        batches.append((start, end, seen, after))
-        start = end
-        time.sleep(rng.uniform(0.0, 0.02))  # a batch's work
-    cuts.close()
-    out.put((limit, batches))
-
-
 def test_concurrent_planners_never_record_a_cut_backwards_nor_pass_a_limit(tmp_path: Path) -> None:
     ctx = mp.get_context("spawn")  # the test process may hold a JVM's threads: never fork it
     ends = ctx.Array("q", PARTS)
@@ -192,15 +149,20 @@ def test_concurrent_planners_never_record_a_cut_backwards_nor_pass_a_limit(tmp_p
     CutLedger(ledger).plan([])  # the file exists before the processes race to create it (they may, too)
     limits = [(None, False, 1), (None, False, 2), (None, False, 3), (40, True, 4), (None, True, 5)]
     go = ctx.Barrier(len(limits) + 1, timeout=120)
-    procs = [ctx.Process(target=_appender, args=(ends, go))]
-    procs += [ctx.Process(target=_planner, args=(ledger, ends, lim, zero, go, seed, out))
+    procs = [ctx.Process(target=appender, args=(ends, go))]
+    procs += [ctx.Process(target=planner, args=(ledger, ends, lim, zero, go, seed, out))
               for lim, zero, seed in limits]
-    for p in procs:
-        p.start()
-    results = [out.get(timeout=60) for _ in limits]
-    for p in procs:
-        p.join(30)
-        assert p.exitcode == 0
+    try:
+        for p in procs:
+            p.start()
+        results = [out.get(timeout=120) for _ in limits]
+        for p in procs:
+            p.join(30)
+            assert p.exitcode == 0
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
     recorded = CutLedger(ledger).cuts("orders")
     assert len(recorded) > 20
     for a, b in zip(recorded, recorded[1:]):  # the sequence never goes backwards
