@@ -19,12 +19,21 @@ until it has caught up; start-up counts on both sides.
   1.04×, the medians 0.93×, the means 0.96×);
 - freshness (append → visible through app.query) on a small store and, in
   full mode, on the 1M-key store right after its ingest; goal p50 ≤ 1.25×;
+- freshness with two streaming queries over the topic (issue 47: the
+  revenue aggregation and a versioned table of every order, which never
+  share a query), batch cuts shared (the default) against not shared, in
+  alternating rounds off, on, on, off on the same session, while a producer
+  appends ~200 other records/s (a log that keeps moving is where ending on
+  another query's cut costs): append → visible in revenue, and → visible in
+  both (what a statement over both waits for); with the share of the
+  Positions both stores committed. The baseline is cuts not shared (the
+  behaviour before issue 47); ``--cuts`` runs only this;
 - peak RSS of the whole process tree (Python, JVM, Python workers) while
   ingesting the largest size, ours and bare each in a fresh child process
   (a JVM's heap never shrinks, so sharing one would hide the difference);
   goal ≤ 1.5×.
 
-``python -m benchmarks.bench_pipeline [--quick] [--size EVENTS:KEYS ...]``
+``python -m benchmarks.bench_pipeline [--quick] [--cuts] [--size EVENTS:KEYS ...]``
 (``--size`` replaces the ingest sizes, e.g. ``--size 10000000:3000000``).
 """
 
@@ -147,10 +156,12 @@ class BareQuery:
         self.query.stop()
 
 
-def _visible_at(app: Any, partition: int, offset: int, key: str, timeout_s: float = 120.0) -> float:
+def _visible_at(app: Any, partition: int, offset: int, key: str, timeout_s: float = 120.0, *,
+                store: str = "revenue", query: Any = None) -> float:
     from stores import KeyQuery, Position, PositionBound, StateQueryRequest
 
-    req = (StateQueryRequest.in_store("revenue").with_query(KeyQuery.with_key(key)).with_partitions({partition})
+    query = KeyQuery.with_key(key) if query is None else query
+    req = (StateQueryRequest.in_store(store).with_query(query).with_partitions({partition})
            .with_position_bound(PositionBound.at(Position.from_map({TOPIC: {partition: offset}}))))
     deadline = time.perf_counter() + timeout_s
     while time.perf_counter() < deadline:
@@ -206,6 +217,91 @@ def _freshness(spark: Any, root: Path, samples: int, source: Any = event_log) ->
     finally:
         app.close(60)
     return ours, _bare_samples(spark, log, root / "fresh-bare-ck", samples)
+
+
+CUT_ROUNDS = (False, True, True, False)  # shared cuts per round: each side at the same mean place in the run
+
+
+def _cuts_freshness(spark: Any, root: Path, samples: int, max_age_ms: int | None = None
+                    ) -> dict[bool, tuple[list[float], list[float], list[float]]]:
+    """Two queries over the topic, cuts shared or not: per side (append → visible in revenue, → in both, the share
+    of the Positions both stores committed while appending, one per round)."""
+    from stores import StreamsApp, Topology, VersionedKeyQuery
+
+    log = event_log(root, "cuts-log")
+    log.create_topic(TOPIC, partitions=2)
+    _fill(log, 1000, 100)
+    out: dict[bool, tuple[list[float], list[float], list[float]]] = {s: ([], [], []) for s in (False, True)}
+    for i, shared in enumerate(CUT_ROUNDS):
+        age = {} if max_age_ms is None else {"cut_max_age_ms": max_age_ms}
+        t = Topology(spark, log, trigger=TRIGGER, shared_cuts=shared, **age)
+        t.table("revenue", _aggregation(t), key="key")
+        t.versioned_table("orders_by_key", t.stream(TOPIC, value_schema="amount DOUBLE"), key="key",
+                          timestamp="timestamp")
+        state = root / f"cuts-state-{i}"
+        app = StreamsApp(t, application_id=f"bench-cuts-{i}", state_dir=state, synchronous="NORMAL")
+        app.start()
+        stop = threading.Event()
+        producer = threading.Thread(target=_background, args=(log, stop), daemon=True)
+        try:
+            _wait_running(app)
+            first = {s: _committed(state, s) for s in ("revenue", "orders_by_key")}
+            producer.start()
+            for j in range(max(2, samples // 2)):
+                key = f"k{j % 10}"
+                t0 = time.perf_counter()
+                [(p, o)] = log.append_batch(TOPIC, [(key, {"amount": 1.0}, None)])
+                rev = _visible_at(app, p, o, key)
+                both = _visible_at(app, p, o, key, store="orders_by_key", query=VersionedKeyQuery.with_key(key))
+                out[shared][0].append(rev - t0)
+                out[shared][1].append(both - t0)
+                time.sleep(0.05 + random.random() * 0.1)
+        finally:
+            stop.set()
+            if producer.is_alive():
+                producer.join(5)
+            app.close(60)
+        rev, ver = (_committed(state, s)[len(first[s]):] for s in ("revenue", "orders_by_key"))
+        out[shared][2].append(len(set(rev) & set(ver)) / max(1, min(len(set(rev)), len(set(ver)))))
+    return out
+
+
+def _background(log: Any, stop: threading.Event) -> None:
+    """Other records, ~200/s, on keys the samples never use: the log keeps moving under the queries."""
+    i = 0
+    while not stop.wait(0.01):
+        log.append_batch(TOPIC, [(f"bg{(i + j) % 1000}", {"amount": 1.0}, None) for j in range(2)])
+        i += 2
+
+
+def _committed(state: Path, store: str) -> list[Any]:
+    """The Positions a store's own query committed, in batch order (from its checkpoint's offsets log)."""
+    from stores.app import layout
+    from stores.pipeline.materializer import read_batch_offsets
+
+    ck = layout.checkpoint_dir(state, store)
+    ids = sorted(int(p.name) for p in (ck / "commits").iterdir() if p.name.isdigit())
+    return [json.dumps(read_batch_offsets(ck, b)[0][0].get(TOPIC), sort_keys=True) for b in ids]
+
+
+def _cuts_figures(spark: Any, root: Path, samples: int, max_age_ms: int | None = None) -> list[Figure]:
+    from stores.pipeline.batch_cuts import DEFAULT_MAX_AGE_MS
+
+    res = _cuts_freshness(spark, root, samples, max_age_ms)
+    age = DEFAULT_MAX_AGE_MS if max_age_ms is None else max_age_ms
+    figs = []
+    for what, i in (("revenue", 0), ("both stores", 1)):
+        for p in (50, 99):
+            v, b = percentile(res[True][i], p) * 1000, percentile(res[False][i], p) * 1000
+            figs.append(Figure(f"freshness p{p}, 2 queries, shared batch cuts (append -> visible in {what})", v,
+                               "ms", b, "batch cuts not shared", "<= 1.25x", v <= 1.25 * b,
+                               note=f"{len(res[True][i])} samples a side, rounds off/on/on/off, trigger {TRIGGER}, "
+                                    f"cut max age {age} ms"))
+    on, off = statistics.mean(res[True][2]), statistics.mean(res[False][2])
+    figs.append(Figure("Positions both stores committed, shared batch cuts", on * 100, "%", off * 100,
+                       "batch cuts not shared", ">= 80 %", on >= 0.8,
+                       note="of the fewer batches of the two queries, while appending"))
+    return figs
 
 
 def _bare_samples(spark: Any, log: Any, checkpoint: Path, samples: int) -> list[float]:
@@ -389,14 +485,18 @@ def _child_peak(side: str, log_dir: Path, work: Path, attempts: int = 2) -> tupl
     raise RuntimeError(f"the {side} memory child failed {attempts} times; its stderr ended with:\n{last_err}")
 
 
-def run(quick: bool, sizes: tuple[tuple[int, int], ...] | None = None) -> list[Figure]:
+def run(quick: bool, sizes: tuple[tuple[int, int], ...] | None = None, cuts_only: bool = False,
+        cut_max_age_ms: int | None = None) -> list[Figure]:
     from stores.pipeline.session import get_or_create
 
     samples = 8 if quick else 60
     sizes = sizes or (QUICK_SIZES if quick else FULL_SIZES)
     root = scratch_dir("iqgate-bench-pipeline-")
     spark = get_or_create()
+    if cuts_only:
+        return _cuts_figures(spark, root, max(samples, 40), cut_max_age_ms)
     ours, bare = _freshness(spark, root, samples)
+    cut_figs = _cuts_figures(spark, root, samples)
     if not quick:
         _measure(spark, root, *WARMUP, tag="-warmup")  # the first Spark runs of a JVM are slower on both sides
     results = []
@@ -423,6 +523,7 @@ def run(quick: bool, sizes: tuple[tuple[int, int], ...] | None = None) -> list[F
             figs.append(Figure(f"pipeline freshness p50 at {m.keys:,} keys", v, "ms", b,
                                "bare Spark foreachBatch (noop), same state", "<= 1.25x", v <= 1.25 * b,
                                note=f"{len(m.ours_fresh)} samples, an existing key updated each time"))
+    figs.extend(cut_figs)
     figs.append(Figure("EventLog append_batch (fsync per partition)", results[-1].append, "records/s"))
     big = results[-1]
     ours_peak, ours_rate = _child_peak("ours", root / f"ingest-log-{len(results) - 1}", root / "mem")
@@ -448,6 +549,8 @@ def _sizes(texts: list[str]) -> tuple[tuple[int, int], ...]:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small sizes")
+    ap.add_argument("--cuts", action="store_true", help="only the two-query freshness, batch cuts shared or not")
+    ap.add_argument("--cut-max-age-ms", type=int, default=None, help="the shared side's cut age limit (--cuts)")
     ap.add_argument("--size", action="append", default=[], metavar="EVENTS:KEYS", help="ingest size (repeatable)")
     ap.add_argument("--child", nargs=3, metavar=("SIDE", "LOG", "WORK"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -456,4 +559,5 @@ if __name__ == "__main__":
     else:
         from benchmarks.run import render
 
-        print(render(run(args.quick, _sizes(args.size) or None)))
+        print(render(run(args.quick, _sizes(args.size) or None, cuts_only=args.cuts,
+                         cut_max_age_ms=args.cut_max_age_ms)))

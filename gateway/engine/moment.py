@@ -14,7 +14,7 @@ them agree on it:
    is asked again *as of* the target: a store partition keeps its recent
    past (``stores/engine/history.py``) and answers from it, so nobody waits.
    The pipeline's sources cut every query's micro-batches at the same
-   offsets (``stores/pipeline/cuts.py``), so the lagging store's Position is
+   offsets (``stores/pipeline/batch_cuts.py``), so the lagging store's Position is
    one the leading store passed through.
 3. A store that does not keep that Position (it was not on the shared
    cuts, or its history was pruned) answers ``POSITION_NOT_KEPT``; then the

@@ -36,6 +36,7 @@ __all__ = [
     "spec_path",
     "generation_dir",
     "checkpoint_dir",
+    "cut_ledger_path",
     "damaged_dir",
     "read_store",
     "split_store_json",
@@ -108,6 +109,15 @@ def shared_checkpoints_dir(state_dir: str | os.PathLike[str]) -> Path:
     "@" cannot start a store name, so this never collides with a store's checkpoint.
     """
     return Path(state_dir) / "checkpoints" / "@shared"
+
+
+def cut_ledger_path(state_dir: str | os.PathLike[str]) -> Path:
+    """The app's ledger of shared batch cuts (``stores/pipeline/batch_cuts.py``): one SQLite file (WAL).
+
+    Beside the checkpoints because it is the pipeline's bookkeeping of the same kind; "@" keeps it apart from
+    every store's checkpoint, as ``@shared``.
+    """
+    return Path(state_dir) / "checkpoints" / "@cuts" / "ledger.db"
 
 
 def shared_query_members(state_dir: str | os.PathLike[str]) -> list[list[str]]:

@@ -14,11 +14,13 @@ starts with a stable code the runtime classifies on:
 Options: ``path`` (log root), ``topics`` (comma list), ``valueSchema`` (DDL of
 the value fields), ``keyType`` (DDL type of the key, default ``string``),
 ``maxRecordsPerBatch`` (admission control), ``startingOffsets``
-(``earliest`` default, or ``latest``).
+(``earliest`` default, or ``latest``), ``cutLedger``/``cutLedgerRef`` and
+``cutMaxAgeMs`` (shared batch cuts: ``batch_cuts.py``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -26,11 +28,11 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
+from .batch_cuts import SharedCuts, batch_ends
 from .stream_rows import (
     METADATA_COLUMNS,
     MISSING_SOURCE_TOPIC,
     SOURCE_TRUNCATED,
-    admit,
     has_headers,
     parse_value_schema,
     row_converter,
@@ -89,6 +91,7 @@ class IqLogStreamReader(DataSourceStreamReader):
         self.starting = options.get("startingOffsets", "earliest")
         if self.starting not in ("earliest", "latest"):
             raise ValueError(f"iqlog source: startingOffsets must be earliest or latest, got {self.starting!r}")
+        self.cuts = SharedCuts.from_options(options, "iqlog")  # None: this query plans its batches alone
 
     def _log(self) -> Any:
         from ..log.eventlog import (
@@ -118,6 +121,7 @@ class IqLogStreamReader(DataSourceStreamReader):
         return ReadMaxRows(self.max_records) if self.max_records else ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        looked_at = time.time()  # before the log's ends are read (batch_cuts: which cuts it may trust)
         log = self._log()
         epochs = dict(start.get(EPOCHS_KEY, {}))
         avail: dict[tuple[str, int], tuple[int, int]] = {}
@@ -142,11 +146,8 @@ class IqLogStreamReader(DataSourceStreamReader):
                                        f"{low[p]} were deleted, but the checkpoint has read only up to offset {o}")
             for p, e in ends.items():
                 avail[(t, p)] = (seen.get(p, 0), e)
-        if isinstance(limit, ReadMaxRows):
-            avail = admit(avail, int(limit.max_rows))
-        out: dict[str, Any] = {t: {} for t in self.topics}
-        for (t, p), (_, e) in sorted(avail.items()):
-            out[t][str(p)] = e
+        max_rows = int(limit.max_rows) if isinstance(limit, ReadMaxRows) else None
+        out: dict[str, Any] = batch_ends(self.topics, avail, max_rows, self.cuts, epochs, looked_at)
         out[EPOCHS_KEY] = epochs
         return out
 
@@ -159,6 +160,10 @@ class IqLogStreamReader(DataSourceStreamReader):
 
     def commit(self, end: dict) -> None:
         """The log keeps every record; nothing to release."""
+
+    def stop(self) -> None:
+        if self.cuts is not None:
+            self.cuts.close()
 
     # -- worker side ----------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[tuple]:
@@ -182,5 +187,6 @@ class IqLogStreamReader(DataSourceStreamReader):
                 raise RuntimeError(f"{MISSING_SOURCE_TOPIC}: {exc}") from None
             except RecordsDeletedError as exc:
                 raise RuntimeError(f"{SOURCE_TRUNCATED}: {exc}") from None
+
 
 

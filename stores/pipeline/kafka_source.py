@@ -12,8 +12,9 @@ value fields, timestamp, topic, partition, offset.
 Options: ``bootstrapServers``, ``topics`` (comma list), ``valueSchema``,
 ``keyType``, ``includeHeaders`` (``true``: a ``headers`` column, as Spark's own source), ``startingOffsets`` (``earliest`` default, ``latest``, or JSON
 ``{"topic": {"0": 42}}`` with -2/-1 for earliest/latest, as Spark's),
-``maxOffsetsPerTrigger``, and any ``kafka.<name>`` librdkafka setting
-(``kafka.security.protocol``, ``kafka.sasl.*``, …) for the consumers.
+``maxOffsetsPerTrigger``, ``cutLedger``/``cutLedgerRef`` and ``cutMaxAgeMs``
+(shared batch cuts: ``batch_cuts.py``), and any ``kafka.<name>`` librdkafka
+setting (``kafka.security.protocol``, ``kafka.sasl.*``, …) for the consumers.
 
 Errors carry the stable codes of ``stream_rows``: a missing topic is
 ``MISSING_SOURCE_TOPIC`` (KIP-662); records the checkpoint read that are
@@ -35,10 +36,10 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
+from .batch_cuts import SharedCuts, batch_ends
 from .stream_rows import (
     MISSING_SOURCE_TOPIC,
     SOURCE_TRUNCATED,
-    admit,
     has_headers,
     parse_value_schema,
     row_converter,
@@ -106,6 +107,7 @@ class IqKafkaStreamReader(DataSourceStreamReader):
             raise ValueError(f"iqkafka source: maxOffsetsPerTrigger must be >= 1, got {mo}")
         self.starting = options.get("startingOffsets", "earliest")
         self._client: Any = None
+        self.cuts = SharedCuts.from_options(options, "iqkafka")  # None: this query plans its batches alone
         if self.starting not in ("earliest", "latest"):
             try:
                 parsed = json.loads(self.starting)
@@ -153,6 +155,7 @@ class IqKafkaStreamReader(DataSourceStreamReader):
         return ReadMaxRows(self.max_offsets) if self.max_offsets else ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        looked_at = time.time()  # before the broker's ends are read (batch_cuts: which cuts it may trust)
         kafka = self._kafka()
         topics = kafka.list_topics()
         self._require(topics)
@@ -176,11 +179,8 @@ class IqKafkaStreamReader(DataSourceStreamReader):
                                        f"but the checkpoint has already read up to {o} (was the topic recreated?)")
             for p, e in ends.items():
                 avail[(t, p)] = (seen.get(p, 0), e)  # a partition added since: read from its start
-        if isinstance(limit, ReadMaxRows):
-            avail = admit(avail, int(limit.max_rows))
-        out: dict[str, Any] = {t: {} for t in self.topics}
-        for (t, p), (_, e) in sorted(avail.items()):
-            out[t][str(p)] = e
+        max_rows = int(limit.max_rows) if isinstance(limit, ReadMaxRows) else None
+        out: dict[str, Any] = batch_ends(self.topics, avail, max_rows, self.cuts, ids, looked_at)
         if ids:
             out[TOPIC_IDS_KEY] = ids
         return out
@@ -195,6 +195,8 @@ class IqKafkaStreamReader(DataSourceStreamReader):
         """Nothing to release: offsets live in Spark's checkpoint, not in a consumer group."""
 
     def stop(self) -> None:
+        if self.cuts is not None:
+            self.cuts.close()
         if self._client is not None:
             self._client.close()
             self._client = None

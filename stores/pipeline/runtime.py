@@ -36,6 +36,7 @@ import logging
 import os
 import random
 import shutil
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -44,6 +45,7 @@ from typing import Any
 from ..app import layout
 from ..iqv2.errors import MissingSourceTopicException, StreamsException
 from ..iqv2.position import Position
+from .batch_cuts import bind_ledger_ref, prepare_ledger, unbind_ledger_ref
 from .changelogs import ChangelogWriters
 from .faults import SourceTruncatedException, classify_failure, fault_reason, is_corruption
 from .materializer import BatchSink, last_committed_batch, position_from_offsets, read_batch_offsets
@@ -110,6 +112,14 @@ class SparkRuntime(SharedQueries):
 
     # -- Runtime protocol ----------------------------------------------------------
     def start(self) -> None:
+        ref = getattr(self.topology, "cut_ref", None)
+        if ref is not None:  # the sources' planners share the app's cut ledger (issue 47: batch_cuts.py)
+            ledger = layout.cut_ledger_path(self.state_dir)
+            try:
+                prepare_ledger(ledger)
+            except (OSError, sqlite3.Error) as exc:  # the queries then plan alone; they say so themselves
+                log.warning("cannot prepare the batch cut ledger %s: %s", ledger, exc)
+            bind_ledger_ref(ref, ledger)
         self._monitor = threading.Thread(target=self._run, name=f"iqgate-{self.app.application_id}-spark",
                                          daemon=True)
         self._monitor.start()
@@ -146,6 +156,9 @@ class SparkRuntime(SharedQueries):
             self._writers.close()
         except Exception:  # noqa: BLE001 - stopping regardless
             log.exception("closing the store changelogs failed")
+        ref = getattr(self.topology, "cut_ref", None)
+        if ref is not None:
+            unbind_ledger_ref(ref)
 
     # -- the monitor thread ---------------------------------------------------------
     def _run(self) -> None:

@@ -28,6 +28,7 @@ import dataclasses
 import itertools
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -39,6 +40,7 @@ from ..catalog.streams import StreamSpec
 from ..log.eventlog import EventLog
 from ..log.kafka import KafkaSource
 from ..log.source import SourceLog
+from .batch_cuts import DEFAULT_MAX_AGE_MS, LEDGER_REF_OPTION, MAX_AGE_OPTION, new_ledger_ref
 from .declarations import (
     _UNITS_MS,
     StoreDecl,
@@ -79,12 +81,19 @@ class Topology:
 
     ``changelogs``: write every store's changes to ``<application_id>-<store>-changelog``
     on the same log, for standby replicas (``iqgate replica``); on by default.
+
+    ``shared_cuts``: every query of the app ends its micro-batches at cuts from
+    one sequence per topic, so stores of different queries pass through the
+    same Positions (issue 47, ``batch_cuts.py``); a query ends on a cut
+    another recorded only while it is at most ``cut_max_age_ms`` old. False:
+    each query ends its batches on its own (Spark's Kafka source's jar always does).
     """
 
     def __init__(self, spark: SparkSession, log: EventLog | KafkaSource | str, *,
                  trigger: str = "100 milliseconds", stores_per_query: int = DEFAULT_STORES_PER_QUERY,
                  changelogs: bool = True,
-                 max_records_per_batch: int | None = DEFAULT_MAX_RECORDS_PER_BATCH) -> None:
+                 max_records_per_batch: int | None = DEFAULT_MAX_RECORDS_PER_BATCH,
+                 shared_cuts: bool = True, cut_max_age_ms: int = DEFAULT_MAX_AGE_MS) -> None:
         if isinstance(log, str):
             log = EventLog(log)
         if not isinstance(log, (EventLog, KafkaSource)):
@@ -104,6 +113,11 @@ class Topology:
         #: the default cap of a micro-batch for every stream (issue 22 item 3): a backlog is then read in
         #: bounded batches, and the driver's memory for one batch (collected as Arrow, sorted, staged) with it
         self.max_records_per_batch = max_records_per_batch
+        if isinstance(cut_max_age_ms, bool) or not isinstance(cut_max_age_ms, int) or cut_max_age_ms < 0:
+            raise TopologyError(f"cut_max_age_ms must be an integer >= 0, got {cut_max_age_ms!r}")
+        #: where the runtime says which ledger the sources share (the state dir is not known yet): batch_cuts.py
+        self.cut_ref: Path | None = new_ledger_ref() if shared_cuts else None
+        self.cut_max_age_ms = cut_max_age_ms
         self.spark = spark
         self.log: SourceLog = log
         self.trigger = trigger
@@ -175,7 +189,13 @@ class Topology:
             reader = reader.option("includeHeaders", "true")
         if max_records_per_batch is not None:
             reader = reader.option("maxRecordsPerBatch", str(int(max_records_per_batch)))
-        return reader.load()
+        return self._cut_options(reader).load()
+
+    def _cut_options(self, reader: Any) -> Any:
+        """Shared batch cuts (issue 47): the ledger's reference and the age limit, when sharing is on."""
+        if self.cut_ref is None:
+            return reader
+        return reader.option(LEDGER_REF_OPTION, str(self.cut_ref)).option(MAX_AGE_OPTION, str(self.cut_max_age_ms))
 
     def _kafka_stream(self, topics: tuple[str, ...], schema: StructType, key_type: str,
                       max_records: int | None, starting: str, sid: str, headers: bool = False) -> DataFrame:
@@ -194,7 +214,7 @@ class Topology:
             reader = reader.option(k, v)
         if max_records is not None:
             reader = reader.option("maxOffsetsPerTrigger", str(int(max_records)))
-        return reader.load()
+        return self._cut_options(reader).load()
 
     def _native_kafka_stream(self, src: KafkaSource, topics: tuple[str, ...], schema: StructType, key_type: str,
                              max_records: int | None, starting: str, sid: str, headers: bool = False) -> DataFrame:
