@@ -25,6 +25,7 @@ from benchmarks.common import Figure
 # Order: cheap in-process figures first, Spark last.
 MODULES = (
     "benchmarks.bench_stores",
+    "benchmarks.bench_history",
     "benchmarks.bench_planner",
     "benchmarks.bench_access",
     "benchmarks.bench_grants",

@@ -164,6 +164,10 @@ def _configure(c: sqlite3.Connection) -> None:
     c.execute("CREATE TEMP TABLE IF NOT EXISTS asof_b (b INTEGER PRIMARY KEY)")
     c.execute("CREATE TEMP TABLE IF NOT EXISTS meta (id INTEGER PRIMARY KEY, version INTEGER NOT NULL,"
               " last_batch_id INTEGER, position TEXT NOT NULL, observed_ts INTEGER, format INTEGER, kind TEXT)")
+    # what the TEMP objects hold: the state read for ``want`` when the file was at ``version`` (read again as
+    # long as no batch came: a batch bumps the version, and only a batch prunes)
+    c.execute("CREATE TEMP TABLE IF NOT EXISTS asof_state (id INTEGER PRIMARY KEY CHECK (id = 0), version INTEGER,"
+              " want TEXT, position TEXT)")
 
 
 def make_pool(store: PartitionStore) -> ReadPool:
@@ -188,16 +192,21 @@ class AsOfTarget:
     def _enter(self, c: sqlite3.Connection) -> Position:
         """In ``c``'s open read transaction: find the state, point the TEMP objects at it, return its Position."""
         store = self._store
-        version, last, text, observed, fmt, kind = c.execute(
-            "SELECT version, last_batch_id, position, observed_ts, format, kind FROM main.meta").fetchone()
+        want = repr(self._want)
+        version, last, text, observed, fmt, kind, held_version, held_want, held = c.execute(
+            "SELECT m.version, m.last_batch_id, m.position, m.observed_ts, m.format, m.kind, a.version, a.want,"
+            " a.position FROM main.meta m LEFT JOIN temp.asof_state a").fetchone()
+        if held_version == version and held_want == want:  # the TEMP objects already hold that state
+            return _parse(held)
         current = store.position_of(text)
         rel = compare(current, self._want)
-        c.execute("DELETE FROM temp.asof_b")
-        c.execute("DELETE FROM temp.meta")
         if rel < 0:
             raise AsOfMiss(_behind(store, self._snapshot, current))
+        c.execute("DELETE FROM temp.asof_b")
+        c.execute("DELETE FROM temp.meta")
         if rel == 0:
             c.execute("INSERT INTO temp.meta VALUES (0, ?, ?, ?, ?, ?, ?)", (version, last, text, observed, fmt, kind))
+            c.execute("INSERT OR REPLACE INTO temp.asof_state VALUES (0, ?, ?, ?)", (version, want, text))
             return current
         kept = history.chain(c, version)
         for rec in kept:
@@ -215,6 +224,7 @@ class AsOfTarget:
                   (rec.b, version))
         c.execute("INSERT INTO temp.meta VALUES (0, ?, ?, ?, ?, ?, ?)",
                   (rec.before_version, rec.before_last_batch_id, rec.before_position, rec.before_observed_ts, fmt, kind))
+        c.execute("INSERT OR REPLACE INTO temp.asof_state VALUES (0, ?, ?, ?)", (version, want, rec.before_position))
         return pos
 
     @contextlib.contextmanager

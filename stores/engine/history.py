@@ -17,11 +17,12 @@ sees a batch's rows, its Position and its history together):
   Position, observed stream time) before and after it.
 
 How rows are captured: set-based, one ``INSERT … SELECT`` per kind before its merge (plus, for versioned stores,
-their predecessors and the retention delete), not SQLite triggers. Measured on 100k upserts into a 1M-key
-table (CPU, median of 18 batches): triggers cost +75% of the merge SQL (+30% for a trigger doing nothing: SQLite
-runs a sub-program per row), the set-based capture +50%. Whatever changes a row of a kind's table must capture it
-first (``PartitionStore.capture`` / ``capture_where``); the differential tests (tests/stores/engine/
-test_history.py) read every kept state back and would catch a change that is not captured.
+each new version's predecessor and the rows the retention delete removes), not SQLite triggers. Measured on
+upserts of 10% of a table's keys (CPU, medians; benchmarks/bench_history.py reproduces it): triggers add
+75-105% to the merge SQL (30% for triggers that do nothing: SQLite runs a sub-program per row), the set-based
+capture 50-55% (half the seek into the table, half the append to the undo table). So whatever changes a row of a kind's table must
+capture it first (``PartitionStore.capture`` / ``capture_where``); the differential tests
+(tests/stores/engine/test_history.py) read every kept state back and fail when a change is not captured.
 
 Which history is valid: the records form a chain ``b, b+1, …`` ending at the current ``meta.version``; a reader
 trusts only the unbroken chain back from the current version (``chain``), so history left by a writer that did
