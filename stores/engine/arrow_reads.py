@@ -120,7 +120,7 @@ def store_schema(spec: StoreSpec) -> pa.Schema:
     return pa.schema([pa.field(c.name, ARROW_TYPES[c.type]) for c in spec.columns()])
 
 
-def _witness_sql(spec: StoreSpec, leads: tuple[str, ...], inner_sql: str) -> str:
+def witness_sql(spec: StoreSpec, leads: tuple[str, ...], inner_sql: str) -> str:
     """``inner_sql`` preceded by one row of the right SQLite types (see the module doc)."""
     lits = [_WITNESS.get(spec.key.type, "0") if n == "key" else "0" for n in leads]
     lits += [_WITNESS.get(c.type, "0") for c in spec.values]
@@ -404,7 +404,7 @@ class AdbcReaders:
                 text = c.reader(meta).read_all().column(0)[0].as_py()
             finally:
                 meta.close()
-            stmt = c.statement(_witness_sql(spec, leads, sql), params,
+            stmt = c.statement(witness_sql(spec, leads, sql), params,
                                {"adbc.sqlite.query.batch_rows": str(int(batch_rows))})
             reader = c.reader(stmt)
         except BaseException:

@@ -27,18 +27,16 @@ from __future__ import annotations
 import contextlib
 import re
 import sqlite3
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
-
-import pyarrow as pa
 
 from ..iqv2.position import Position
 from ..iqv2.result import FailureReason, QueryResult
 from . import history
-from .arrow_reads import ArrowRows, _witness_sql
+from .arrow_reads import ArrowRows, witness_sql
 from .connections import ReadPool
 from .files import rollback
+from .sqlite_scans import sqlite_rows
 
 if TYPE_CHECKING:
     from .base import PartitionStore
@@ -273,25 +271,8 @@ class AsOfTarget:
         stack = contextlib.ExitStack()
         try:
             c, position = stack.enter_context(self._transaction())
-            cur = c.execute(_witness_sql(spec, columns[:len(columns) - len(spec.values)], sql), params)
+            cur = c.execute(witness_sql(spec, columns[:len(columns) - len(spec.values)], sql), params)
         except BaseException:
             stack.close()
             raise
-        names = [f"c{i}" for i in range(len(columns))]
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            while True:
-                rows = cur.fetchmany(batch_rows)
-                if not rows:
-                    return
-                yield pa.record_batch([pa.array(col) for col in zip(*rows)], names=names)
-
-        done = threading.Lock()
-
-        def release() -> None:
-            if done.acquire(blocking=False):  # once, whichever of the end and close() comes first
-                with contextlib.suppress(Exception):
-                    cur.close()
-                stack.close()
-
-        return position, ArrowRows(spec, columns, batches(), release)
+        return position, sqlite_rows(spec, columns, cur, batch_rows, stack.close)

@@ -35,6 +35,7 @@ from .files import CORRUPTION_TEXTS, QUICK_CHECK_MAX_BYTES, integrity_problem, n
 from .files import rollback as _rollback
 from .files import writable as _writable
 from .history import Retention
+from .sqlite_scans import SqliteScans, mark_writing, unmark_writing, writing_here
 from .staging import ADBC_MIN_ROWS, Stager
 from .writes import PartitionWrites
 
@@ -154,6 +155,9 @@ class PartitionStore(PartitionWrites):
         elif not self.path.exists():
             raise FileNotFoundError(f"store {self.name!r} partition {partition}: no file {self.path}")
         self._arrow = AdbcReaders(self.path, self._wconn)  # opens nothing until the first Arrow scan
+        self._sqlite_scans = SqliteScans(self.path)  # Arrow scans while this process writes the file (sqlite_scans.py)
+        if self._wconn is not None:
+            mark_writing(self.path)
 
     # -- connections -----------------------------------------------------------
     def _open_writer(self) -> sqlite3.Connection:
@@ -271,6 +275,7 @@ class PartitionStore(PartitionWrites):
             log.warning("store %s partition %d: %s cannot be written; closing without a checkpoint",
                         self.name, self.partition, self.path)
         finish_arrow = self._arrow.close()  # waits (bounded) for Arrow scans in flight
+        self._sqlite_scans.close()
         before_close = (lambda c: no_checkpoint_on_close(c, self.path)) if frozen else None
         with self._write_lock:
             with self._asof_lock:
@@ -283,6 +288,7 @@ class PartitionStore(PartitionWrites):
                     no_checkpoint_on_close(self._wconn, self.path)
                 self._wconn.close()
                 self._wconn = None
+                unmark_writing(self.path)
         finish_arrow()  # after sqlite3's connections: the read-only ADBC ones never checkpoint (arrow_reads.py)
 
     @property
@@ -293,7 +299,7 @@ class PartitionStore(PartitionWrites):
     def arrow_scans_in_flight(self) -> int:
         """Arrow scans still reading this partition: closing its ``sqlite3`` side under them is unsafe
         (two SQLite copies in one process, see arrow_reads.py), so a retired store waits for them."""
-        return self._arrow.busy
+        return self._arrow.busy + self._sqlite_scans.busy
 
     # -- snapshots ---------------------------------------------------------------
     def position_of(self, text: str) -> Position:
@@ -469,7 +475,8 @@ class PartitionStore(PartitionWrites):
         if self._closed:
             raise StoreClosedError(f"store {self.name!r} partition {self.partition} is closed")
         try:
-            return self._arrow.scan(sql, params, self.spec, columns, batch_rows, self.position_of)
+            scans = self._sqlite_scans if self._wconn is not None or writing_here(self.path) else self._arrow
+            return scans.scan(sql, params, self.spec, columns, batch_rows, self.position_of)
         except RuntimeError as exc:
             if str(exc) == "closed":
                 raise StoreClosedError(f"store {self.name!r} partition {self.partition} is closed") from None
