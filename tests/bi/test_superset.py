@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from stores.catalog.streams import streams_of
 from tests.bi.conftest import ShopServer
 from tests.bi.superset_app import Superset
 
@@ -86,13 +87,15 @@ def _drive(sup: Superset, shop: ShopServer, name: str, uri: str, schema: str) ->
     assert status == 201, out
     db = out["id"]
 
-    # schemas, tables, columns: exactly the stores, as the catalog has them
+    # schemas, tables, columns: exactly the stores and the queryable streams (issue 51), as the catalog has them
     status, out = sup.api("GET", f"/api/v1/database/{db}/schemas/")
     assert status == 200 and schema in out["result"], out
     assert not {"information_schema", "pg_catalog"} & set(out["result"]) or schema == "public", out
     status, out = sup.api("GET", f"/api/v1/database/{db}/tables/?q=(schema_name:{schema})")
     assert status == 200, out
-    assert sorted(t["value"] for t in out["result"]) == sorted(shop.gateway.catalog()), out
+    catalog = shop.gateway.catalog()
+    assert sorted(t["value"] for t in out["result"]) == sorted([*catalog, *streams_of(catalog)]), out
+    assert "orders" in streams_of(catalog)  # the demo publishes its source stream
     status, out = sup.api("GET", f"/api/v1/database/{db}/table_metadata/?name=revenue_per_min&schema={schema}")
     assert status == 200, out
     want_cols = [c.name for c in shop.gateway.catalog()["revenue_per_min"].columns()]

@@ -316,7 +316,7 @@ def test_every_gateway_error_has_its_status() -> None:
     from gateway.flight.errors import InvalidArgument, flight_error
 
     expected = {
-        fl.FlightUnavailableError: {"NOT_UP_TO_BOUND", "STREAMS_NOT_STARTED", "STREAMS_REBALANCING",
+        fl.FlightUnavailableError: {"NOT_UP_TO_BOUND", "NO_COMMON_POSITION", "STREAMS_NOT_STARTED", "STREAMS_REBALANCING",
                                     "STATE_STORE_MIGRATED", "COLUMN_NOT_YET_AVAILABLE", "STREAMS_STOPPED",
                                     "STATE_STORE_NOT_AVAILABLE", "PARTITION_FAILURE", "TOO_MANY_STATEMENTS",
                                     "SUBSCRIPTION_UNAVAILABLE"},  # a live answer's default code (retryable)
