@@ -4,7 +4,7 @@ DuckDB's fixed cost per statement (~190 us in issue 14; 0.5-1 ms with
 DuckDB 2.0.1 over a 1-row Arrow relation, issue 50) is most of what a point
 lookup plus a residual costs. For one store read by key and a residual made
 only of a filter, a projection of columns, arithmetic and a few scalar
-functions (``residual_calls.py``: upper/lower, regexp_replace of a literal
+functions (``gateway/engine/residual/calls.py``: upper/lower, regexp_replace of a literal
 pattern, concat, coalesce, CASE …), ``count/sum/avg/min/max`` over the rows
 (or over groups of grouping columns ordered by all of them), LIMIT and
 OFFSET, the gateway can compute the answer from the few rows the lookup
@@ -119,7 +119,7 @@ class Agg:
 
 @dataclass(frozen=True, slots=True)
 class Func:
-    """A scalar function call of ``residual_calls.FUNCTIONS`` (``||`` is ``Func("||", …)``)."""
+    """A scalar function call of ``gateway/engine/residual/calls.CALLS`` (``||`` is ``Func("||", …)``)."""
 
     name: str
     args: tuple[Any, ...]
@@ -278,14 +278,15 @@ class _Compiler:
             raise _NotInSubset
         outputs: list[Any] = []
         for e in select.expressions:
-            if isinstance(e, exp.Alias):
+            named = isinstance(e, exp.Alias)
+            if named:
                 e = e.this
             if isinstance(e, exp.Star):
                 if any(e.args.values()):
                     raise _NotInSubset
                 outputs += self._all_columns()
             else:
-                outputs.append(self.output(e))
+                outputs.append(self.output(e, named))
         if not outputs:
             raise _NotInSubset
         group = self.group_by(select.args.get("group"))
@@ -347,16 +348,20 @@ class _Compiler:
         return cols  # type: ignore[return-value]
 
     # -- expressions -----------------------------------------------------------
-    def output(self, e: exp.Expression) -> Any:
+    def output(self, e: exp.Expression, named: bool) -> Any:
+        """An output column (``named``: it has an alias). Its name and type are learned once from DuckDB, so
+        neither may depend on a parameter's value: an unnamed output with a parameter in it is named by DuckDB
+        after the value (the residual SQL has it inlined: ``regexp_replace(c, 'a', 'k')``), and a named one
+        may hold one only where its type does not depend on the value (``_typed_by_slot``)."""
         agg = _AGGS.get(type(e))
         if agg is not None:
-            return self.aggregate(agg, e)
+            return self.aggregate(agg, e, named)
         node = self.value(e)
-        if isinstance(node, (Lit, Slot)) or _typed_by_slot(node):
+        if isinstance(node, (Lit, Slot)) or _typed_by_slot(node) or (not named and _has_slot(node)):
             raise _NotInSubset  # a constant's name and type are DuckDB's guess: leave it to DuckDB
         return node
 
-    def aggregate(self, func: str, e: exp.Expression) -> Agg:
+    def aggregate(self, func: str, e: exp.Expression, named: bool = True) -> Agg:
         if any(v for k, v in e.args.items() if k not in ("this", "big_int")):
             raise _NotInSubset  # DISTINCT inside, FILTER, several arguments, ...
         arg = e.this
@@ -365,8 +370,8 @@ class _Compiler:
         if isinstance(arg, exp.Distinct) or arg is None:
             raise _NotInSubset
         node = self.value(arg)
-        if isinstance(node, (Lit, Slot)) or _typed_by_slot(node):
-            raise _NotInSubset
+        if isinstance(node, (Lit, Slot)) or _typed_by_slot(node) or (not named and _has_slot(node)):
+            raise _NotInSubset  # as ``output``: the column's name and type may not depend on a parameter
         return Agg(func, node)
 
     def value(self, e: exp.Expression) -> Any:

@@ -1,4 +1,4 @@
-"""The residual evaluator (gateway/residual_eval.py) against DuckDB, its oracle.
+"""The residual evaluator (gateway/engine/residual/evaluator.py) against DuckDB, its oracle.
 
 Property: for generated statements over one store (projections, arithmetic,
 scalar functions and CASE (residual/calls.py), aggregates, predicates with
