@@ -30,6 +30,7 @@ MODULES = (
     "benchmarks.bench_access",
     "benchmarks.bench_grants",
     "benchmarks.bench_gateway",
+    "benchmarks.bench_duck",
     "benchmarks.bench_live",
     "benchmarks.bench_pg",
     "benchmarks.bench_flight",

@@ -34,7 +34,7 @@ from .pg_compat import rewrite_pg_compat
 from .plan import FAILURE_COLUMNS, StatementKind
 from .positions import line_col, node_position
 from .residual import rewrite_stars, unsupported_table_args, wrap_store
-from .residual_program import compile_program
+from .residual_program import compile_join_program, compile_program
 from .scopes import analyze_scope
 from .statements import plan_describe, plan_reset, plan_set, plan_show, show_setting_sql
 from .streams import is_stream, pseudo_columns
@@ -266,10 +266,13 @@ def _analyze_query(sql: str, root: exp.Expression, catalog: Mapping[str, StoreSp
     for scope in traverse_scope(root):
         if isinstance(scope.expression, exp.Select):
             rewrite_stars(scope.expression, by_table, exposed_by_scan)
-    if len(scans) == 1 and len(store_tables) == 1 and not streams and not system \
-            and not exposed_by_scan.get(id(store_tables[0][0])):
-        table = store_tables[0][0]
-        template.program = compile_program(root, table, scans[0].spec, scans[0].alias, param_index)
+    if len(scans) == len(store_tables) and not streams and not system \
+            and not any(exposed_by_scan.get(id(t)) for t, _ in store_tables):
+        if len(scans) == 1:
+            template.program = compile_program(root, store_tables[0][0], scans[0].spec, scans[0].alias, param_index)
+        elif len(scans) == 2:  # two point lookups joined on their keys
+            template.program = compile_join_program(root, [(t, s.spec, s.alias) for (t, _), s in zip(store_tables, scans)],
+                                                    param_index)
     for table, _scope in store_tables:
         scan = by_table.get(id(table))
         if scan is not None:

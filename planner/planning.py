@@ -250,7 +250,8 @@ def _bind(template: Template, sql: str, params: Sequence[Any] | Mapping[str, Any
         position_bound=bound,
         fast_path=fast_path,
         system_tables=template.system_tables,
-        residual_program=template.program if len(scans) == 1 and not streams else None,
+        # over one scan, or two joined on their keys (residual_program.Join)
+        residual_program=template.program if not streams else None,
         residual_values=template.slot_values(params) if template.program is not None else (),
         streams=tuple(streams),
     )

@@ -201,6 +201,11 @@ def analyze_scope(sql: str, scope: Any, root: exp.Expression, by_table: dict[int
             role = _role(scan.spec, c.column)
             if role is not None:
                 scan.constraints.append(Constraint(c.source, role, c.kind, c.values, c.bounds))
+    for a, b in _joined_on_keys(select, stores, resolve):  # r.key = ? and r.key = l.key: l.key = ? too
+        for c, _scan in found:
+            if c.column == "key" and c.source in (a, b):
+                other = b if c.source == a else a
+                stores[other].constraints.append(Constraint(other, "key", c.kind, c.values, c.bounds))
 
     if not (scope.is_root and len(local) == 1 and only_stores and root is select):
         return
@@ -269,6 +274,46 @@ def _pass_through(node: exp.Expression, scope: Any, root: exp.Expression,
         if isinstance(col, exp.Column) and (not col.table or col.table.lower() == store_alias) and col.name.lower() in store_columns:
             mapping[out] = col.name.lower()
     return scan, {k: v for k, v in mapping.items() if seen[k] == 1}
+
+
+def _joined_on_keys(select: exp.Select, stores: dict[str, ScanTemplate], resolve: Any) -> list[tuple[str, str]]:
+    """The pairs of stores an inner or left join matches on their keys (one key column each, of one type):
+    ``a JOIN b USING (key)`` of two stores whose key is so named, or ``ON a.key = b.key``.
+
+    Why: a WHERE constraint on one's key then holds for the other's in every row the join keeps (an inner join's
+    rows match on the key; a left join's WHERE rejects the NULL rows of a right store's key, and a right row
+    only joins a left row of its key), so ``r.key = ?`` reads one key of each store, not the whole of the
+    other: a join of two point lookups. The residual SQL still has the whole WHERE and join.
+    """
+    pairs: list[tuple[str, str]] = []
+    sources = local_sources(select)
+    for i, join in enumerate(select.args.get("joins") or ()):
+        side, kind = (join.args.get("side") or "").upper(), (join.args.get("kind") or "").upper()
+        right = sources[i + 1][0]
+        if side not in ("", "LEFT") or kind not in ("", "INNER", "OUTER") or join.args.get("method") \
+                or right not in stores:
+            continue
+        using, on = join.args.get("using"), join.args.get("on")
+        found: list[tuple[str, str]] = []
+        if using and on is None and len(sources) == 2 and sources[0][0] in stores:  # a USING column is unambiguous
+            left = sources[0][0]
+            names = {u.name.lower() for u in using if isinstance(u, exp.Identifier)}
+            if stores[left].spec.key.name.lower() == stores[right].spec.key.name.lower() in names:
+                found.append((left, right))
+        for term in conjuncts(on) if on is not None else ():
+            if isinstance(term, exp.EQ) and isinstance(term.this, exp.Column) \
+                    and isinstance(term.expression, exp.Column):
+                x, y = resolve(term.this), resolve(term.expression)
+                if x is not None and y is not None and x[0] != y[0] and right in (x[0], y[0]) \
+                        and x[0] in stores and y[0] in stores \
+                        and _role(stores[x[0]].spec, x[1]) == _role(stores[y[0]].spec, y[1]) == "key":
+                    found.append((x[0], y[0]))
+        for a, b in found:
+            ka, kb = stores[a].spec.key, stores[b].spec.key
+            if _role(stores[a].spec, ka.name.lower()) == _role(stores[b].spec, kb.name.lower()) == "key" \
+                    and ka.type == kb.type:
+                pairs.append((a, b))
+    return pairs
 
 
 def _unknown_column(sql: str, column: exp.Column, scan: ScanTemplate) -> None:

@@ -57,7 +57,7 @@ from .partitions import local_partition_rows
 from .reads import Reads, read_scans, statement_bound
 from .residual.programs import Programs
 from .result import Result
-from .routes import Route, choose_route, takes_point_lane
+from .routes import Route, choose_route, scan_rows, takes_point_lane
 from .scans import Waiting, probe_query, read_point
 from .sources import Capabilities, Source
 from .staleness import MAX_STALENESS
@@ -365,7 +365,7 @@ class Gateway:
                 return self._in_hand(columns, rows, reads, budget, route)
             if route is Route.EVALUATOR:
                 rows = self._programs.evaluate(plan.residual_program, plan.residual_values,  # type: ignore[arg-type]
-                                               reads.scans[0][1].rows)
+                                               *scan_rows(reads))
                 if rows is not None:
                     return self._in_hand(columns, rows, reads, budget, route)
             return self._duckdb(plan, stmt, budget, catalog, reads, watch)
@@ -397,14 +397,14 @@ class Gateway:
         answer = DuckAnswer(self._pool, plan.long_chains, plan.residual_sql or "", reads, watch, budget.max_rows,
                             cfg.scan_batch_rows, cfg.ndjson_batch_rows, system)
         program = plan.residual_program
-        learn = (program is not None and stmt.form is not Form.ARROW and len(reads.scans) == 1 and reads.in_memory
-                 and not self._programs.known(program))
+        learn = (program is not None and stmt.form is not Form.ARROW and len(reads.scans) == program.sources
+                 and reads.in_memory and not self._programs.known(program))
         if stmt.form is Form.ROWS or learn:
             rows = answer.start_rows()
             if rows is not None:  # the whole answer, in hand
                 if learn:
-                    self._programs.learn(program, plan.residual_values, reads.scans[0][1].rows,  # type: ignore[arg-type]
-                                         answer.columns, rows)
+                    self._programs.learn(program, plan.residual_values, scan_rows(reads)[0],  # type: ignore[arg-type]
+                                         answer.columns, rows, *scan_rows(reads)[1:])
                 return Result.in_hand(answer.columns, rows, reads.position, reads.partitions, pool=self._pool,
                                       route=Route.DUCKDB.value, long_chains=plan.long_chains)
         elif stmt.form is Form.ARROW:

@@ -15,11 +15,12 @@ In the order a statement meets them in ``Gateway.sql``:
 
    - **fast path**: a key lookup whose rows are the store's own, projected
      (``Plan.fast_path``): no DuckDB;
-   - **evaluator**: a simple residual (one store, a filter, columns,
-     arithmetic, count/sum/avg/min/max) over at most ``EVALUATOR_ROWS`` rows
-     in memory, once DuckDB's first answer taught its columns and agreed with
-     ours (``residual/programs.py``); Arrow answers only where the result's
-     types are ones rows reproduce exactly;
+   - **evaluator**: a simple residual (one store, or two joined on their
+     keys; a filter, columns, arithmetic, scalar functions and CASE,
+     count/sum/avg/min/max) over at most ``EVALUATOR_ROWS`` rows in memory
+     (one a side for a join), once DuckDB's first answer taught its columns
+     and agreed with ours (``residual/programs.py``); Arrow answers only
+     where the result's types are ones rows reproduce exactly;
    - **DuckDB**: everything else. The scans are bound on a leased cursor and
      DuckDB runs the residual SQL; the answer is made as it is read
      (``answers.DuckAnswer``).
@@ -37,7 +38,7 @@ from .residual.evaluator import MAX_ROWS as EVALUATOR_ROWS
 from .residual.programs import Programs
 from .statement import Form, Statement
 
-__all__ = ["Route", "takes_point_lane", "choose_route", "EVALUATOR_ROWS"]
+__all__ = ["Route", "takes_point_lane", "choose_route", "scan_rows", "EVALUATOR_ROWS"]
 
 # Result types whose Arrow form rows built without DuckDB reproduce exactly (types.rows_table)
 _ARROW_READY = frozenset({"BIGINT", "INTEGER", "DOUBLE", "VARCHAR", "BOOLEAN"})
@@ -60,8 +61,15 @@ def choose_route(plan: Plan, reads: Reads, stmt: Statement, programs: Programs) 
     if plan.fast_path is not None and one:
         return Route.FAST_PATH, None
     program = plan.residual_program
-    if program is not None and one and reads.in_memory and len(reads.scans[0][1].rows) <= EVALUATOR_ROWS:
+    if program is not None and len(reads.scans) == program.sources and reads.in_memory and all(
+            len(rows.rows) <= EVALUATOR_ROWS for _, rows in reads.scans):
         columns = programs.columns(program)
         if columns is not None and (stmt.form is not Form.ARROW or all(t in _ARROW_READY for _, t in columns)):
             return Route.EVALUATOR, columns
     return Route.DUCKDB, None
+
+
+def scan_rows(reads: Reads) -> list[Any]:
+    """Each scan's rows in hand, in plan order: what a residual program is evaluated over (one store's rows, or
+    a join's left and right rows)."""
+    return [rows.rows for _, rows in reads.scans]

@@ -1,7 +1,8 @@
-"""The residual evaluator (gateway/residual_eval.py) against DuckDB, its oracle.
+"""The residual evaluator (gateway/engine/residual/evaluator.py) against DuckDB, its oracle.
 
 Property: for generated statements over one store (projections, arithmetic,
-aggregates, predicates with literals and parameters of every Python type)
+scalar functions and CASE (residual/calls.py), aggregates, predicates with
+literals and parameters of every Python type)
 and generated rows (NULLs, the extremes of BIGINT and INTEGER, -0.0, huge
 doubles, NaN, non-ASCII text), whenever the evaluator answers, its rows are
 exactly DuckDB's rows for the same residual SQL over the same relation: the
@@ -42,7 +43,8 @@ CATALOG = {"t": SPEC}
 A_VALUES = [0, 1, -1, 2, 7, -13, 100, 2**31 - 1, -(2**31), 2**53 + 1, 2**62, 2**63 - 1, -(2**63), None]
 I_VALUES = [0, 1, -1, 5, -7, 2**31 - 1, -(2**31), None]
 B_VALUES = [0.0, -0.0, 0.1, 0.5, 1.5, -2.25, 3.0, 1 / 3, 1e16, 1e308, -1e308, 2.0**53, 2.0**53 + 2, 7.0, None]
-C_VALUES = ["", "a", "B", "ab", "b", "z", "é", "\U0001f600", "a b", "it's", None]
+C_VALUES = ["", "a", "B", "ab", "b", "z", "é", "\U0001f600", "a b", "it's", " pad ", "a.b", "Straße", "xAx", "\ta ",
+            None]
 F_VALUES = [True, False, None]
 
 INT_LITS = ["0", "1", "2", "7", "100", "2147483647", "2147483648", "9007199254740993", "9223372036854775807", "-1",
@@ -50,8 +52,10 @@ INT_LITS = ["0", "1", "2", "7", "100", "2147483647", "2147483648", "900719925474
 DEC_LITS = ["0.5", "1.5", "0.1", "2.25", "-2.25", "123456789.125", "0.3333333333333333", "7.0"]
 DBL_LITS = ["1e3", "2.5e-1", "1e16", "9.007199254740993e15"]
 STR_LITS = ["''", "'a'", "'ab'", "'B'", "'é'", "'z'", "'it''s'"]
+PATTERNS = ["'a'", "'b'", "''", "'.'", "'é'", "' '", "'a b'", "'(x'", "'ß'"]
+REPLACEMENTS = ["'k'", "''", "'\\0'", "'.'", "'é'"]
 PARAMS: list[Any] = [0, 1, 7, -13, 2**31, 2**53 + 1, 2**63 - 1, 2**64, 0.5, 0.1, 1 / 3, 1e20, -2.25, float("nan"),
-                     Decimal("1.5"), Decimal("0.1"), "a", "é", "", True, False, None]
+                     Decimal("1.5"), Decimal("0.1"), "a", "é", "", ".", "a b", True, False, None]
 
 
 class _Gen:
@@ -75,16 +79,56 @@ class _Gen:
 
     def value(self, depth: int = 0) -> str:
         roll = self.r.random()
-        if depth >= 2 or roll < 0.45:
+        if depth >= 2 or roll < 0.4:
             return self.column()
-        if roll < 0.6:
+        if roll < 0.52:
             return self.literal()
-        if roll < 0.7:
+        if roll < 0.6:
             return self.param()
-        if roll < 0.78:
+        if roll < 0.66:
             return f"-{self.column()}"
+        if roll < 0.82:
+            return self.call(depth + 1)
         op = self.pick(["+", "-", "*", "/"])
         return f"({self.value(depth + 1)} {op} {self.value(depth + 1)})"
+
+    def text(self, depth: int) -> str:
+        """A VARCHAR-ish operand: mostly the text column, else a literal, a parameter, a call or another column."""
+        roll = self.r.random()
+        if depth >= 3 or roll < 0.45:
+            return self.pick(["c", "c", "t.c"])
+        if roll < 0.6:
+            return self.pick(STR_LITS)
+        if roll < 0.7:
+            return self.param()
+        if roll < 0.9:
+            return self.call(depth + 1, text=True)
+        return self.value(depth + 1)
+
+    def call(self, depth: int, text: bool = False) -> str:
+        """A scalar function or CASE (gateway/engine/residual/calls.py), of text (``text``) or of any value."""
+        t = lambda: self.text(depth)  # noqa: E731
+        v = lambda: self.value(depth)  # noqa: E731
+        calls = [
+            lambda: f"upper({t()})", lambda: f"lower({t()})", lambda: f"{self.pick(['trim', 'ltrim', 'rtrim'])}({t()})",
+            lambda: f"regexp_replace({t()}, {self.pick(PATTERNS) if self.r.random() < 0.8 else self.param()}, "
+                    f"{self.pick(REPLACEMENTS) if self.r.random() < 0.8 else self.param()}"
+                    f"{', ' + repr('g') if self.r.random() < 0.4 else ''})",
+            lambda: f"replace({t()}, {self.pick(PATTERNS)}, {self.pick(REPLACEMENTS)})",
+            lambda: f"concat({', '.join(self.pick([t, t, v, lambda: 'NULL'])() for _ in range(self.r.randint(1, 3)))})",
+            lambda: f"({t()} || {self.pick([t, v])()})",
+            lambda: f"coalesce({t()}, {t()})",
+            lambda: f"CASE WHEN {self.predicate(2)} THEN {t()} ELSE {t()} END",
+        ]
+        if not text:
+            calls += [
+                lambda: f"length({t()})", lambda: f"abs({v()})", lambda: f"coalesce({v()}, {v()})",
+                lambda: f"coalesce({v()}, {self.literal()}, {v()})", lambda: f"nullif({v()}, {self.operand()})",
+                lambda: f"CASE WHEN {self.predicate(2)} THEN {v()} {self.pick(['', 'ELSE ' + v()])} END",
+                lambda: f"CASE {v()} WHEN {self.operand()} THEN {v()} ELSE {v()} END",
+                lambda: f"if({self.predicate(2)}, {v()}, {v()})",
+            ]
+        return self.pick(calls)()
 
     def operand(self) -> str:
         roll = self.r.random()
@@ -103,8 +147,11 @@ class _Gen:
         if roll < 0.82:
             items = ", ".join(self.operand() for _ in range(self.r.randint(1, 4)))
             return f"{self.value(1)} {self.pick(['', 'NOT '])}IN ({items})"
-        if roll < 0.92:
+        if roll < 0.9:
             return f"{self.value(1)} {self.pick(['', 'NOT '])}BETWEEN {self.operand()} AND {self.operand()}"
+        if roll < 0.96:
+            which = self.pick(["starts_with", "contains"])
+            return f"{which}({self.text(2)}, {self.text(2)})" if depth < 2 else f"{which}(c, 'a')"
         return self.pick(["f", "NOT f", "TRUE", "k = 1"])
 
     def statement(self) -> str:

@@ -90,6 +90,16 @@ QUERIES: list[tuple[str, list | None]] = [
     ("SELECT a.k, b.k FROM ints a JOIN ints b ON a.n = b.k WHERE a.k > 0 AND b.k < 40", None),
     ("SELECT a.k, b.k FROM ints a LEFT JOIN ints b ON b.k = a.n AND b.k < 10 WHERE a.k BETWEEN 0 AND 20", None),
     ("SELECT k FROM ints WHERE k IN (1, 5, 10, 20) AND k > 2 AND k <= 10", None),
+    # joins on the two stores' keys: a constraint on one key reads the other store by the same key (scopes.py)
+    ("SELECT a.k, a.v, b.n FROM ints a JOIN ints b USING (k) WHERE a.k = 5", None),
+    ("SELECT a.k, b.v FROM ints a JOIN ints b ON b.k = a.k WHERE b.k IN (1, 2, 3, 4, 5, 99)", None),
+    ("SELECT a.k, b.v FROM ints a LEFT JOIN ints b ON a.k = b.k AND b.n > 50 WHERE a.k BETWEEN 0 AND 12", None),
+    ("SELECT a.k, b.n FROM ints a LEFT JOIN ints b USING (k) WHERE b.k > 20", None),
+    ("SELECT a.k, b.k FROM strs a JOIN strs b USING (k) WHERE a.k >= 'b' AND a.k < 'm'", None),
+    ("SELECT a.k, b.k FROM ints a JOIN dbls b ON a.k = b.k WHERE a.k = 2", None),  # keys of two types: not carried
+    ("SELECT a.k, b.k FROM ints a RIGHT JOIN ints b USING (k) WHERE a.k = 3", None),
+    ("SELECT a.k, b.k FROM ints a FULL JOIN ints b ON a.k = b.k WHERE a.k = 3 OR b.k = 4", None),
+    ("SELECT a.k, b.k FROM ints a JOIN ints b ON a.k = b.k WHERE a.k = ?", [7]),
     ("SELECT k FROM ints WHERE k = ?", [5]),
     ("SELECT k FROM ints WHERE k BETWEEN ? AND ? AND v IS NOT NULL", [-10, 10]),
     ("WITH c AS (SELECT * FROM ints WHERE k < 0) SELECT count(*) FROM c", None),
@@ -156,3 +166,21 @@ def test_star_never_shows_pseudo_columns(gw: Gateway) -> None:
     direct = run_direct("SELECT *, _partition AS p FROM ints WHERE k = ?", STORES, [key], with_partition=True)
     assert len(rows) == 1 and len(rows[0]) == 4  # k, v, n, p
     assert rows == [tuple(direct[0][:3]) + (direct[0][4],)]
+
+
+@pytest.mark.parametrize(("sql", "carried"), [
+    ("SELECT a.v, b.n FROM ints a JOIN ints b USING (k) WHERE a.k = 5", True),
+    ("SELECT a.v, b.n FROM ints a INNER JOIN ints b ON a.k = b.k WHERE b.k = 5", True),
+    ("SELECT a.v, b.n FROM ints a LEFT JOIN ints b ON b.k = a.k WHERE a.k = 5", True),
+    ("SELECT a.v, b.n FROM ints a LEFT OUTER JOIN ints b USING (k) WHERE b.k = 5", True),
+    ("SELECT a.v, b.n FROM ints a RIGHT JOIN ints b USING (k) WHERE a.k = 5", False),
+    ("SELECT a.v, b.n FROM ints a FULL JOIN ints b USING (k) WHERE a.k = 5", False),
+    ("SELECT a.v, b.n FROM ints a JOIN ints b ON a.k = b.n WHERE a.k = 5", False),  # not b's key
+    ("SELECT a.v, b.k FROM ints a JOIN dbls b ON a.k = b.k WHERE a.k = 5", False),  # keys of two types
+    ("SELECT a.v, b.n FROM ints a JOIN ints b ON a.k = b.k OR a.n = b.n WHERE a.k = 5", False),
+])
+def test_a_join_on_keys_reads_one_key_of_each_store(sql: str, carried: bool) -> None:
+    """``r.key = ?`` with ``r JOIN l USING (key)``: two point lookups, not a lookup and a whole store (issue 50)."""
+    plan = planner.plan(sql, CATALOG, session={"table_scans": True})
+    full = [scan.full_scan for scan in plan.scans]
+    assert full == ([False, False] if carried else [False, True]) or (not carried and full == [True, False])

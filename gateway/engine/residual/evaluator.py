@@ -30,10 +30,13 @@ from planner.residual_program import (
     Agg,
     Arith,
     Between,
+    Case,
     Cmp,
     Col,
+    Func,
     In,
     IsNull,
+    Join,
     Lit,
     Logic,
     Neg,
@@ -43,11 +46,14 @@ from planner.residual_program import (
 )
 from stores.catalog.schema import SqlType
 
+from .calls import compile_call
 from .values import (
     Fallback,
     Fn,
+    Node,
     Unsupported,
     as_double,
+    common,
     count_of,
     decimal_of,
     first_row,
@@ -73,22 +79,15 @@ _INTS = ("I", "I32")
 
 
 
-class _Node:
-    """A compiled expression: ``fn(row, params)``, its kind, whether a column is involved."""
-
-    __slots__ = ("fn", "kind", "has_col")
-
-    def __init__(self, fn: Fn, kind: str, has_col: bool) -> None:
-        self.fn, self.kind, self.has_col = fn, kind, has_col
-
-
 class Compiled:
     """A program compiled for one parameter signature: ``run(rows, params)`` → the result rows."""
 
-    __slots__ = ("_where", "_outputs", "_aggregate", "_checks", "_extras", "_limit", "_offset", "_group", "_order")
+    __slots__ = ("_where", "_outputs", "_aggregate", "_checks", "_extras", "_limit", "_offset", "_group", "_order",
+                 "_join")
 
     def __init__(self, program: Program, sig: tuple[str, ...]) -> None:
         self._checks: dict[int, str] = {}
+        self._join = program.join
         self._extras: list[Callable[[tuple[Any, ...]], Any]] = []
         self._where: Fn | None = None
         if program.where is not None:
@@ -112,7 +111,11 @@ class Compiled:
             raise Unsupported
         return n.fn
 
-    def run(self, rows: Sequence[tuple[Any, ...]], params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    def run(self, rows: Sequence[tuple[Any, ...]], params: tuple[Any, ...],
+            right: Sequence[tuple[Any, ...]] = ()) -> list[tuple[Any, ...]]:
+        """The answer over a scan's rows (a join's left scan's, ``right`` its right scan's)."""
+        if self._join is not None:
+            rows = joined(self._join, rows, right)
         checks = self._checks
         for row in rows:  # every value a column gave must be what its type promises (and no NaN/inf)
             for i, kind in checks.items():
@@ -134,45 +137,46 @@ class Compiled:
         elif self._aggregate:
             out = [tuple(agg(kept, p) for agg in self._outputs)]
         else:
-            if offset or limit is not None:  # the rows are cut before their values are computed, as DuckDB does
-                kept = kept[offset:None if limit is None else offset + limit]
-                offset, limit = 0, None
+            # every kept row's values, then the cut: DuckDB computes them for the rows an OFFSET skips (and past
+            # a LIMIT it does not push below the projection: one of 3e9), so an error there is its answer
             outs = self._outputs
             out = [tuple(f(r, p) for f in outs) for r in kept]
         return out[offset:None if limit is None else offset + limit]
 
     # -- expressions ---------------------------------------------------------------
-    def _expr(self, node: Any, sig: tuple[str, ...]) -> _Node:
+    def _expr(self, node: Any, sig: tuple[str, ...]) -> Node:
         if isinstance(node, Col):
             kind = _COL_KIND[node.sql_type]
             self._checks[node.index] = kind
             i = node.index
-            return _Node(lambda r, _p: r[i], kind, True)
+            return Node(lambda r, _p: r[i], kind, True)
         if isinstance(node, Lit):
             kind = literal_kind(node.value)
             value = node.value
-            return _Node(lambda _r, _p: value, kind, False)
+            return Node(lambda _r, _p: value, kind, False)
         if isinstance(node, Slot):
             i = node.index
             kind = sig[i]
             if kind == "N":
-                return _Node(lambda _r, p: decimal_of(p[i]), kind, False)
-            return _Node(lambda _r, p: p[i], kind, False)
+                return Node(lambda _r, p: decimal_of(p[i]), kind, False)
+            return Node(lambda _r, p: p[i], kind, False)
         if isinstance(node, Neg):
             return self._neg(self._expr(node.item, sig))
         if isinstance(node, Arith):
             return self._arith(node.op, self._expr(node.left, sig), self._expr(node.right, sig))
+        if isinstance(node, (Func, Case)):
+            return compile_call(self, node, sig)
         raise Unsupported
 
-    def _neg(self, a: _Node) -> _Node:
+    def _neg(self, a: Node) -> Node:
         if not a.has_col or a.kind not in ("I", "D"):
             raise Unsupported  # a constant's type is DuckDB's literal typing; INTEGER arithmetic overflows at 2^31
         f = a.fn
         if a.kind == "D":
-            return _Node(lambda r, p: None if (v := f(r, p)) is None else -v, "D", True)
-        return _Node(lambda r, p: None if (v := f(r, p)) is None else i64(-v), "I", True)
+            return Node(lambda r, p: None if (v := f(r, p)) is None else -v, "D", True)
+        return Node(lambda r, p: None if (v := f(r, p)) is None else i64(-v), "I", True)
 
-    def _arith(self, op: str, a: _Node, b: _Node) -> _Node:
+    def _arith(self, op: str, a: Node, b: Node) -> Node:
         if not (a.has_col or b.has_col) or a.kind not in ("I", "D", "N") or b.kind not in ("I", "D", "N"):
             raise Unsupported
         fa, fb = a.fn, b.fn
@@ -184,7 +188,7 @@ class Compiled:
             def int_op(r: tuple[Any, ...], p: tuple[Any, ...]) -> Any:
                 x, y = fa(r, p), fb(r, p)
                 return None if x is None or y is None else i64(pyop(x, y))
-            return _Node(int_op, "I", True)
+            return Node(int_op, "I", True)
 
         def double_op(r: tuple[Any, ...], p: tuple[Any, ...]) -> Any:  # DOUBLE: both sides cast, IEEE arithmetic
             x, y = fa(r, p), fb(r, p)
@@ -197,63 +201,40 @@ class Compiled:
             if not math.isfinite(v):
                 raise Fallback
             return v
-        return _Node(double_op, "D", True)
+        return Node(double_op, "D", True)
 
-    def _common(self, nodes: list[_Node]) -> tuple[str, list[_Node]]:
-        """The type DuckDB compares several values in: exact integers, DOUBLE (integers cast), VARCHAR, BOOLEAN."""
-        kinds = {n.kind for n in nodes} - {"NULL"}
-        if not kinds:
-            return "NULL", nodes
-        if kinds <= {"I", "I32"}:
-            return "I", nodes
-        if kinds <= {"I", "I32", "D"} or kinds == {"D", "N"}:
-            return "D", [self._to_double(n) for n in nodes]
-        if len(kinds) == 1 and kinds <= {"S", "B"}:
-            return kinds.pop(), nodes
-        raise Unsupported
-
-    @staticmethod
-    def _to_double(n: _Node) -> _Node:
-        if n.kind in ("D", "NULL"):
-            return n
-        f = n.fn
-        return _Node(lambda r, p: None if (v := f(r, p)) is None else as_double(v), "D", n.has_col)
-
-    def _predicate(self, node: Any, sig: tuple[str, ...]) -> _Node:
+    def _predicate(self, node: Any, sig: tuple[str, ...]) -> Node:
         if isinstance(node, Logic):
             items = [self._predicate(i, sig).fn for i in node.items]
-            return _Node(logic_and(items) if node.op == "and" else logic_or(items), "B", True)
+            return Node(logic_and(items) if node.op == "and" else logic_or(items), "B", True)
         if isinstance(node, Not):
             f = self._predicate(node.item, sig).fn
-            return _Node(lambda r, p: None if (v := f(r, p)) is None else not v, "B", True)
+            return Node(lambda r, p: None if (v := f(r, p)) is None else not v, "B", True)
         if isinstance(node, IsNull):
             f = self._expr(node.item, sig).fn
-            return _Node(lambda r, p: f(r, p) is None, "B", True)
+            return Node(lambda r, p: f(r, p) is None, "B", True)
         if isinstance(node, Cmp):
-            kind, (a, b) = self._common([self._expr(node.left, sig), self._expr(node.right, sig)])
+            kind, (a, b) = common([self._expr(node.left, sig), self._expr(node.right, sig)])
             if kind == "NULL":
-                return _Node(lambda _r, _p: None, "B", True)
+                return Node(lambda _r, _p: None, "B", True)
             fa, fb, cmp = a.fn, b.fn, _CMP[node.op]
 
             def compare(r: tuple[Any, ...], p: tuple[Any, ...]) -> Any:
-                x = fa(r, p)
-                if x is None:
-                    return None
-                y = fb(r, p)
-                return None if y is None else cmp(x, y)
-            return _Node(compare, "B", True)
+                x, y = fa(r, p), fb(r, p)  # both: DuckDB's error in either side is the statement's
+                return None if x is None or y is None else cmp(x, y)
+            return Node(compare, "B", True)
         if isinstance(node, Between):
-            kind, (x, lo, hi) = self._common([self._expr(n, sig) for n in (node.item, node.low, node.high)])
+            kind, (x, lo, hi) = common([self._expr(n, sig) for n in (node.item, node.low, node.high)])
             fx, flo, fhi = x.fn, lo.fn, hi.fn
             if kind == "NULL":
-                return _Node(lambda _r, _p: None, "B", True)
+                return Node(lambda _r, _p: None, "B", True)
 
             def between(r: tuple[Any, ...], p: tuple[Any, ...]) -> Any:
                 v, a, b = fx(r, p), flo(r, p), fhi(r, p)
                 ge = None if v is None or a is None else v >= a
                 le = None if v is None or b is None else v <= b
                 return logic_and3(ge, le)
-            return _Node(between, "B", True)
+            return Node(between, "B", True)
         if isinstance(node, In):
             return self._in(node, sig)
         if isinstance(node, Col):
@@ -263,15 +244,20 @@ class Compiled:
             return n
         if isinstance(node, Lit) and isinstance(node.value, bool):
             value = node.value
-            return _Node(lambda _r, _p: value, "B", False)
+            return Node(lambda _r, _p: value, "B", False)
+        if isinstance(node, Func):  # starts_with, contains
+            n = self._expr(node, sig)
+            if n.kind != "B":
+                raise Unsupported
+            return n
         raise Unsupported
 
-    def _in(self, node: In, sig: tuple[str, ...]) -> _Node:
+    def _in(self, node: In, sig: tuple[str, ...]) -> Node:
         item = self._expr(node.item, sig)
         options = [self._expr(o, sig) for o in node.options]
-        kind, nodes = self._common([item, *options])
+        kind, nodes = common([item, *options])
         if kind == "NULL":
-            return _Node(lambda _r, _p: None, "B", True)
+            return Node(lambda _r, _p: None, "B", True)
         fx = nodes[0].fn
         if all(not o.has_col for o in options):  # constants: one set per statement, not one scan per row
             fns = [o.fn for o in nodes[1:]]
@@ -289,22 +275,18 @@ class Compiled:
                     return None
                 values, has_null = p[at]
                 return True if v in values else (None if has_null else False)
-            return _Node(contains, "B", True)
+            return Node(contains, "B", True)
         fns = [o.fn for o in nodes[1:]]
 
         def contains_any(r: tuple[Any, ...], p: tuple[Any, ...]) -> Any:
             v = fx(r, p)
+            options = [f(r, p) for f in fns]  # every one: DuckDB's error in any is the statement's
             if v is None:
                 return None
-            seen_null = False
-            for f in fns:
-                o = f(r, p)
-                if o is None:
-                    seen_null = True
-                elif o == v:
-                    return True
-            return None if seen_null else False
-        return _Node(contains_any, "B", True)
+            if v in [o for o in options if o is not None]:
+                return True
+            return None if None in options else False
+        return Node(contains_any, "B", True)
 
     # -- aggregates ------------------------------------------------------------------
     def _agg(self, node: Any, sig: tuple[str, ...]) -> Callable[[list[tuple[Any, ...]], tuple[Any, ...]], Any]:
@@ -358,6 +340,30 @@ class Compiled:
                 return s if func == "sum" else s / float(len(vs))
             return float_total
         raise Unsupported
+
+
+def joined(join: Join, left: Sequence[tuple[Any, ...]], right: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """The rows of a join of two point lookups on their keys, as DuckDB joins them: each left row followed by the
+    right row of its key (a left join: by NULLs when there is none).
+
+    At most one row a side: the order of several joined rows is DuckDB's hash join's. Keys of one type
+    (BIGINT, INTEGER or VARCHAR: planner/residual_program.py) compare as Python values do.
+    """
+    if len(left) > 1 or len(right) > 1 or any(len(r) != join.left_width for r in left) or any(
+            len(r) != join.right_width for r in right):
+        raise Fallback
+    lk, rk = join.left_key, join.right_key
+    out = []
+    for row in left:
+        key = row[lk]
+        match = [r for r in right if key is not None and type(r[rk]) is type(key) and r[rk] == key]
+        if right and key is not None and type(right[0][rk]) is not type(key):
+            raise Fallback  # not the type the plan says: DuckDB decides
+        if match:
+            out.append(row + match[0])
+        elif join.kind == "left":
+            out.append(row + (None,) * join.right_width)
+    return out
 
 
 def compile_for(program: Program, sig: tuple[str, ...]) -> Compiled:

@@ -45,9 +45,10 @@ class Programs:
     def known(self, program: Program) -> bool:
         return program in self._columns
 
-    def evaluate(self, program: Program, values: tuple[Any, ...], rows: Sequence[tuple[Any, ...]]
-                 ) -> list[tuple[Any, ...]] | None:
-        """The result rows, or None when DuckDB must answer this one."""
+    def evaluate(self, program: Program, values: tuple[Any, ...], rows: Sequence[tuple[Any, ...]],
+                 right: Sequence[tuple[Any, ...]] = ()) -> list[tuple[Any, ...]] | None:
+        """The result rows over a scan's rows (a join's: its two scans'), or None when DuckDB must answer this
+        one."""
         try:
             sig = signature(values)
         except Unsupported:
@@ -68,18 +69,19 @@ class Programs:
         if compiled is None:
             return None
         try:
-            return compiled.run(rows, values)
+            return compiled.run(rows, values, right)
         except Fallback:
             return None
 
     def learn(self, program: Program, values: tuple[Any, ...], rows: Sequence[tuple[Any, ...]],
-              columns: list[tuple[str, str]], duck_rows: list[tuple[Any, ...]]) -> None:
+              columns: list[tuple[str, str]], duck_rows: list[tuple[Any, ...]],
+              right: Sequence[tuple[Any, ...]] = ()) -> None:
         """Record DuckDB's columns if this module gives DuckDB's exact answer for the same rows."""
         if not all(t in _RESULT_TYPES for _, t in columns):
             with self._lock:
                 self._columns[program] = None
             return
-        ours = self.evaluate(program, values, rows)
+        ours = self.evaluate(program, values, rows, right)
         if ours is None:
             return  # not decidable on these rows: learn on a later run
         same = len(ours) == len(duck_rows) and all(

@@ -16,11 +16,43 @@ from typing import Any
 
 from planner.residual_program import Lit, Slot
 
-__all__ = ["Fallback", "Fn", "Unsupported", "as_double", "count_of", "decimal_of", "first_row", "i64", "literal_kind",
-           "logic_and", "logic_and3", "logic_or", "ordered", "signature"]
+__all__ = ["Fallback", "Fn", "Node", "Unsupported", "as_double", "common", "count_of", "decimal_of", "first_row", "i64",
+           "literal_kind", "logic_and", "logic_and3", "logic_or", "ordered", "signature", "to_double"]
 
 I64 = (-(2**63), 2**63 - 1)
 Fn = Callable[[tuple[Any, ...], tuple[Any, ...]], Any]
+
+
+class Node:
+    """A compiled expression: ``fn(row, params)``, its kind (``I`` BIGINT, ``I32`` INTEGER, ``D`` DOUBLE, ``N``
+    DECIMAL, ``S`` VARCHAR, ``B`` BOOLEAN, ``NULL``), whether a column is involved."""
+
+    __slots__ = ("fn", "kind", "has_col")
+
+    def __init__(self, fn: Fn, kind: str, has_col: bool) -> None:
+        self.fn, self.kind, self.has_col = fn, kind, has_col
+
+
+def common(nodes: list[Node]) -> tuple[str, list[Node]]:
+    """The type DuckDB compares (or merges: COALESCE, CASE) several values in: exact integers, DOUBLE (integers
+    and DECIMALs cast), VARCHAR, BOOLEAN; ``Unsupported`` for a mix whose DuckDB cast is not replicated here."""
+    kinds = {n.kind for n in nodes} - {"NULL"}
+    if not kinds:
+        return "NULL", nodes
+    if kinds <= {"I", "I32"}:
+        return "I", nodes
+    if kinds <= {"I", "I32", "D"} or kinds == {"D", "N"}:
+        return "D", [to_double(n) for n in nodes]
+    if len(kinds) == 1 and kinds <= {"S", "B"}:
+        return kinds.pop(), nodes
+    raise Unsupported
+
+
+def to_double(n: Node) -> Node:
+    if n.kind in ("D", "NULL"):
+        return n
+    f = n.fn
+    return Node(lambda r, p: None if (v := f(r, p)) is None else as_double(v), "D", n.has_col)
 
 
 class Unsupported(Exception):
@@ -149,26 +181,22 @@ def logic_and3(a: Any, b: Any) -> Any:
 
 
 def logic_and(items: list[Fn]) -> Fn:
+    """AND of every item, each evaluated: DuckDB evaluates every side of an AND that is not a WHERE's top level
+    (an overflow in any is its error), and a WHERE's in an order of its own choosing (adaptive filters), so an
+    item that cannot be evaluated here (``Fallback``) is DuckDB's to answer, whatever the others say."""
     def f(r: tuple[Any, ...], p: tuple[Any, ...]) -> Any:
-        unknown = False
-        for item in items:
-            v = item(r, p)
-            if v is False:
-                return False
-            if v is None:
-                unknown = True
-        return None if unknown else True
+        values = [item(r, p) for item in items]
+        if False in values:
+            return False
+        return None if None in values else True
     return f
 
 
 def logic_or(items: list[Fn]) -> Fn:
+    """OR of every item, each evaluated (as ``logic_and``)."""
     def f(r: tuple[Any, ...], p: tuple[Any, ...]) -> Any:
-        unknown = False
-        for item in items:
-            v = item(r, p)
-            if v is True:
-                return True
-            if v is None:
-                unknown = True
-        return None if unknown else False
+        values = [item(r, p) for item in items]
+        if True in values:
+            return True
+        return None if None in values else False
     return f
