@@ -47,7 +47,8 @@ class GatewayConfig:
     behind its store before it ends SUBSCRIBER_TOO_SLOW.
     ``consistency_wait_ms`` is how long a statement may wait, when it sets no
     wait of its own, for its stores to reach one Position (snapshot) or the
-    session's last Position (monotonic): ``moment.py``.
+    session's last Position (monotonic): ``moment.py``. 5 s: a store behind
+    must finish a micro-batch, which takes seconds on a loaded machine.
     """
 
     max_rows: int = 1_000_000
@@ -66,7 +67,7 @@ class GatewayConfig:
     scan_batch_rows: int = 16_384
     max_subscriptions: int = 1_000
     subscription_buffer_bytes: int = 4 * 2**20
-    consistency_wait_ms: int = 1_000
+    consistency_wait_ms: int = 5_000
 
     def __post_init__(self) -> None:
         for name in ("max_rows", "statement_timeout_ms", "max_wait_ms", "max_request_bytes", "ndjson_batch_rows",

@@ -18,8 +18,10 @@ them agree on it:
    one the leading store passed through.
 3. A store that does not keep that Position (it was not on the shared
    cuts, or its history was pruned) answers ``POSITION_NOT_KEPT``; then the
-   target moves up to it and the stores behind are waited for, as of the new
-   target, within the statement's budget.
+   target moves up to it and the stores behind are waited for: read again at
+   their latest until they move, when the target comes down to where they got
+   (their next batch usually ends on a cut the stores ahead went through, so
+   the stores ahead are read as of it), within the statement's wait.
 
 When no common Position is found in time the statement fails with
 ``NoCommonPositionError`` (retryable), or with partial results the reads
@@ -144,6 +146,12 @@ def align(source: Source, answers: list[Answers], stores: Sequence[str], watch: 
             moment.slept = True
             time.sleep(min(pause, max(0.0, wait_until - now)))
             pause = min(pause * 2, _MAX_PAUSE_S)
+            # Those behind are read at their latest, and the target comes down to where they got: a store behind
+            # usually ends its next batch on a cut the stores ahead went through (batch_cuts.py), so that is where
+            # they meet. Waiting for it to land exactly on the raised target could take batch after batch.
+            _read_again(source, answers, stale, None, close)
+            _lower_to_reached(_readers(answers, stores), members, targets)
+            continue
         _read_again(source, answers, stale, _position(targets), close)
     moment.targets = dict(targets)
     moment.waited_ms = (time.monotonic() - started) * 1000
@@ -171,6 +179,16 @@ def _raise_past_unkept(readers: dict[Reader, QueryResult], members: dict[TopicPa
     return raised
 
 
+def _lower_to_reached(readers: dict[Reader, QueryResult], members: dict[TopicPartition, set[Reader]],
+                      targets: dict[TopicPartition, int]) -> None:
+    """A target down to the lowest offset a read answered at, where a read behind it moved on but not to it."""
+    for tp, group in members.items():
+        offs = [off for r in group if not readers[r].is_failure
+                for off in [dict(_components(readers[r].position)).get(tp)] if off is not None]
+        if offs and min(offs) < targets[tp]:
+            targets[tp] = min(offs)
+
+
 def _not_at_target(readers: dict[Reader, QueryResult], members: dict[TopicPartition, set[Reader]],
                    targets: dict[TopicPartition, int]) -> set[Reader]:
     """The reads that must be asked again: answered elsewhere than the target, or behind it, or not keeping it
@@ -194,9 +212,10 @@ def _position(targets: dict[TopicPartition, int]) -> Position:
     return Position.from_map(out)
 
 
-def _read_again(source: Source, answers: list[Answers], stale: set[Reader], at: Position,
+def _read_again(source: Source, answers: list[Answers], stale: set[Reader], at: Position | None,
                 close: Callable[[QueryResult], None]) -> None:
-    """Ask the stale reads again as of ``at``, one request per (scan, request) for just their partitions."""
+    """Ask the stale reads again as of ``at`` (None: at their latest), one request per (scan, request) for just
+    their partitions."""
     by_request: dict[tuple[int, int], set[int]] = {}
     for r in stale:
         by_request.setdefault((r.scan, r.request), set()).add(r.partition)

@@ -17,11 +17,22 @@ the one before it in every partition. In ``latestOffset(start, limit)`` a
 source decides per topic, inside one write transaction (planners in
 different processes decide one at a time, so no two record crossing cuts):
 
-1. it ends at the newest cut that is *ahead* of ``start`` (≥ in every
+1. it ends at the *oldest* cut that is *ahead* of ``start`` (≥ in every
    partition, not equal), over the same partitions, within the read limit
    (its records past ``start`` no more than the limit's share for the topic)
-   and no older than ``max_age_s`` (a query never ends on stale offsets for
-   long: this is the freshness this costs);
+   and no older than the query's age limit (``max_age_s``, or twice its own
+   batch cycle when that is longer: ``SharedCuts.age_limit``; a query never
+   ends on stale offsets for long: this is the freshness this costs). The
+   oldest, not the newest: then
+   every query stops at every cut that is fresh when it passes it, so the
+   Position a store behind is at is one the stores ahead of it went through
+   (and keep), unless it is older than ``max_age_s``. Taking the newest, a
+   query a cut or two behind skipped the ones between, and a statement over
+   its store and another's found no Position both had held: under continuous
+   ingest the reader chased one skipped cut after another
+   (tests/gateway/test_one_moment_spark.py failed with NO_COMMON_POSITION
+   on a loaded machine). What it costs: a query two fresh cuts behind takes
+   two batches to catch up instead of one;
 2. else it ends where it would alone (everything available, or what the
    limit admits) and records that as the new cut when it is ≥ the newest cut
    (and not equal). A query catching up (a rebuild with admission control)
@@ -66,7 +77,7 @@ from .stream_rows import admit
 
 __all__ = [
     "Cut", "TopicPlan", "CutLedger", "SharedCuts", "choose_end", "batch_ends", "prepare_ledger", "new_ledger_ref", "bind_ledger_ref",
-    "unbind_ledger_ref", "LEDGER_OPTION", "LEDGER_REF_OPTION", "MAX_AGE_OPTION", "DEFAULT_MAX_AGE_MS", "KEEP_CUTS",
+    "unbind_ledger_ref", "LEDGER_OPTION", "LEDGER_REF_OPTION", "MAX_AGE_OPTION", "DEFAULT_MAX_AGE_MS", "KEEP_CUTS", "MAX_AGE_CAP_S",
 ]
 
 log = logging.getLogger(__name__)
@@ -77,6 +88,7 @@ MAX_AGE_OPTION = "cutMaxAgeMs"
 #: A cut older than this is not taken (the query ends on what is available and records a new cut instead).
 DEFAULT_MAX_AGE_MS = 1000
 KEEP_CUTS = 1000  # cuts kept per topic (the newest)
+MAX_AGE_CAP_S = 30.0  # a slow query's age limit (SharedCuts.age_limit) grows with its batch cycle up to this
 BUSY_TIMEOUT_S = 2.0  # waiting longer for the ledger's lock than this, a query plans alone
 WARN_EVERY_S = 60.0
 
@@ -128,7 +140,7 @@ def choose_end(plan: TopicPlan, fresh: Sequence[Cut], newest: Cut | None, looked
     ``looked_at`` when the reader read the log's ends (before it did), ``now`` the decision's time.
     """
     start = {p: plan.start.get(p, 0) for p in plan.own}
-    for c in fresh:
+    for c in reversed(fresh):  # the oldest fresh cut ahead first (rule 1)
         age = now - c.at
         if not 0 <= age <= max_age_s:
             continue
@@ -178,8 +190,11 @@ class CutLedger:
             self._db.close()
             self._db = None
 
-    def plan(self, topics: Sequence[TopicPlan], looked_at: float | None = None) -> dict[str, Ends]:
-        """Each topic's batch end by the rule, deciding and recording in one transaction. Raises sqlite3/OS errors."""
+    def plan(self, topics: Sequence[TopicPlan], looked_at: float | None = None,
+             max_age_s: float | None = None) -> dict[str, Ends]:
+        """Each topic's batch end by the rule, deciding and recording in one transaction (``max_age_s``: this
+        query's age limit, else the ledger's). Raises sqlite3/OS errors."""
+        age = self.max_age_s if max_age_s is None else max_age_s
         db = self._open()
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -187,8 +202,8 @@ class CutLedger:
             seen = now if looked_at is None else looked_at
             out = {}
             for tp in topics:
-                newest, fresh = self._recent(db, tp, now)
-                end, record = choose_end(tp, fresh, newest, seen, now, self.max_age_s)
+                newest, fresh = self._recent(db, tp, now, age)
+                end, record = choose_end(tp, fresh, newest, seen, now, age)
                 if record:
                     self._record(db, tp, end, (newest.seq + 1) if newest is not None else 1, now)
                 out[tp.topic] = end
@@ -199,7 +214,8 @@ class CutLedger:
                 db.execute("ROLLBACK")
             raise
 
-    def _recent(self, db: sqlite3.Connection, tp: TopicPlan, now: float) -> tuple[Cut | None, list[Cut]]:
+    def _recent(self, db: sqlite3.Connection, tp: TopicPlan, now: float,
+                max_age_s: float) -> tuple[Cut | None, list[Cut]]:
         """The topic's newest cut of this incarnation (None: none, or the newest is another incarnation's) and its
         cuts young enough to take, newest first."""
         newest: Cut | None = None
@@ -214,7 +230,7 @@ class CutLedger:
             cut = Cut(int(seq), float(at), {int(p): int(o) for p, o in json.loads(ends).items()})
             if newest is None:
                 newest = cut
-            if now - cut.at > self.max_age_s:
+            if now - cut.at > max_age_s:
                 break  # recorded in order (at is taken inside the transaction): the older ones are older still
             fresh.append(cut)
         return newest, fresh
@@ -246,6 +262,7 @@ class SharedCuts:
         self.source = source
         self._ledger: CutLedger | None = None
         self._warned_at = -WARN_EVERY_S
+        self._planned_at: float | None = None  # when this reader last planned a batch (its cycle: age_limit)
 
     @classmethod
     def from_options(cls, options: Any, source: str) -> SharedCuts | None:
@@ -276,12 +293,26 @@ class SharedCuts:
             self._ledger = CutLedger(path, max_age_s=self.max_age_s)
         return self._ledger
 
+    def age_limit(self, now: float) -> float:
+        """The oldest cut this query takes, in seconds: ``max_age_s``, or twice its own batch cycle when that is
+        longer (at most ``MAX_AGE_CAP_S``).
+
+        Why adaptive: a query whose batches take 3 s (a loaded machine, a big aggregation) plans every 3 s, and
+        every cut the others recorded since its last plan is older than a fixed 1 s by then: it took none of
+        them, ended on its own offsets, and its store shared no Position with the others (statements over both
+        waited, then failed NO_COMMON_POSITION). Its freshness is its batch time's anyway; taking cuts up to two
+        cycles old costs it about that much more, and nothing to the queries that keep up.
+        """
+        cycle = 0.0 if self._planned_at is None else max(0.0, now - self._planned_at)
+        self._planned_at = now
+        return min(MAX_AGE_CAP_S, max(self.max_age_s, 2 * cycle))
+
     def ends(self, topics: Sequence[TopicPlan], looked_at: float) -> dict[str, Ends]:
         """Each topic's batch end: the ledger's rule, or the reader's own ends when the ledger cannot be used."""
         try:
             ledger = self._resolve()
             if ledger is not None:
-                return ledger.plan(topics, looked_at)
+                return ledger.plan(topics, looked_at, self.age_limit(time.time()))
         except (sqlite3.Error, OSError, ValueError) as exc:
             if self._ledger is not None:
                 self._ledger.close()  # opened again next time (a damaged file replaced, space freed)

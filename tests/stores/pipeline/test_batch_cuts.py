@@ -21,6 +21,7 @@ from stores import EventLog, KafkaSource
 from stores.pipeline.batch_cuts import (
     LEDGER_OPTION,
     LEDGER_REF_OPTION,
+    MAX_AGE_CAP_S,
     MAX_AGE_OPTION,
     Cut,
     CutLedger,
@@ -51,9 +52,15 @@ def _ge(a: dict[int, int], b: dict[int, int]) -> bool:
 
 
 # -- the rule ---------------------------------------------------------------------------------------------------
-def test_the_newest_fresh_cut_ahead_of_start_is_taken_rather_than_what_is_available() -> None:
+def test_the_oldest_fresh_cut_ahead_of_start_is_taken_rather_than_what_is_available() -> None:
     cuts = [Cut(3, T0 - 0.1, {0: 30, 1: 30}), Cut(2, T0 - 0.2, {0: 20, 1: 20})]
-    assert choose_end(_plan({0: 10, 1: 10}, {0: 40, 1: 41}), cuts, cuts[0], T0, T0, 1.0) == ({0: 30, 1: 30}, False)
+    # two fresh cuts ahead: the older one, so this query's store also holds the Position a store at it holds
+    assert choose_end(_plan({0: 10, 1: 10}, {0: 40, 1: 41}), cuts, cuts[0], T0, T0, 1.0) == ({0: 20, 1: 20}, False)
+    # and from there the next one
+    assert choose_end(_plan({0: 20, 1: 20}, {0: 40, 1: 41}), cuts, cuts[0], T0, T0, 1.0) == ({0: 30, 1: 30}, False)
+    # the older cut stale (past the age limit), the newer fresh: the fresh one
+    assert choose_end(_plan({0: 10, 1: 10}, {0: 40, 1: 41}), cuts, cuts[0], T0, T0 + 0.85, 1.0) == \
+        ({0: 30, 1: 30}, False)
     # at the newest cut already: nothing ahead, so it ends on what is available and records that
     assert choose_end(_plan({0: 30, 1: 30}, {0: 40, 1: 41}), cuts, cuts[0], T0, T0, 1.0) == ({0: 40, 1: 41}, True)
     # a cut older than the age limit is stale: not taken, and what is available becomes the next cut
@@ -62,6 +69,31 @@ def test_the_newest_fresh_cut_ahead_of_start_is_taken_rather_than_what_is_availa
     assert choose_end(_plan({0: 30, 1: 30}, {0: 30, 1: 30}), cuts, cuts[0], T0, T0, 1.0) == ({0: 30, 1: 30}, False)
     # an empty ledger: the first cut
     assert choose_end(_plan({0: 0}, {0: 5}), [], None, T0, T0, 1.0) == ({0: 5}, True)
+
+
+def test_a_slow_query_takes_cuts_as_old_as_two_of_its_cycles(tmp_path: Path) -> None:
+    """A query whose batches take 3 s takes the cut another query recorded 2.5 s ago (with a fixed 1 s limit it
+    took none, ended on its own offsets, and its store shared no Position with the other's)."""
+    cuts = SharedCuts(None, None, 1.0, "test")
+    assert cuts.age_limit(100.0) == 1.0  # first plan: no cycle known yet
+    assert cuts.age_limit(103.0) == 6.0  # a 3 s cycle: two of them
+    assert cuts.age_limit(103.2) == 1.0  # keeping up again: the configured limit
+    assert cuts.age_limit(1_000.0) == MAX_AGE_CAP_S  # a query that stalled for minutes: capped
+    ledger = CutLedger(tmp_path / "ledger.db")
+    try:
+        assert ledger.plan([_plan({0: 0}, {0: 10})]) == {"orders": {0: 10}}  # the fast query records a cut
+        time.sleep(0.3)
+        slow = [_plan({0: 0}, {0: 25})]
+        assert ledger.plan(slow, max_age_s=0.2) == {"orders": {0: 25}}  # too old for this limit: its own, recorded
+        ledger2 = CutLedger(tmp_path / "ledger2.db")
+        try:
+            ledger2.plan([_plan({0: 0}, {0: 10})])
+            time.sleep(0.3)
+            assert ledger2.plan(slow, max_age_s=6.0) == {"orders": {0: 10}}  # within two cycles: the shared cut
+        finally:
+            ledger2.close()
+    finally:
+        ledger.close()
 
 
 def test_a_cut_behind_start_in_any_partition_or_over_other_partitions_is_not_taken() -> None:
@@ -212,7 +244,7 @@ def test_two_iqlog_readers_end_on_the_same_cut_and_a_replayed_start_is_left_alon
         assert a.latestOffset(end_a, ReadAllAvailable()) == end_b
         # a start Spark replays from its checkpoint (no cut of the ledger): planned from, never pulled back
         odd = {"orders": {"0": 1, "1": 0}, EPOCHS_KEY: end_a[EPOCHS_KEY]}
-        assert a.latestOffset(odd, ReadAllAvailable()) == end_b
+        assert a.latestOffset(odd, ReadAllAvailable()) == end_a  # the oldest fresh cut ahead of it
         # a catching-up query under a read limit: its own ends, never recorded (behind the newest cut), until it
         # joins the sequence
         limited = _iqlog(log.root, ledger, maxRecordsPerBatch="7")
