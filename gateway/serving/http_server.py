@@ -17,7 +17,10 @@ to a thread waiting for it. Measured on 2 cores, ``serve`` defaults, 8
 clients (wrk): point lookups 3.7-4.9k → 4.8-8.1k req/s, p50 1.3-2.2 →
 1.1-1.5 ms. The price: a client that pipelines HTTP/1.1 requests gets a
 small response when the request behind it is answered, not before (no
-client of ours pipelines; browsers and HTTP libraries do not). If the
+client of ours pipelines; browsers and HTTP libraries do not). A small
+answer in one piece with its Content-Length (a point lookup, the ping, an
+error) is the exception: its handler thread sends it at once, in one send
+(whole_answer.py: one thread hand-off fewer per request). If the
 serving loop dies anyway, ``on_failure`` is called: the CLI logs why and
 exits non-zero, so a supervisor restarts it instead of a port that answers
 nothing staying open.

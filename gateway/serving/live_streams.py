@@ -26,7 +26,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from waitress.channel import HTTPChannel
-from waitress.task import WSGITask
+
+from .whole_answer import WholeAnswerTask
 
 __all__ = ["StreamHooks", "ThreadLender", "install_stream_hooks", "STREAM_HIGH_WATER", "ENVIRON_KEY"]
 
@@ -116,10 +117,11 @@ class StreamHooks:
 
 
 def install_stream_hooks(server: Any, threads: int) -> ThreadLender:
-    """Give every request of ``server`` (a waitress TcpWSGIServer) its ``StreamHooks``."""
+    """Give every request of ``server`` (a waitress TcpWSGIServer) its ``StreamHooks``, and send small whole
+    answers at once (``whole_answer``)."""
     lender = ThreadLender(server.task_dispatcher, threads)
 
-    class _Task(WSGITask):
+    class _Task(WholeAnswerTask):
         def get_environment(self) -> dict[str, Any]:
             environ: dict[str, Any] = super().get_environment()
             environ[ENVIRON_KEY] = StreamHooks(self.channel, lender)
