@@ -107,7 +107,7 @@ def server(state: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
     with open(err, "w") as f:
         proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--state-dir", str(state), "--port", "0",
                                  "--workers", "2", "--threads", "4", "--no-pin-cpus", "--max-rows", str(MAX_ROWS),
-                                 "--max-response-size", "512KB", "--statement-timeout-ms", "1500", "--pg-port", "0"],
+                                 "--max-response-size", "512KB", "--statement-timeout-ms", "3000", "--pg-port", "0"],
                                 cwd=ROOT, stdout=subprocess.DEVNULL, stderr=f, text=True)
     try:
         url = pg = None
@@ -219,7 +219,7 @@ IN_PROCESS = textwrap.dedent("""
     import duckdb
     from gateway import Gateway, connect
     from gateway.engine import errors as ge
-    gw = Gateway.open({state!r}, max_rows={max_rows}, max_response_bytes=524288, statement_timeout_ms=1500)
+    gw = Gateway.open({state!r}, max_rows={max_rows}, max_response_bytes=524288, statement_timeout_ms=3000)
     statements = {statements!r}
     for name, sql, code in statements:
         for way in ("arrow", "stream", "rows", "relation", "dbapi"):
