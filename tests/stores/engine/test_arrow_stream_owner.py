@@ -100,7 +100,7 @@ CRASH = textwrap.dedent("""
     from gateway.engine.config import GatewayConfig
     from gateway.engine import Gateway
     from gateway.http.renderers import render_arrow
-    from gateway.errors import RowLimitExceeded
+    from gateway.engine.errors import RowLimitExceeded
     from tests.gateway.gwfixtures import make_app, REVENUE
     from stores.engine.change import Change
     from stores.iqv2.position import Position
