@@ -28,7 +28,7 @@ import contextlib
 import re
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..iqv2.position import Position
 from ..iqv2.result import FailureReason, QueryResult
@@ -39,7 +39,29 @@ from .files import rollback
 from .sqlite_scans import sqlite_rows
 
 if TYPE_CHECKING:
-    from .base import PartitionStore
+    import contextlib as _cl
+    from pathlib import Path
+
+    from ..catalog.schema import StoreSpec
+
+
+class PartitionStore(Protocol):
+    """What the as-of reads use of a partition store (base.PartitionStore; a Protocol, so this module does not
+    import base, which imports it)."""
+
+    TABLE: str
+    ROW_KEY: tuple[str, ...]
+    name: str
+    partition: int
+    path: Path
+    spec: StoreSpec
+
+    def _reader(self, *, as_of: bool = False) -> _cl.AbstractContextManager[sqlite3.Connection]: ...
+    def current_position(self) -> Position: ...
+    def position_of(self, text: str) -> Position: ...
+    @property
+    def source_topics(self) -> frozenset[str] | None: ...
+    def row_columns(self) -> list[str]: ...
 
 __all__ = ["AsOfTarget", "AsOfMiss", "fetch_as_of", "wanted", "compare", "make_pool", "kept_positions",
            "AS_OF_READERS"]

@@ -471,6 +471,10 @@ class Topology:
         return tuple(sorted(topics))
 
     def _source_partitions(self, topic: str) -> int:
+        """How many partitions the stream's topic has (a count pinned on the source is asked of no broker)."""
+        pinned = (getattr(self.log, "partitions_override", None) or {}).get(topic)
+        if pinned is not None:
+            return int(pinned)
         return self.log.partitions(topic) if self.log.has_topic(topic) else 1
 
 
