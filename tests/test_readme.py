@@ -119,6 +119,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
 def _localized(text: str, demo: Demo, broker: str | None) -> str:
     """The block as it runs here: the demo's port for 8080, the test broker for broker:9092."""
     text = text.replace("127.0.0.1:8080", f"127.0.0.1:{demo.port}")
+    text = text.replace("iqgate sql ", f"iqgate sql --url http://127.0.0.1:{demo.port} ")  # its default is 8080
     if broker is not None:
         text = text.replace("broker:9092", broker)
     return text
