@@ -177,9 +177,12 @@ def _visible_at(app: Any, partition: int, offset: int, key: str, timeout_s: floa
            .with_position_bound(PositionBound.at(Position.from_map({TOPIC: {partition: offset}}))))
     deadline = time.perf_counter() + timeout_s
     while time.perf_counter() < deadline:
+        seen = app.applied_batches()  # before the read: a batch applied after it wakes the wait below
         if app.query(req).partition_results[partition].is_success:
             return time.perf_counter()
-        time.sleep(0.002)  # the baseline is woken the moment its batch ends: poll finely (a lookup is ~20 µs)
+        # woken when a batch is applied, as the baseline is by its condition and a statement waiting for a bound
+        # is (gateway run_scan); the timeout only bounds the wait
+        app.wait_applied(seen, 0.05)
     raise TimeoutError(f"offset {offset} of partition {partition} never became visible")
 
 
@@ -224,8 +227,8 @@ class Freshness:
     ``steps[side][name]``: per sample, the time of each step in ``STEPS``: from the append to foreachBatch
     being called (the trigger's wait, ``latestOffset``, planning, the offsets log), Spark's job with the rows
     reaching Python (ours: ``toArrow``; bare: the ``noop`` write, no rows), the store's write and commit with its
-    changelog (bare: none), and from then to the read seeing it (ours: the poller; bare: 0, its time is taken in
-    its sink).
+    changelog (bare: none), and from then to the read seeing it (ours: the reader, woken by the applied batch;
+    bare: 0, its time is taken in its sink).
     """
 
     ours: list[float] = field(default_factory=list)
@@ -245,11 +248,12 @@ def _freshness(spark: Any, root: Path, samples: int, source: Any = event_log, bu
 
     Why this shape: on a shared 2-core machine a Spark job's time moves by ×2 from one minute to the next,
     so sides measured one after the other (ours, then bare) compared two machines, and 8 samples a side made
-    "p99" the single slowest batch (issue 50: 1.45× and 1.57× in two quick runs, 0.91-1.06× when the same
-    code was measured this way). Each side has its own log (the same topic name, a copy of the same records)
-    and its query runs all along; the sides take turns sample by sample, ours first in even rounds and bare
-    first in odd ones, so both see the same machine. The query not being measured idles (a ``latestOffset``
-    every trigger), on both sides alike. Sampling stops after ``samples`` a side or at ``budget_s``.
+    "p99" the single slowest batch (issue 50: 1.45× and 1.57× in two quick runs; in one process on one
+    commit, that way gave p99 2.29× then 0.89×, this way 0.92× and 0.74×). Each side has its own log (the
+    same topic name, a copy of the same records) and its query runs all along; the sides take turns sample
+    by sample, ours first in even rounds and bare first in odd ones, so both see the same machine. The query
+    not being measured idles (a ``latestOffset`` every trigger), on both sides alike. Sampling stops after
+    ``samples`` a side or at ``budget_s``.
     """
     from stores import StreamsApp, Topology
 
@@ -299,9 +303,9 @@ def _freshness(spark: Any, root: Path, samples: int, source: Any = event_log, bu
             if bare is not None:
                 bare.stop()
             app.close(60)
-    print(f"   freshness: {len(out.ours)} samples a side in {out.seconds:.0f} s (start-up {out.setup_s:.0f} s); steps ({'/'.join(STEPS)}) ms, "
-          f"p50 ours {out.summary('ours', 50)} bare {out.summary('bare', 50)}; p99 ours {out.summary('ours', 99)} "
-          f"bare {out.summary('bare', 99)}", file=sys.stderr, flush=True)
+    print(f"   freshness: {len(out.ours)} samples a side in {out.seconds:.0f} s (start-up {out.setup_s:.0f} s); "
+          f"steps ({'/'.join(STEPS)}) ms, p50 ours {out.summary('ours', 50)} bare {out.summary('bare', 50)}; "
+          f"p99 ours {out.summary('ours', 99)} bare {out.summary('bare', 99)}", file=sys.stderr, flush=True)
     return out
 
 
@@ -586,7 +590,7 @@ def run(quick: bool, sizes: tuple[tuple[int, int], ...] | None = None, cuts_only
     spark = get_or_create()
     if cuts_only:
         return _cuts_figures(spark, root, max(samples, 40), cut_max_age_ms)
-    fresh = _freshness(spark, root, FRESH_SAMPLES[quick], budget_s=FRESH_BUDGET_S[quick])
+    small = _freshness(spark, root, FRESH_SAMPLES[quick], budget_s=FRESH_BUDGET_S[quick])
     cut_figs = _cuts_figures(spark, root, samples)
     if not quick:
         _measure(spark, root, *WARMUP, tag="-warmup")  # the first Spark runs of a JVM are slower on both sides
@@ -596,12 +600,12 @@ def run(quick: bool, sizes: tuple[tuple[int, int], ...] | None = None, cuts_only
         results.append(_measure(spark, root, events, keys, fresh, tag=f"-{i}", rounds=1 if quick else ROUNDS))
     figs = []
     for p in (50, 99):
-        v, b = percentile(fresh.ours, p) * 1000, percentile(fresh.bare, p) * 1000
+        v, b = percentile(small.ours, p) * 1000, percentile(small.bare, p) * 1000
         figs.append(Figure(f"pipeline freshness p{p} (append -> visible in app.query)", v, "ms", b,
                            "bare Spark foreachBatch (noop), same run, interleaved", "<= 1.25x", v <= 1.25 * b,
-                           note=f"{len(fresh.ours)} samples a side taken in turns, both queries running, trigger "
+                           note=f"{len(small.ours)} samples a side taken in turns, both queries running, trigger "
                                 f"{TRIGGER}; p{p} of each step ({', '.join(STEPS)}) ms: ours "
-                                f"{fresh.summary('ours', p)}, bare {fresh.summary('bare', p)}"))
+                                f"{small.summary('ours', p)}, bare {small.summary('bare', p)}"))
     for m in results:
         rows = sum(b[0] for b in m.sink)
         figs.append(Figure(f"pipeline ingest, {m.events:,} events / {m.keys:,} keys", m.ours, "records/s", m.bare,
