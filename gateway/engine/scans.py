@@ -79,11 +79,18 @@ class Waiting:
 
 def run_scan(source: Source, scan: StoreScan, bound: Position, waiting: Waiting | None) -> Answers:
     """Run every request of a scan; while a partition is behind the bound, re-ask it until the wait ends
-    (``waiting`` None: the statement does not wait)."""
+    (``waiting`` None: the statement does not wait).
+
+    Between two asks it sleeps with a backoff (2 ms up to 50 ms), or, from a source that wakes waiters (a
+    StreamsApp in this process), until the next batch is applied: the count of applied batches is read before
+    the first ask, so a commit between an ask and the wait is never missed."""
     pb = PositionBound.at(bound)
     requests = [r if pb.is_unbounded() and r.position_bound.is_unbounded()
                 else r.with_position_bound(PositionBound.at(r.position_bound.position.merge(bound)))
                 for r in scan.requests]
+    caps = waiting.caps if waiting is not None and not pb.is_unbounded() else None
+    count, wake = (caps.applied_batches, caps.wait_applied) if caps is not None else (None, None)
+    seen = count() if count is not None and wake is not None else 0  # before the first ask
     answers = [query_store(source, r) for r in requests]
     if waiting is None or pb.is_unbounded() or not any(is_behind(a) for _, a in answers):
         return answers
@@ -103,7 +110,10 @@ def run_scan(source: Source, scan: StoreScan, bound: Position, waiting: Waiting 
             now = time.monotonic()
             if not behind or now >= wait_until or not waiting.watch.alive():
                 break
-            time.sleep(min(pause, wait_until - now))
+            if wake is not None and count is not None:  # woken by the next batch's commit (the pause: a fallback)
+                seen = wake(seen, min(pause, wait_until - now))
+            else:
+                time.sleep(min(pause, wait_until - now))
             pause = min(pause * 2, _MAX_POLL_S)
             for i in behind:
                 answers[i] = query_store(source, requests[i])

@@ -21,6 +21,7 @@ contract tests against every kind of source.
 | ``Routes`` | ``system.partitions`` of a routed server: its own partitions and every peer's |
 | ``FollowsLive`` | live answers: the object whose stores' changelogs feeds follow, where it is not the source |
 | ``ReadsStreams`` | pull queries on streams: a reader of a stream's records from its log (issue 51) |
+| ``WakesWaiters`` | waiting for a bound: woken when a batch is applied, not at the next poll (issue 50) |
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from stores.iqv2.result import StateQueryResult
 from stores.iqv2.state import State
 
 __all__ = ["Source", "PointReads", "ReportsStatus", "KnowsSourceEnds", "Upgrades", "HasRoles", "HasLags", "Routes",
-           "FollowsLive", "ReadsStreams", "DeclaresCapabilities", "Capabilities"]
+           "FollowsLive", "ReadsStreams", "WakesWaiters", "DeclaresCapabilities", "Capabilities"]
 
 
 @runtime_checkable
@@ -114,6 +115,15 @@ class ReadsStreams(Protocol):
 
 
 @runtime_checkable
+class WakesWaiters(Protocol):
+    """A source whose writer runs in this process (a StreamsApp) and can wake a statement waiting for a bound."""
+
+    def applied_batches(self) -> int: ...
+
+    def wait_applied(self, seen: int, timeout_s: float) -> int: ...
+
+
+@runtime_checkable
 class DeclaresCapabilities(Protocol):
     def capabilities(self) -> Capabilities:
         """What this source can do, said outright (a wrapper's differ from what it wraps)."""
@@ -134,6 +144,8 @@ class Capabilities:
     partition_rows: Callable[[], list[tuple[Any, ...]]] | None
     live_source: Callable[[], Any] | None = None
     stream_reader: Callable[[str], Any] | None = None
+    applied_batches: Callable[[], int] | None = None
+    wait_applied: Callable[[int, float], int] | None = None
 
     @classmethod
     def of(cls, source: Any) -> Capabilities:
@@ -157,6 +169,8 @@ class Capabilities:
             partition_rows=source.partition_rows if isinstance(source, Routes) else None,
             live_source=source.live_source if isinstance(source, FollowsLive) else None,
             stream_reader=source.stream_reader if isinstance(source, ReadsStreams) else None,
+            applied_batches=source.applied_batches if isinstance(source, WakesWaiters) else None,
+            wait_applied=source.wait_applied if isinstance(source, WakesWaiters) else None,
         )
 
     def names(self) -> list[str]:

@@ -87,6 +87,8 @@ class HealthTracker:
         self._stores: dict[str, StoreStatus] = {s: StoreStatus(since=now) for s in stores}
         self._listeners: list[Callable[[], None]] = [on_change] if on_change is not None else []
         self._progress_published = float("-inf")
+        self._applied_total = 0  # batches applied over every store: what waiters for a Position bound wait on
+        self._applied_cv = threading.Condition(threading.Lock())  # not ``_lock``: a waiter never holds up a status
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Also call ``listener`` (outside the lock) after each change (a supervisor publishing the status)."""
@@ -116,10 +118,30 @@ class HealthTracker:
             self._changed()
 
     def applied(self, store: str) -> None:
-        """A batch was applied: count it (no notification: too frequent for app.json)."""
+        """A batch was applied: count it (no notification: too frequent for app.json), and wake ``wait_applied``."""
         with self._lock:
             old = self._stores.get(store) or StoreStatus()
             self._stores[store] = replace(old, batches=old.batches + 1, last_batch_at=time.time())
+        with self._applied_cv:
+            self._applied_total += 1
+            self._applied_cv.notify_all()
+
+    def applied_batches(self) -> int:
+        """Batches applied so far over every store (read it before reading a store, then ``wait_applied``)."""
+        with self._applied_cv:
+            return self._applied_total
+
+    def wait_applied(self, seen: int, timeout_s: float) -> int:
+        """Block until more than ``seen`` batches are applied, or ``timeout_s``; the count then.
+
+        Why: a statement waiting for a Position bound polled the stores with a backoff up to 50 ms, so it saw
+        a batch on average ~25 ms after its commit (issue 50: the waiter's wake-up in append → visible). Woken
+        here it reads again at once. Any store's batch wakes it: a read of a partition costs microseconds.
+        """
+        with self._applied_cv:
+            if self._applied_total == seen and timeout_s > 0:
+                self._applied_cv.wait(timeout_s)
+            return self._applied_total
 
     def progress(self, store: str, progress: Mapping[str, Any]) -> None:
         """A catch-up or rebuild progress report; ``on_change`` at most every PROGRESS_PUBLISH_S for these.

@@ -172,6 +172,19 @@ class StreamsApp(StoreRebuilds):
             out["fatal"] = self._why().strip()
         return out
 
+    def applied_batches(self) -> int:
+        """Batches this app's stores have applied so far (``wait_applied``'s ``seen``: read it before a read)."""
+        return self.health.applied_batches()
+
+    def wait_applied(self, seen: int, timeout_s: float) -> int:
+        """Block until a batch beyond ``seen`` is applied here, or ``timeout_s``; the count then.
+
+        For statements waiting for a Position bound in this process: woken by the commit, not by their next
+        poll (health.py). A store written without the runtime (a test writing directly) does not wake it: the
+        waiter's own timeout still polls.
+        """
+        return self.health.wait_applied(seen, timeout_s)
+
     def source_end_offsets(self, topics: Iterable[str]) -> Position | None:
         """The last offset per partition of the source topics (None without a source log, e.g. hand-written stores).
 

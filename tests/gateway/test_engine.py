@@ -289,6 +289,64 @@ def test_bound_ahead_of_the_stores_is_not_up_to_bound(gw: Gateway, shop: Shop) -
     assert out.rows() == [(len(shop.revenue),)]
 
 
+def test_a_statement_waiting_for_a_bound_is_woken_by_the_applied_batch_not_by_polling(
+        tmp_path: Path, shop: Shop, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 50: a StreamsApp wakes a statement waiting for a Position bound when a batch is applied (the runtime
+    counts each in ``health.applied``), so the statement reads again at once rather than at its next poll (a
+    backoff up to 50 ms). The wait never sleeps a poll's pause then, and reads the batch's rows."""
+    import gateway.engine.scans as scans
+
+    app = make_app(tmp_path / "w", (REVENUE,), app_id="wake-waiters")
+    app.start()
+    try:
+        app.writer("revenue").write_batch(0, [Change("a", (1.0, 1))], shop.position)
+        nxt = shop.position.with_component("orders", 1, shop.position.offset("orders", 1) + 3)
+        waiting = threading.Event()
+        wait_applied = app.wait_applied
+
+        def waits(seen: int, timeout_s: float) -> int:
+            waiting.set()
+            return wait_applied(seen, timeout_s)
+
+        app.wait_applied = waits  # type: ignore[method-assign]
+
+        def pipeline() -> None:  # as the runtime does: write the batch, then count it as applied
+            waiting.wait(30)
+            app.writer("revenue").write_batch(1, [Change("a", (2.0, 2))], nxt)
+            app.health.applied("revenue")
+
+        sleeps: list[float] = []
+        monkeypatch.setattr(scans, "time", type("T", (), {"monotonic": staticmethod(time.monotonic),
+                                                         "sleep": staticmethod(sleeps.append)}))
+        gw = Gateway(app)
+        assert gw.capabilities.wait_applied is not None and gw.capabilities.applied_batches is not None
+        writer = threading.Thread(target=pipeline)
+        writer.start()
+        out = gw.sql("SELECT revenue FROM revenue WHERE customer = 'a'", position=nxt.to_json_map(), wait_ms=30_000)
+        writer.join(30)
+        assert out.rows() == [(2.0,)] and out.position.offset("orders", 1) >= nxt.offset("orders", 1)
+        assert sleeps == []  # woken by the batch (or the wait's own fallback timeout), never a blind sleep
+        gw.close()
+    finally:
+        app.close()
+
+
+def test_applied_batches_wake_waiters_and_a_wait_without_one_ends_at_its_timeout(tmp_path: Path) -> None:
+    """The count a waiter reads before it reads the stores, then waits on: a batch applied in between is not
+    missed (the wait returns at once), and with none the wait returns the same count."""
+    app = make_app(tmp_path / "c", (REVENUE,), app_id="applied-count")
+    app.start()
+    try:
+        seen = app.applied_batches()
+        assert app.wait_applied(seen, 0.0) == seen
+        app.health.applied("revenue")  # between the read and the wait
+        assert app.wait_applied(seen, 30.0) == seen + 1
+        threading.Timer(0.05, lambda: app.health.applied("revenue")).start()
+        assert app.wait_applied(seen + 1, 30.0) == seen + 2
+    finally:
+        app.close()
+
+
 def test_as_of_position_in_sql_and_in_session(gw: Gateway, shop: Shop) -> None:
     ahead = json.dumps({"orders": {"1": shop.position.offset("orders", 1) + 5}})
     with pytest.raises(ge.NotUpToBoundError):

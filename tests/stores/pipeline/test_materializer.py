@@ -11,6 +11,7 @@ deduplication (Kafka's definition); the reference below is adjusted to it.
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,7 +30,7 @@ from stores.engine.change import Change  # noqa: E402
 from stores.engine.codec import BatchError  # noqa: E402
 from stores.engine.writer import PartitionedWriter  # noqa: E402
 from stores.iqv2.position import Position  # noqa: E402
-from stores.pipeline.materializer import rows_to_table  # noqa: E402
+from stores.pipeline.materializer import BatchSink, BatchTimes, rows_to_table  # noqa: E402
 from tests.stores.engine.row_path import RowPathStore, dump  # noqa: E402
 
 GAP = 60_000
@@ -154,3 +155,25 @@ def test_a_bad_row_from_spark_fails_the_batch_naming_it(tmp_path: Path) -> None:
                                          r"store needs the record timestamp"):
         writer.write_table(1, rows_to_table(decl, bad, None), Position.from_map({"t": {0: 1}}))
     assert dump(writer._stores[0]._wconn, decl.spec.kind) == ([("a", 5, 1)], (0, Position.from_map({"t": {0: 0}}), 5))
+
+
+def test_the_sink_logs_each_batch_s_moments_and_position_for_freshness_breakdowns(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The pipeline benchmark splits append → visible at the sink's moments (issue 50): they come in order, with the
+    Position the batch wrote, on the debug record's ``batch_times``; and the store holds that Position by then."""
+    decl, writer = _store(tmp_path, "aggregate", (Column("n", SqlType.BIGINT),))
+    decl.driver_plan = None
+    ck = tmp_path / "ck"
+    (ck / "offsets").mkdir(parents=True)
+    (ck / "offsets" / "0").write_text('v1\n{"batchTimestampMs":7}\n{"orders":{"0":3,"1":0}}\n', encoding="utf-8")
+    applied: list[tuple[str, int, Position]] = []
+    sink = BatchSink(decl, ck, lambda: writer, lambda *a: applied.append(a))
+    batch = SimpleNamespace(toArrow=lambda: pa.table({"__k": ["a"], "__v0": pa.array([1], pa.int64()),
+                                                      "__ts": pa.array([5], pa.int64())}))
+    with caplog.at_level(logging.DEBUG, logger="stores.pipeline.materializer"):
+        sink(batch, 0)  # type: ignore[arg-type]
+    [times] = [r.batch_times for r in caplog.records if hasattr(r, "batch_times")]
+    assert isinstance(times, BatchTimes) and times.batch_id == 0
+    assert times.started <= times.collected <= times.written
+    assert times.position == Position.from_map({"orders": {0: 2}}) == applied[0][2]
+    assert writer._stores[0].current_position() == times.position
