@@ -41,6 +41,11 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.driver.memory": "1g",
     "spark.sql.streaming.minBatchesToRetain": "20",
     "spark.python.worker.reuse": "true",
+    # A query stopped in the middle of a batch (app.close under ingest) fails that batch with py4j's long message
+    # (a Java and a Python traceback); Spark's StreamExecution.isInterruptionException runs a regex over it, which
+    # on the JVM's default 1 MB thread stack overflowed: a StackOverflowError for the stream thread, ~1,000 lines
+    # on the console. A bigger default stack (reserved, not resident) lets the check finish and the stop be quiet.
+    "spark.driver.extraJavaOptions": "-Xss16m",
 }
 
 # Local masters only: a task's result up to this size comes back with its status update instead of through
@@ -90,7 +95,11 @@ def get_or_create(master: str = "local[2]", conf: Mapping[str, str] | None = Non
 def session_conf(master: str, conf: Mapping[str, str] | None = None) -> dict[str, str]:
     """The settings a new session gets on ``master``: DEFAULT_CONF, LOCAL_CONF on a local master, then ``conf``."""
     local = LOCAL_CONF if master.startswith("local") else {}
-    return {**DEFAULT_CONF, **local, **(conf or {})}
+    out = {**DEFAULT_CONF, **local, **(conf or {})}
+    key = "spark.driver.extraJavaOptions"
+    if conf and key in conf and conf[key] != DEFAULT_CONF[key]:  # the caller's JVM flags beside ours, theirs last
+        out[key] = f"{DEFAULT_CONF[key]} {conf[key]}"
+    return out
 
 
 def register_sources(spark: SparkSession) -> None:

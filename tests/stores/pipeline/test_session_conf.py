@@ -29,7 +29,18 @@ def test_the_callers_conf_wins_over_both() -> None:
     assert conf["spark.sql.shuffle.partitions"] == "8"
 
 
+def test_the_callers_jvm_flags_go_beside_ours() -> None:
+    """The hosting's log4j flags must not drop the bigger thread stack (a stop under ingest printed a
+    StackOverflowError from Spark's interruption check); the caller's flags come last, so they win."""
+    key = "spark.driver.extraJavaOptions"
+    assert "-Xss16m" in DEFAULT_CONF[key]
+    conf = session_conf("local[2]", {key: "-Dlog4j.configurationFile=file:/x -Xss4m"})
+    assert conf[key] == "-Xss16m -Dlog4j.configurationFile=file:/x -Xss4m"
+    assert session_conf("local[2]", {key: DEFAULT_CONF[key]})[key] == DEFAULT_CONF[key]
+
+
 def test_the_test_session_runs_with_it_and_a_multi_megabyte_result_arrives_whole(spark: Any) -> None:
+    assert "-Xss16m" in spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")
     assert spark.sparkContext.getConf().get("spark.task.maxDirectResultSize") == "128m"
     # two tasks of ~150k rows and ~3 MB of Arrow each: above Spark's default 1 MB, under ours
     df = spark.range(300_000, numPartitions=2).selectExpr("id", "format_string('c%07d', id) AS k")
