@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import re
 import socket
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from stores.app.streams import StoreTopology, StreamsApp
 from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
 from stores.engine.change import Change
 from stores.iqv2.position import Position
+from tests.gateway.serving.served_process import served_process
 
 ROOT = Path(__file__).resolve().parents[3]
 N = 40_000  # rows of the key-value store: several Arrow batches of a scan (16,384 rows each)
@@ -104,21 +104,9 @@ class Server:
 @pytest.fixture(scope="module")
 def server(state: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     err = tmp_path_factory.mktemp("early-end-server") / "serve.err"
-    with open(err, "w") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--state-dir", str(state), "--port", "0",
-                                 "--workers", "2", "--threads", "4", "--no-pin-cpus", "--max-rows", str(MAX_ROWS),
-                                 "--max-response-size", "512KB", "--statement-timeout-ms", "3000", "--pg-port", "0"],
-                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=f, text=True)
-    try:
-        url = pg = None
-        deadline = time.monotonic() + 60
-        while (url is None or pg is None) and time.monotonic() < deadline and proc.poll() is None:
-            text = err.read_text()
-            m = re.search(r"on (http://127\.0\.0\.1:\d+) \(", text)
-            p = re.search(r"PostgreSQL protocol on 127\.0\.0\.1:(\d+)", text)
-            url, pg = (m.group(1) if m else None), (int(p.group(1)) if p else None)
-            time.sleep(0.1)
-        assert url and pg, err.read_text()[-3000:]
+    flags = ["--workers", "2", "--threads", "4", "--no-pin-cpus", "--max-rows", str(MAX_ROWS),
+             "--max-response-size", "512KB", "--statement-timeout-ms", "3000"]
+    with served_process(state, err, flags) as (proc, url, pg):
         s = Server(proc, url, pg, err)
         for _ in range(600):  # until a serving process answers
             try:
@@ -128,9 +116,6 @@ def server(state: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
                 pass
             time.sleep(0.1)
         yield s
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def _http(server: Server, sql: str, accept: str) -> tuple[int, bytes, bool]:

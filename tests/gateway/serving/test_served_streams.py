@@ -5,9 +5,6 @@ names; over HTTP and the PostgreSQL port the answers are the log's, within the s
 from __future__ import annotations
 
 import json
-import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +17,7 @@ from stores.catalog.schema import Column, SqlType
 from stores.catalog.streams import StreamSpec
 from stores.log.eventlog import EventLog
 from tests.gateway.gwfixtures import Http
+from tests.gateway.serving.served_process import served_process
 
 ROOT = Path(__file__).resolve().parents[3]
 EVENTS = StreamSpec("events", "events", Column("key", SqlType.VARCHAR), (Column("n", SqlType.BIGINT),
@@ -36,22 +34,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Http, int
     app = StreamsApp(StoreTopology([], streams=[EVENTS], log=log), application_id="served", state_dir=tmp / "state")
     app.start()
     app.close(10)  # the files stay: a read-only server serves them, and reads the log app.json names
-    err = tmp / "serve.err"
-    with open(err, "w") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--state-dir", str(tmp / "state"),
-                                 "--port", "0", "--pg-port", "0", "--workers", "2", "--threads", "2", "--no-pin-cpus",
-                                 "--max-rows", "1000", "--max-response-size", "64KB"],
-                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=f, text=True)
-    try:
-        url = pg = None
-        deadline = time.monotonic() + 60
-        while (url is None or pg is None) and time.monotonic() < deadline and proc.poll() is None:
-            text = err.read_text()
-            m = re.search(r"on (http://127\.0\.0\.1:\d+) \(", text)
-            p = re.search(r"PostgreSQL protocol on 127\.0\.0\.1:(\d+)", text)
-            url, pg = (m.group(1) if m else None), (int(p.group(1)) if p else None)
-            time.sleep(0.1)
-        assert url and pg, err.read_text()[-3000:]
+    flags = ["--workers", "2", "--threads", "2", "--no-pin-cpus", "--max-rows", "1000", "--max-response-size", "64KB"]
+    with served_process(tmp / "state", tmp / "serve.err", flags) as (_proc, url, pg):
         http = Http(url)
         for _ in range(600):  # until a serving process answers
             try:
@@ -61,13 +45,6 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Http, int
                 pass
             time.sleep(0.1)
         yield http, pg, log
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 def _want(log: EventLog, partition: int) -> tuple[int, int]:
