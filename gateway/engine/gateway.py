@@ -82,6 +82,20 @@ STREAM_REQUIRED = ("a SUBSCRIBE (or SELECT … EMIT CHANGES) is a live answer th
 _ONE_MOMENT = frozenset({"snapshot", "monotonic"})  # the consistency levels that read several stores at one Position
 
 
+def _reads_several_partitions(plan: Plan, catalog: Mapping[str, StoreSpec]) -> bool:
+    """Can this statement's reads disagree? Only when it reads more than one store partition: several scans or
+    requests, or one scan of a store with several partitions, each committed in its own transaction (a full scan
+    could pair partition 0 after a batch with partition 1 before it)."""
+    n = 0
+    for scan in plan.scans:
+        spec = catalog.get(scan.store)
+        for request in scan.requests:
+            n += len(request.partitions) if request.partitions is not None else (spec.partitions if spec else 2)
+            if n > 1:
+                return True
+    return False
+
+
 class Gateway(Subscribing):
     """Runs SQL over the stores of one application. Thread-safe: every statement leases its own DuckDB cursor."""
 
@@ -328,8 +342,7 @@ class Gateway(Subscribing):
         waiting = Waiting(self.source, self.capabilities, wait_ms, watch, self._waiters,
                           self.config.max_waiters) if wait_ms > 0 else None
         one_moment = None
-        if explaining or (level in _ONE_MOMENT and (len(plan.scans) > 1 or any(len(s.requests) > 1
-                                                                                  for s in plan.scans))):
+        if explaining or (level in _ONE_MOMENT and _reads_several_partitions(plan, catalog)):
             wait = budget.wait_ms or self.config.consistency_wait_ms
             one_moment = min(time.monotonic() + wait / 1000, watch.deadline)
         partial = explaining or stmt.partial_results(self.config)

@@ -24,6 +24,7 @@ from gateway.engine.session_token import token_of
 from gateway.http import create_app
 from gateway.serving.http_server import ServerThread
 from stores.app.streams import StoreTopology, StreamsApp
+from stores.catalog.partitioner import partition_for_key
 from stores.catalog.schema import Column, SqlType, StoreKind, StoreSpec
 from stores.engine.change import Change
 from stores.iqv2.position import Position
@@ -107,6 +108,22 @@ def test_eventual_reads_each_store_at_its_latest_and_mixes(pipeline: Pipeline, g
     rows = gw.sql(JOIN, session={"consistency": "eventual"}).rows()
     assert rows == [(k, a, b) for (k, a, _), (_, _, b) in zip(_expected(2), _expected(0))]
     assert rows != _expected(0) and rows != _expected(2)  # two moments in one answer
+
+
+def test_a_scan_of_one_store_reads_its_partitions_at_one_position(pipeline: Pipeline, gw: Gateway) -> None:
+    """Partitions commit a batch one after another: a full scan of ``counts`` between the two commits read
+    partition 0 after batch 1 and partition 1 before it (one store, one request: no alignment was asked)."""
+    pipeline.write("counts", 0)
+    part0 = pipeline.app.partition_store("counts", 0)
+    mine = [k for k in KEYS if partition_for_key(k, COUNTS.partitions, SqlType.VARCHAR) == 0]
+    assert mine and len(mine) < len(KEYS)
+    part0.apply_batch(1, [Change(k, (_values(1)[k],)) for k in mine], _at(1))  # partition 1 not yet
+    scan = "SELECT k, n FROM counts ORDER BY k"
+    result = gw.sql(scan)
+    assert result.rows() == [(k, v) for k, v in sorted(_values(0).items())]
+    assert {p.position for p in result.partitions} == {_at(0)}
+    mixed = gw.sql(scan, session={"consistency": "eventual"}).rows()
+    assert mixed == [(k, _values(1 if k in mine else 0)[k]) for k in sorted(KEYS)]  # the check can fail
 
 
 def test_point_lookups_of_two_stores_agree(pipeline: Pipeline, gw: Gateway) -> None:
