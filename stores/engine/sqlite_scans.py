@@ -66,6 +66,8 @@ def unmark_writing(path: Path) -> None:
 
 def writing_here(path: Path) -> bool:
     """Does this process hold a writer connection to ``path``? (Then its Arrow scans must not use ADBC.)"""
+    if not _writing:  # a serving process writes nothing: no path resolved (syscalls) on its every scan
+        return False
     with _lock:
         return _key(path) in _writing
 
