@@ -15,6 +15,9 @@ Figures (each beside a baseline measured in the same run):
   (issue 50); and the 8-client req/s goal >= 0.8x of the ping's.
 - server CPU per request and the 1-client latency, on a server in this
   process (so its CPU time is measurable).
+- 1 client on servers in this process: lookups answered on the serving loop
+  (serving/inline.py) against the same server handing every request to a
+  handler thread, and against a bare waitress app there.
 - ``Gateway.sql(...).rows()`` point lookup p50 against sqlglot's bare parse of
   the same SQL, goal <= 200 us.
 - the same lookup with an aggregate and a filter as residual SQL, against the
@@ -231,6 +234,45 @@ def _one_client_figures(stack: contextlib.ExitStack, port: int, bodies: list[byt
     ]
 
 
+def _loop_figures(gw: Any, n_keys: int, quick: bool) -> list[Figure]:
+    """1 keep-alive client, in-process servers over the same gateway: lookups answered on the serving loop
+    (serving/inline.py) against the same server handing every request to a handler thread, and against a bare
+    waitress app sending the same bytes; alternating, medians of the runs' p50s."""
+    from benchmarks.bare_http import bare_app
+    from gateway.http import create_app
+    from gateway.serving.http_server import ServerThread
+
+    bodies = _bodies(n_keys)
+    n, rounds = (1_500, 3) if quick else (4_000, 5)
+    with contextlib.ExitStack() as stack:
+        loop = stack.enter_context(ServerThread(create_app(gw), threads=SERVER_THREADS))
+        handed = stack.enter_context(ServerThread(create_app(gw), threads=SERVER_THREADS, inline=False))
+        answer = _answer_of(loop.port, bodies[0])
+        bare = stack.enter_context(ServerThread(bare_app(answer["status"], answer["headers"],
+                                                         answer["body"].encode("latin-1")), threads=SERVER_THREADS))
+        sides = {"loop": loop.port, "handed": handed.port, "bare": bare.port}
+        p50s: dict[str, list[float]] = {k: [] for k in sides}
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            for p in sides.values():
+                pool.apply(_load, (p, "POST", "/v1/sql", bodies, 1, 300, 10.0))  # warm (and plan) each
+            for r in range(rounds):
+                for side in (list(sides) if r % 2 == 0 else list(reversed(sides))):
+                    _, lat, _ = pool.apply(_load, (sides[side], "POST", "/v1/sql", bodies, 1, n, 30.0))
+                    p50s[side].append(percentile(lat, 50) * 1e3)
+        counts = loop.inline_counts
+    med = {k: statistics.median(v) for k, v in p50s.items()}
+    note = (f"servers in the benchmark's process (4 threads), the client in another; {rounds} alternating runs of "
+            f"{n:,}; p50s {({k: [round(x, 3) for x in v] for k, v in p50s.items()})}; the loop answered "
+            f"{counts.answered:,} and handed on {counts.handed_on:,}")
+    return [
+        Figure("HTTP point lookup p50, 1 client, answered on the serving loop", med["loop"], "ms", med["handed"],
+               "the same server, every request to a handler thread", "", None, note),
+        Figure("HTTP point lookup p50, 1 client, answered on the serving loop, against bare", med["loop"], "ms",
+               med["bare"], "bare waitress app, same bytes, same process", "<= 1.1x", med["loop"] <= 1.1 * med["bare"],
+               "the same runs"),
+    ]
+
+
 def _loadavg() -> str:
     try:
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])
@@ -390,6 +432,7 @@ def run(quick: bool) -> list[Figure]:
             with ServerThread(create_app(gw), threads=SERVER_THREADS) as server:
                 figures += _inprocess_http_figures(server.port, n_keys, per_client, max_s)
                 figures += _hostile_figures(server.port, n_keys, per_client)
+            figures += _loop_figures(gw, n_keys, quick)
         finally:
             gw.close()
             app.close()

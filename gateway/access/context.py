@@ -59,6 +59,16 @@ class AuditedStatement:
         self._ended = False
         self._lock = threading.Lock()
 
+    def withdraw(self) -> None:
+        """Release the slot and write no line: the statement was not run here and will be asked again (a
+        serving loop handing it to a handler thread, serving/inline.py)."""
+        with self._lock:
+            if self._ended:
+                return
+            self._ended = True
+        if self._ticket is not None:
+            self._ticket.release()
+
     def end(self, *, result: Any = None, error: BaseException | None = None, code: str | None = None,
             rows: int | None = None, response_bytes: int | None = None, stores: Any = None) -> None:
         """Release the slot and write the line: ``result`` (an engine Result) gives the stores read, the Position
@@ -128,6 +138,15 @@ class AccessContext:
             self.login_failed(users.token_owner(given), face, client, "the bearer token is not valid")
             raise Unauthorized("the bearer token is not valid")
         return principal if users.mode == "file" else self._unrestricted(None)
+
+    def bearer_is_cheap(self, header: str | None) -> bool:
+        """Is ``bearer(header)`` answered without a password hash (see ``Users.token_is_known``)? What a serving
+        loop asks before it checks a request itself rather than hand it to a handler thread (serving/inline.py)."""
+        if not self.users.requires_auth or not header:
+            return True
+        scheme, _, given = header.partition(" ")
+        given = given.strip()
+        return scheme.lower() != "bearer" or not given or self.users.token_is_known(given)
 
     def principal(self, name: str) -> Principal | None:
         """The user called ``name`` as of now (a users file is re-read when it changed), or None."""

@@ -167,6 +167,15 @@ class Users:
         return self._state
 
     # -- asking -------------------------------------------------------------------------------------------
+    def token_is_known(self, token: str) -> bool:
+        """Does checking ``token`` need no password hash: no tokens, the one token, or a token already verified
+        since the file was read? (An unknown token costs a PBKDF2 verification, ~1.3 ms.)"""
+        if self.mode == "anonymous" or self._token is not None:
+            return True
+        state = self._current()
+        assert state is not None
+        return hmac.new(self._key, token.encode("utf-8", "surrogatepass"), hashlib.sha256).digest() in state.verified
+
     def authenticate_token(self, token: str | None) -> Principal | None:
         """The user a bearer token belongs to, or None; the same cost for an unknown and a wrong token."""
         if self.mode == "anonymous":

@@ -17,7 +17,9 @@ A DuckAnswer is started as the statement's ``Form`` says (statement.py) so
 its errors surface in ``Gateway.sql`` (the faces give them their status code):
 ``ROWS`` executes and fetches the first chunk, ``ARROW`` starts DuckDB's Arrow
 export, ``ANY`` only binds the SQL (a bad column, a type error) and decides
-when it is read. Every way of reading enforces the row limit (past it is an
+when it is read — unless the reads are in hand already (point reads): then it
+runs at once as ``ROWS`` does (one parse and plan instead of two), and a
+relation asked of it afterwards runs the SQL anew over the same reads. Every way of reading enforces the row limit (past it is an
 error, never a silent truncation) and the statement's budget.
 """
 
@@ -167,9 +169,11 @@ class DuckAnswer:
         once the answer was read another way. Streamed scans are read into Arrow tables first, so the relation
         can run any number of times. The statement's budget ends here: the relation is the caller's to run."""
         with self._lock:
-            if self._mode is not None:
+            started_in_hand = self._mode == "rows" and self._reads.in_memory and not self._seen and not self._done
+            if self._mode is not None and not started_in_hand:
                 return None
             self._mode = "relation"
+            self._first = None  # a Form.ANY answer over reads in hand ran at once (gateway): its relation runs anew
             if self._reads.streamed or self._reads.streams:  # store scans and stream reads read once: tables
                 self._reads.bind(self._lease, self._sql, tables=True)
             try:

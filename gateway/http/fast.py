@@ -16,6 +16,13 @@ real servers): the same bearer check, request parsing
 (``limits.parse_sql_request``), ``Gateway.sql`` call, renderer
 (``renderers.json_body``), error bodies (``renderers.error_response``) and
 metrics (the Flask rule name as the endpoint label).
+
+A server may run it on its serving loop's own thread (``environ[INLINE_KEY]``,
+gateway/serving/inline.py): then it answers only what ends in microseconds
+without waiting — a ping, or a statement the point lane answers, asked with
+a small body, no Position, wait, session or session token, by a caller whose
+token needs no password hash — and raises ``NotInline`` for anything else,
+before it has done anything a handler thread would do again.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from .metrics import Metrics
 from .renderers import JSON, error_response, json_body, position_header
 from .session import SESSION_HEADER, next_token, seen_from
 
-__all__ = ["FastPath", "JSON_ACCEPTS"]
+__all__ = ["FastPath", "JSON_ACCEPTS", "INLINE_KEY", "NotInline", "INLINE_MAX_REQUEST_BYTES"]
 
 # Accept headers common clients send that need no parsing: they all mean JSON here.
 JSON_ACCEPTS = frozenset({"*/*", "application/json", JSON})
@@ -45,12 +52,22 @@ JSON_ACCEPTS = frozenset({"*/*", "application/json", JSON})
 _PING_BODY = b'{"ok":true}'
 _PING_HEADERS = [("Content-Type", JSON), ("Content-Length", str(len(_PING_BODY)))]
 
+INLINE_KEY = "iqgate.inline"  # environ: True when the serving loop runs the request on its own thread
+INLINE_MAX_REQUEST_BYTES = 4096  # a larger body is parsed on a handler thread
+
+
+class NotInline(Exception):
+    """Raised (only with ``environ[INLINE_KEY]``) for a request the serving loop must hand to a handler thread."""
+
+
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
 class FastPath:
     """WSGI middleware: the common ``/v1/sql`` and ``/v1/ping`` requests directly, all else through ``flask_wsgi``."""
+
+    answers_inline = True  # it honours environ[INLINE_KEY] (the module doc)
 
     def __init__(self, app: Flask, flask_wsgi: WsgiApp, gateway: Any, cfg: GatewayConfig, metrics: Metrics,
                  access: AccessContext | None = None) -> None:
@@ -64,19 +81,25 @@ class FastPath:
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO")
         method = environ.get("REQUEST_METHOD")
+        inline = environ.get(INLINE_KEY, False)
         if path == "/v1/sql" and method == "POST":
             accept = environ.get("HTTP_ACCEPT")
             length = environ.get("CONTENT_LENGTH")
             if (not accept or accept in JSON_ACCEPTS) and length and length.isdigit() \
-                    and int(length) <= self._cfg.max_request_bytes:
-                return self._sql(environ, start_response, int(length))
+                    and int(length) <= (min(INLINE_MAX_REQUEST_BYTES, self._cfg.max_request_bytes) if inline
+                                        else self._cfg.max_request_bytes):
+                return self._sql(environ, start_response, int(length), inline)
         elif path == "/v1/ping" and method == "GET":
-            return self._ping(environ, start_response)
+            return self._ping(environ, start_response, inline)
+        if inline:
+            raise NotInline(path)
         return self._flask(environ, start_response)
 
     # -- the endpoints ---------------------------------------------------------------
-    def _ping(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+    def _ping(self, environ: dict[str, Any], start_response: StartResponse, inline: bool) -> Iterable[bytes]:
         t0 = time.perf_counter()
+        if inline and not self._access.bearer_is_cheap(environ.get("HTTP_AUTHORIZATION")):
+            raise NotInline("a token to verify")
         try:
             self._access.bearer(environ.get("HTTP_AUTHORIZATION"), face="http", client=client_of(environ))
         except Exception as exc:  # noqa: BLE001 - answered as the Flask app answers it
@@ -85,20 +108,35 @@ class FastPath:
         self._metrics.observe("/v1/ping", 200, time.perf_counter() - t0)
         return [_PING_BODY]
 
-    def _sql(self, environ: dict[str, Any], start_response: StartResponse, length: int) -> Iterable[bytes]:
+    def _sql(self, environ: dict[str, Any], start_response: StartResponse, length: int,
+             inline: bool) -> Iterable[bytes]:
         t0 = time.perf_counter()
         cfg = self._cfg
         audited = None
+        if inline and not self._access.bearer_is_cheap(environ.get("HTTP_AUTHORIZATION")):
+            raise NotInline("a token to verify")
         try:
             principal = self._access.bearer(environ.get("HTTP_AUTHORIZATION"), face="http", client=client_of(environ))
             req = parse_sql_request(environ["wsgi.input"].read(length) if length else b"", cfg.max_request_bytes)
+            if inline and (req.position is not None or req.partial is not None or req.wait_ms or req.session
+                           or environ.get("HTTP_X_IQ_SESSION")):
+                raise NotInline("a request the point lane does not take")
             audited = begin(self._access, principal, environ, req.sql, req.params)
             seen = seen_from(environ.get("HTTP_X_IQ_SESSION"))
             try:
-                result = self._gateway.sql(req.sql, req.params, req.position, partial=req.partial,
-                                           wait_ms=req.wait_ms, session=req.session, max_rows=req.max_rows,
-                                           form=Form.ROWS, cancelled=environ.get("waitress.client_disconnected"),
-                                           principal=principal, seen=seen)
+                if inline:  # the lane or nothing: the general way may plan, wait or scan
+                    answer = self._gateway.point(req.sql, req.params, max_rows=req.max_rows, principal=principal)
+                    if answer is None:
+                        if audited is not None:
+                            audited.withdraw()
+                        raise NotInline("the point lane does not answer it")
+                    result = answer
+                else:
+                    result = self._gateway.sql(req.sql, req.params, req.position, partial=req.partial,
+                                               wait_ms=req.wait_ms, session=req.session, max_rows=req.max_rows,
+                                               form=Form.ROWS,
+                                               cancelled=environ.get("waitress.client_disconnected"),
+                                               principal=principal, seen=seen)
             except StreamRequired:  # a SUBSCRIBE asked with Accept */* (or none): its changes as NDJSON (live.py)
                 media = live_media(environ.get("HTTP_ACCEPT"), JSON)
                 if media is None:
@@ -119,6 +157,8 @@ class FastPath:
             except BaseException:
                 result.close()
                 raise
+        except NotInline:
+            raise
         except Exception as exc:  # noqa: BLE001 - answered as the Flask app answers it
             if audited is not None:
                 audited.end(error=exc)

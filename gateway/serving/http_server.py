@@ -41,6 +41,7 @@ from typing import Any
 from waitress.server import create_server
 
 from .accept_board import AcceptBoard
+from .inline import answers_inline
 from .live_streams import install_stream_hooks
 
 __all__ = ["ServerThread", "freeze_startup_heap", "tune_process_for_serving", "keep_pandas_out", "lean_allocators",
@@ -60,7 +61,7 @@ class ServerThread:
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, threads: int = 8, *,
                  on_failure: Callable[[BaseException], None] | None = None, sock: Any = None,
                  cpu: int | None = None, board: AcceptBoard | None = None, connection_limit: int = 1000,
-                 tls: Any = None) -> None:
+                 tls: Any = None, inline: bool = True) -> None:
         """``sock``: an already listening socket to accept from (shared by ``--workers`` processes).
 
         ``cpu``: run the serving loop and its handler threads on that one CPU
@@ -78,6 +79,10 @@ class ServerThread:
 
         ``tls``: an ``ssl.SSLContext`` (``tls_channel.tls_context``): the port
         speaks HTTPS, terminated in this process (tls_channel.py).
+
+        ``inline``: the serving loop answers pings and point lookups itself
+        where ``app`` says which it must not (inline.py); False hands every
+        request to a handler thread (what benchmarks compare it with).
         """
         where: dict[str, Any] = {"sockets": [sock]} if sock is not None else {"host": host, "port": port}
         self.cpu = cpu
@@ -89,12 +94,13 @@ class ServerThread:
                                          send_bytes=SEND_BYTES, **where)
         if board is not None:
             _accept_fairly(self._server, board)
-        self._streams = install_stream_hooks(self._server, threads)  # live answers (live_streams.py)
+        # live answers (live_streams.py); pings and point lookups on the serving loop itself (inline.py)
+        self._streams = install_stream_hooks(self._server, threads, inline=inline and answers_inline(app))
         self.tls = tls is not None
         if tls is not None:
             from .tls_channel import tls_channel
 
-            self._server.channel_class = tls_channel(tls)  # type: ignore[union-attr]
+            self._server.channel_class = tls_channel(tls, self._server.channel_class)  # type: ignore[union-attr]
         if sock is not None:
             host = sock.getsockname()[0]
         self.host = host
@@ -107,6 +113,12 @@ class ServerThread:
     @property
     def url(self) -> str:
         return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
+
+    @property
+    def inline_counts(self) -> Any:
+        """Requests the serving loop answered itself and those it handed on (inline.py); None where it answers
+        none (an app that does not say which it must not)."""
+        return getattr(self._server, "inline_counts", None)
 
     @property
     def alive(self) -> bool:

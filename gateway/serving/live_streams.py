@@ -25,8 +25,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from waitress.channel import HTTPChannel
-
+from .inline import InlineChannel, install_inline
 from .whole_answer import WholeAnswerTask
 
 __all__ = ["StreamHooks", "ThreadLender", "install_stream_hooks", "STREAM_HIGH_WATER", "ENVIRON_KEY"]
@@ -116,9 +115,9 @@ class StreamHooks:
         channel.server.trigger.pull_trigger(lambda: channel.handle_close() if channel.connected else None)
 
 
-def install_stream_hooks(server: Any, threads: int) -> ThreadLender:
+def install_stream_hooks(server: Any, threads: int, inline: bool = False) -> ThreadLender:
     """Give every request of ``server`` (a waitress TcpWSGIServer) its ``StreamHooks``, and send small whole
-    answers at once (``whole_answer``)."""
+    answers at once (``whole_answer``); ``inline``: the serving loop answers what the app lets it (inline.py)."""
     lender = ThreadLender(server.task_dispatcher, threads)
 
     class _Task(WholeAnswerTask):
@@ -127,8 +126,10 @@ def install_stream_hooks(server: Any, threads: int) -> ThreadLender:
             environ[ENVIRON_KEY] = StreamHooks(self.channel, lender)
             return environ
 
-    class _Channel(HTTPChannel):
+    class _Channel(InlineChannel):
         task_class = _Task
 
     server.channel_class = _Channel
+    if inline:
+        install_inline(server)
     return lender

@@ -160,6 +160,7 @@ class TlsChannel(HTTPChannel):
             super().close()
 
 
-def tls_channel(context: ssl.SSLContext) -> type[TlsChannel]:
-    """The channel class of a server whose connections speak TLS with ``context``."""
-    return type("TlsChannel", (TlsChannel,), {"context": context})
+def tls_channel(context: ssl.SSLContext, base: type[HTTPChannel] = HTTPChannel) -> type[TlsChannel]:
+    """The channel class of a server whose connections speak TLS with ``context``, over the server's own channel
+    class ``base`` (its task class: live answers' hooks, whole answers; answers on the serving loop)."""
+    return type("TlsChannel", (TlsChannel, base), {"context": context})

@@ -19,11 +19,20 @@ socket writable at once, and the loop spun on it, taking the GIL from the
 handler thread that was about to flush (a ~4 ms p99 with one client).
 Answers in several pieces (streamed JSON, NDJSON, live answers), and any
 answer larger than ``send_bytes``, are written as waitress writes them.
+
+A task the serving loop runs itself (``inline``, inline.py) must never wait
+for the client: its whole answer goes the same way whatever its size, and
+what the socket does not take is left in the buffer without waitress's
+high-water wait (which only the loop, this thread, could end).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from waitress.task import WSGITask
+
+from ..http.fast import INLINE_KEY
 
 __all__ = ["WholeAnswerTask"]
 
@@ -31,10 +40,18 @@ __all__ = ["WholeAnswerTask"]
 class WholeAnswerTask(WSGITask):
     """A WSGI task that sends a whole small answer (one piece, its Content-Length) in one system call."""
 
+    inline = False  # run by the serving loop itself (inline.py)
+
+    def get_environment(self) -> dict[str, Any]:
+        environ: dict[str, Any] = super().get_environment()
+        if self.inline:
+            environ[INLINE_KEY] = True
+        return environ
+
     def write(self, data: bytes) -> None:
         channel = self.channel
         if (self.wrote_header or not self.complete or not data or self.content_length != len(data)
-                or not self.has_body or len(data) >= channel.adj.send_bytes):
+                or not self.has_body or (len(data) >= channel.adj.send_bytes and not self.inline)):
             super().write(data)
             return
         answer = self.build_response_header() + data
@@ -46,5 +63,10 @@ class WholeAnswerTask(WSGITask):
                     answer = answer[channel.send(answer, do_close=False):]
                 except OSError:  # left to write_soon and the serving loop, which close the connection
                     pass
-        if answer:
+        if answer and self.inline:
+            if channel.connected:
+                with channel.outbuf_lock:
+                    channel.outbufs[-1].append(answer)
+                    channel.total_outbufs_len += len(answer)
+        elif answer:
             channel.write_soon(answer)
