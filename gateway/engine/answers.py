@@ -173,7 +173,9 @@ class DuckAnswer:
             if self._mode is not None and not started_in_hand:
                 return None
             self._mode = "relation"
-            self._first = None  # a Form.ANY answer over reads in hand ran at once (gateway): its relation runs anew
+            if started_in_hand:  # a Form.ANY answer over reads in hand ran at once (gateway): its relation runs anew
+                self._first = None
+                self._lease.cursor.abort()  # the run's unread rest: a cursor does nothing else while it is pending
             if self._reads.streamed or self._reads.streams:  # store scans and stream reads read once: tables
                 self._reads.bind(self._lease, self._sql, tables=True)
             try:
