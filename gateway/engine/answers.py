@@ -19,8 +19,9 @@ its errors surface in ``Gateway.sql`` (the faces give them their status code):
 export, ``ANY`` only binds the SQL (a bad column, a type error) and decides
 when it is read — unless the reads are in hand already (point reads): then it
 runs at once as ``ROWS`` does (one parse and plan instead of two), and a
-relation asked of it afterwards runs the SQL anew over the same reads. Every way of reading enforces the row limit (past it is an
-error, never a silent truncation) and the statement's budget.
+relation asked of it afterwards runs the SQL anew over the same reads. Every
+way of reading enforces the row limit (past it is an error, never a silent
+truncation) and the statement's budget.
 """
 
 from __future__ import annotations
