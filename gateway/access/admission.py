@@ -37,7 +37,7 @@ from iqgate_client.errors import TooManyStatements
 
 from .principal import Principal
 
-__all__ = ["Admission", "Ticket", "TooManyStatements"]
+__all__ = ["Admission", "Ticket", "TooManyStatements", "WouldWait"]
 
 
 @dataclass
@@ -67,6 +67,11 @@ class Ticket:
         self.release()
 
 
+class WouldWait(Exception):
+    """``admit(..., may_wait=False)``: the statement would wait for one of its user's to end (not an error: the
+    caller asks again where it may wait; a serving loop hands the request to a handler thread)."""
+
+
 class Admission:
     """Admits statements per user; one object shared by every face of a server (thread-safe)."""
 
@@ -87,9 +92,11 @@ class Admission:
         """How many slots one user may hold while ``active_users`` users hold some."""
         return max(1, math.ceil((self.slots - self.reserve) / max(1, active_users)))
 
-    def admit(self, user: str, limit: int | None = None, *, wait_s: float | None = None) -> Ticket:
+    def admit(self, user: str, limit: int | None = None, *, wait_s: float | None = None,
+              may_wait: bool = True) -> Ticket:
         """A slot for one statement of ``user`` (whose own limit is ``limit``), or TooManyStatements at once
-        (over their share) or after ``wait_s`` (their own limit stayed reached)."""
+        (over their share) or after ``wait_s`` (their own limit stayed reached); ``may_wait=False``: WouldWait
+        instead of waiting at all."""
         wait_s = self.wait_s if wait_s is None else wait_s
         with self._cond:
             u = self._users.get(user)
@@ -110,6 +117,9 @@ class Admission:
             if limit is None or u.running < limit and not u.queue:
                 u.running += 1
                 return Ticket(self, user)
+            if not may_wait:
+                self._drop(user, u)
+                raise WouldWait(user)
             self._queue(user, u, limit, wait_s)
             return Ticket(self, user)
 

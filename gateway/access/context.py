@@ -62,23 +62,24 @@ class AuditedStatement:
     def withdraw(self) -> None:
         """Release the slot and write no line: the statement was not run here and will be asked again (a
         serving loop handing it to a handler thread, serving/inline.py)."""
+        self._release()
+
+    def _release(self) -> bool:
+        """End it and free its slot; False when it had ended already."""
         with self._lock:
             if self._ended:
-                return
+                return False
             self._ended = True
         if self._ticket is not None:
             self._ticket.release()
+        return True
 
     def end(self, *, result: Any = None, error: BaseException | None = None, code: str | None = None,
             rows: int | None = None, response_bytes: int | None = None, stores: Any = None) -> None:
         """Release the slot and write the line: ``result`` (an engine Result) gives the stores read, the Position
         and the rows handed out; ``error`` (or ``code``) makes the status "error"."""
-        with self._lock:
-            if self._ended:
-                return
-            self._ended = True
-        if self._ticket is not None:
-            self._ticket.release()
+        if not self._release():
+            return
         audit = self._access.audit
         if audit is None:
             return
@@ -170,13 +171,15 @@ class AccessContext:
             self.audit.login_failed(user=user, face=face, client=client, reason=reason)
 
     def begin(self, principal: Principal, *, face: str, client: str | None, sql: Any,
-              params: Any = None) -> AuditedStatement:
-        """Admit one statement of ``principal`` (TooManyStatements, audited, when over their share)."""
+              params: Any = None, may_wait: bool = True) -> AuditedStatement:
+        """Admit one statement of ``principal`` (TooManyStatements, audited, when over their share; with
+        ``may_wait=False`` WouldWait, not audited, where admission would wait for one of theirs to end)."""
         text = sql if isinstance(sql, str) else repr(sql)
         ticket = None
         if self.admission is not None:
             try:
-                ticket = self.admission.admit(principal.name, principal.limits.concurrent_statements)
+                ticket = self.admission.admit(principal.name, principal.limits.concurrent_statements,
+                                              may_wait=may_wait)
             except TooManyStatements as exc:
                 AuditedStatement(self, principal, face, client, text, params, None).end(error=exc)
                 raise

@@ -39,11 +39,12 @@ def client_of(environ: dict[str, Any]) -> str | None:
 
 
 def begin(access: AccessContext, principal: Principal, environ: dict[str, Any], sql: Any,
-          params: Any) -> AuditedStatement | None:
+          params: Any, may_wait: bool = True) -> AuditedStatement | None:
     """The statement admitted and its audit opened, or None when this server audits and admits nothing."""
     if access.plain:
         return None
-    return access.begin(principal, face="http", client=client_of(environ), sql=sql, params=params)
+    return access.begin(principal, face="http", client=client_of(environ), sql=sql, params=params,
+                        may_wait=may_wait)
 
 
 def audit_response(resp: Response, audited: AuditedStatement, result: Any) -> Response:

@@ -21,8 +21,10 @@ A server may run it on its serving loop's own thread (``environ[INLINE_KEY]``,
 gateway/serving/inline.py): then it answers only what ends in microseconds
 without waiting — a ping, or a statement the point lane answers, asked with
 a small body, no Position, wait, session or session token, by a caller whose
-token needs no password hash — and raises ``NotInline`` for anything else,
-before it has done anything a handler thread would do again.
+token needs no password hash and who has a statement slot free without
+waiting for one — and raises ``NotInline`` for anything else, before it has
+done anything a handler thread would do again (an admission slot taken is
+given back, with no audit line).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 
 from flask import Flask, Response
 
+from ..access.admission import WouldWait
 from ..access.context import AccessContext
 from ..engine.config import GatewayConfig
 from ..engine.errors import GatewayError, GatewayInternalError, StreamRequired
@@ -121,7 +124,10 @@ class FastPath:
             if inline and (req.position is not None or req.partial is not None or req.wait_ms or req.session
                            or environ.get("HTTP_X_IQ_SESSION")):
                 raise NotInline("a request the point lane does not take")
-            audited = begin(self._access, principal, environ, req.sql, req.params)
+            try:
+                audited = begin(self._access, principal, environ, req.sql, req.params, may_wait=not inline)
+            except WouldWait:  # the user's own limit is reached: waiting for a slot is a handler thread's
+                raise NotInline("admission would wait") from None
             seen = seen_from(environ.get("HTTP_X_IQ_SESSION"))
             try:
                 if inline:  # the lane or nothing: the general way may plan, wait or scan

@@ -12,7 +12,8 @@ asks ``POST /v1/sql`` or ``GET /v1/ping``, the loop runs the app itself with
 ``environ[INLINE_KEY]`` set. The app (gateway/http/fast.py) then answers only
 what cannot wait, plan or scan — a ping, or a statement the point lane
 answers (a cached plan, a local partition, an idle connection), asked by a
-caller whose token needs no password hash — and raises ``NotInline`` before
+caller whose token needs no password hash and whose admission would not
+wait for a slot (``Admission.admit(may_wait=False)``) — and raises ``NotInline`` before
 doing anything for every other request, which goes to a handler thread as
 before (its body rewound). So the loop is held for a lookup's tens of
 microseconds, never for a statement's budget, and every limit, answer and

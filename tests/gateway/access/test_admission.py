@@ -10,6 +10,7 @@ import pytest
 from iqgate_client.errors import OperationalError, error_class_for_code
 
 from gateway.access import Admission, Limits, Principal, TooManyStatements
+from gateway.access.admission import WouldWait
 
 
 def test_one_user_leaves_the_reserve_free() -> None:
@@ -85,6 +86,26 @@ def test_a_users_limit_queues_in_order_then_times_out() -> None:
         adm.admit("alice", 1, wait_s=0.05)
     assert adm.usage() == {"alice": (1, 0)}  # the one that gave up holds nothing
     blocker.release()
+
+
+def test_a_caller_that_may_not_wait_is_told_so_and_holds_nothing() -> None:
+    """``may_wait=False`` (a serving loop): where the user's own limit would queue the statement, WouldWait at
+    once and nothing held; where it would be admitted or refused, exactly as with waiting."""
+    adm = Admission(4)
+    first = adm.admit("alice", 1, may_wait=False)
+    with pytest.raises(WouldWait):
+        adm.admit("alice", 1, may_wait=False)
+    assert adm.usage() == {"alice": (1, 0)}
+    other = adm.admit("bob", 1, may_wait=False)  # another user is not held up
+    first.release()
+    adm.admit("alice", 1, may_wait=False).release()
+    other.release()
+    assert adm.usage() == {}
+    held = [adm.admit(f"u{i}", may_wait=False) for i in range(4)]
+    with pytest.raises(TooManyStatements, match="all 4 statement slots"):
+        adm.admit("carol", may_wait=False)  # over the server's slots: refused, as it always was
+    for t in held:
+        t.release()
 
 
 def test_queued_statements_count_against_the_share() -> None:

@@ -18,20 +18,20 @@ from typing import Any
 import pytest
 
 from gateway import Gateway, GatewayConfig
-from gateway.access.context import AccessContext
-from gateway.access.users import Users
+from gateway.access import AccessContext, Admission, AuditLog, Users
 from gateway.http import create_app
 from gateway.http.fast import INLINE_KEY, NotInline
 from gateway.serving.http_server import ServerThread
 from gateway.serving.tls_channel import tls_context
 from stores.engine.change import Change
 from stores.iqv2.position import Position
-from tests.gateway.access.team import make_team
+from tests.gateway.access.team import make_team, users
 from tests.gateway.gwfixtures import Shop, make_app
 from tests.gateway.http.test_https import make_cert
 from tests.gateway.live.livefixtures import live_env
 
 LOOKUP = "SELECT customer, revenue, orders FROM revenue WHERE customer = ?"
+FAR = {"orders": {"0": 10**12}}  # a bound no store reaches: a statement waiting for it holds its slot
 
 
 def _post(sql: str, params: list[object] | None = None, headers: dict[str, str] | None = None,
@@ -245,3 +245,53 @@ def test_a_request_handed_on_after_the_loop_read_its_body_is_read_whole_again(fi
     for status, _, got in answers:
         assert status == 200 and got.startswith(body + b" ") and not got.endswith(b"iqgate-http")
     assert ("boom on the loop" in caplog.text) == (first == b"boom")
+
+
+def test_admission_never_waits_on_the_loop_and_a_withdrawn_attempt_holds_no_slot(tmp_path: Path, gw: Gateway,
+                                                                                 shop: Shop) -> None:
+    """A user at their own concurrency limit: their lookup would wait for a slot, so the loop hands it on (the
+    handler thread waits) and goes on answering another user's lookups at once; a statement the lane does not
+    answer, tried on the loop after admission, gives its slot back and writes no audit line there."""
+    path = tmp_path / "users.toml"
+    users(path, "grant", "r", "revenue")
+    lim = users(path, "add", "lim", "--role", "r")
+    free = users(path, "add", "free", "--role", "r")
+    users(path, "limit", "--user", "lim", "concurrent_statements=1")
+    audit = tmp_path / "audit.log"
+    access = AccessContext(Users.load(path), audit=AuditLog(str(audit)), admission=Admission(4, wait_s=5.0))
+    c = sorted(shop.revenue)[0]
+    as_lim, as_free = {"Authorization": f"Bearer {lim}"}, {"Authorization": f"Bearer {free}"}
+    try:
+        with ServerThread(create_app(gw, access=access), threads=4) as s:
+            for who in (as_lim, as_free):
+                assert _ask(s.port, _post(LOOKUP, [c], headers=who))[0][0] == 200  # tokens verified, lane planned
+            a0, h0 = _counts(s)
+            for _ in range(5):  # admitted on the loop, then not the lane's: the slot goes back, one line each
+                assert _ask(s.port, _post("SELECT count(*) FROM revenue", headers=as_free))[0][0] == 200
+            assert _counts(s) == (a0, h0 + 5) and not access.admission.usage()  # type: ignore[union-attr]
+            lines = [json.loads(x) for x in audit.read_text().splitlines()]
+            assert sum(x.get("statement") == "SELECT count(*) FROM revenue" for x in lines) == 5
+            held = threading.Thread(target=_ask, args=(s.port, _post("SELECT * FROM revenue", headers=as_lim,
+                                                                      position=FAR, wait_ms=2000)), daemon=True)
+            held.start()
+            deadline = time.monotonic() + 10
+            while access.admission.usage().get("lim", (0, 0))[0] != 1:  # type: ignore[union-attr]
+                assert time.monotonic() < deadline, "lim's statement never held its slot"
+                time.sleep(0.01)
+            queued: list[Any] = []
+            waiting = threading.Thread(target=lambda: queued.append(_ask(s.port, _post(LOOKUP, [c],
+                                                                                         headers=as_lim))))
+            t0 = time.monotonic()
+            waiting.start()
+            a1, h1 = _counts(s)
+            for _ in range(10):  # free's lookups while lim's waits for its slot: on the loop, at once
+                got = _ask(s.port, _post(LOOKUP, [c], headers=as_free))[0]
+                assert got[0] == 200 and json.loads(got[2])["rows"] == [[c, *shop.revenue[c]]]
+            assert time.monotonic() - t0 < 1.5 and not queued
+            assert _counts(s)[0] - a1 == 10
+            waiting.join(15)
+            held.join(15)
+            assert queued and queued[0][0][0] == 200 and time.monotonic() - t0 >= 1.0  # after lim's first ended
+            assert _counts(s)[1] - h1 == 1
+    finally:
+        access.close()
