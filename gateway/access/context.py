@@ -121,8 +121,9 @@ class AccessContext:
         """Nothing to do per statement: no audit, no admission (the faces then skip ``begin`` entirely)."""
         return self.audit is None and self.admission is None
 
-    def bearer(self, header: str | None, *, face: str, client: str | None) -> Principal:
-        """The user an ``Authorization: Bearer <token>`` header names, or Unauthorized (audited as a failed login)."""
+    def bearer(self, header: str | None, *, face: str, client: str | None, may_hash: bool = True) -> Principal:
+        """The user an ``Authorization: Bearer <token>`` header names, or Unauthorized (audited as a failed login);
+        ``may_hash=False``: TokenNeedsHash, not audited, where that needs a password hash (users.py)."""
         users = self.users
         if not users.requires_auth:
             return self._unrestricted(None)
@@ -134,20 +135,11 @@ class AccessContext:
         if scheme.lower() != "bearer" or not given:
             self.login_failed(None, face, client, "the Authorization header is not 'Bearer <token>'")
             raise Unauthorized("the Authorization header must be 'Bearer <token>'")
-        principal = users.authenticate_token(given)
+        principal = users.authenticate_token(given, may_hash=may_hash)
         if principal is None:
             self.login_failed(users.token_owner(given), face, client, "the bearer token is not valid")
             raise Unauthorized("the bearer token is not valid")
         return principal if users.mode == "file" else self._unrestricted(None)
-
-    def bearer_is_cheap(self, header: str | None) -> bool:
-        """Is ``bearer(header)`` answered without a password hash (see ``Users.token_is_known``)? What a serving
-        loop asks before it checks a request itself rather than hand it to a handler thread (serving/inline.py)."""
-        if not self.users.requires_auth or not header:
-            return True
-        scheme, _, given = header.partition(" ")
-        given = given.strip()
-        return scheme.lower() != "bearer" or not given or self.users.token_is_known(given)
 
     def principal(self, name: str) -> Principal | None:
         """The user called ``name`` as of now (a users file is re-read when it changed), or None."""

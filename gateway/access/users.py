@@ -38,7 +38,7 @@ from .scram import ScramVerifier, mock_verifier
 from .tokens import token_id_of
 from .users_file import UsersData, UsersFileError, read_users
 
-__all__ = ["Users", "ANONYMOUS", "SINGLE_TOKEN_USER"]
+__all__ = ["Users", "TokenNeedsHash", "ANONYMOUS", "SINGLE_TOKEN_USER"]
 
 log = logging.getLogger("iqgate.access")
 
@@ -68,6 +68,10 @@ def _principals(data: UsersData) -> dict[str, Principal]:
         out[name] = Principal(name, tuple(dict.fromkeys(g for g in grants if g != SYSTEM_GRANT)),
                               SYSTEM_GRANT in grants, user.limits.over(data.limits), roles=user.roles)
     return out
+
+
+class TokenNeedsHash(Exception):
+    """``authenticate_token(may_hash=False)``: this token's check needs a password hash (not an error)."""
 
 
 class Users:
@@ -167,17 +171,10 @@ class Users:
         return self._state
 
     # -- asking -------------------------------------------------------------------------------------------
-    def token_is_known(self, token: str) -> bool:
-        """Does checking ``token`` need no password hash: no tokens, the one token, or a token already verified
-        since the file was read? (An unknown token costs a PBKDF2 verification, ~1.3 ms.)"""
-        if self.mode == "anonymous" or self._token is not None:
-            return True
-        state = self._current()
-        assert state is not None
-        return hmac.new(self._key, token.encode("utf-8", "surrogatepass"), hashlib.sha256).digest() in state.verified
-
-    def authenticate_token(self, token: str | None) -> Principal | None:
-        """The user a bearer token belongs to, or None; the same cost for an unknown and a wrong token."""
+    def authenticate_token(self, token: str | None, *, may_hash: bool = True) -> Principal | None:
+        """The user a bearer token belongs to, or None; the same cost for an unknown and a wrong token.
+        ``may_hash=False``: TokenNeedsHash instead of a password hash (~1.3 ms of PBKDF2) for a token not verified
+        since the file was read (a serving loop hands such a request to a handler thread: serving/inline.py)."""
         if self.mode == "anonymous":
             return self._anonymous
         if not token:
@@ -191,6 +188,8 @@ class Users:
         name = state.verified.get(key)
         if name is not None:
             return state.principals.get(name)
+        if not may_hash:
+            raise TokenNeedsHash()
         token_id = token_id_of(token)
         name = state.by_token_id.get(token_id) if token_id is not None else None
         verifier = state.data.users[name].token if name is not None else self._dummy

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gateway.access import ANONYMOUS, SINGLE_TOKEN_USER, Limits, ScramVerifier, Users, UsersFileError
+from gateway.access.users import TokenNeedsHash
 from gateway.access.users_cmd import main as users_main
 from gateway.access.users_file import UserRecord, UsersData, edit_lock, parse_users, render_users, write_users
 
@@ -153,6 +154,19 @@ def test_a_wrong_secret_under_a_real_token_id_fails(team: tuple[Path, dict[str, 
     forged = tokens["alice"][:-4] + ("AAAA" if not tokens["alice"].endswith("AAAA") else "BBBB")
     assert users.authenticate_token(forged) is None
     assert users.authenticate_token(tokens["alice"][:-1]) is None
+
+
+def test_a_caller_that_may_not_hash_is_told_so_until_the_token_was_verified(team: tuple[Path, dict[str, str]]) -> None:
+    """``may_hash=False`` (a serving loop): TokenNeedsHash for any token not verified since the file was read,
+    right or wrong alike; once verified the usual way, the user at once."""
+    path, tokens = team
+    users = Users.load(path)
+    for token in (tokens["alice"], "iqg_00000000_" + "A" * 43):
+        with pytest.raises(TokenNeedsHash):
+            users.authenticate_token(token, may_hash=False)
+    alice = users.authenticate_token(tokens["alice"])
+    assert alice is not None and users.authenticate_token(tokens["alice"], may_hash=False) == alice
+    assert users.authenticate_token(None, may_hash=False) is None  # no token: nothing to hash
 
 
 def test_unknown_and_wrong_tokens_cost_one_pbkdf2_each(team: tuple[Path, dict[str, str]],
