@@ -11,6 +11,8 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from benchmarks.procs import stop_serve
+
 __all__ = ["served_process"]
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -36,9 +38,4 @@ def served_process(state: Path, err: Path, flags: Sequence[str]) -> Iterator[tup
         assert url and pg, err.read_text()[-3000:]
         yield proc, url, pg
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_serve(proc)

@@ -183,8 +183,8 @@ def test_a_token_not_yet_verified_is_checked_on_a_handler_thread_then_on_the_loo
 
 def test_over_https_lookups_on_the_loop_and_live_answers_sent_at_once(tmp_path: Path, gw: Gateway,
                                                                       shop: Shop) -> None:
-    """The TLS channel keeps the server's own channel class: lookups are answered on the loop, and a live
-    answer's messages reach the client as they are made, not once 64 KiB have gathered (the streams' hooks)."""
+    """The TLS channel keeps the server's own channel class: lookups are answered on the loop (they were not, the
+    TLS channel replaced the class), and a live answer still streams over it."""
     cert, key = make_cert(str(tmp_path))
     client = ssl.create_default_context(cafile=cert)
 
@@ -206,7 +206,7 @@ def test_over_https_lookups_on_the_loop_and_live_answers_sent_at_once(tmp_path: 
         t.sendall(b"POST /v1/sql HTTP/1.1\r\nHost: x\r\nAccept: application/x-ndjson\r\n"
                   b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
         got = b""
-        while b'"columns"' not in got:  # the head line: far less than 64 KiB
+        while b'"columns"' not in got:  # the head line
             chunk = t.recv(65536)
             assert chunk, "the server ended the live answer"
             got += chunk
@@ -215,21 +215,64 @@ def test_over_https_lookups_on_the_loop_and_live_answers_sent_at_once(tmp_path: 
 
 class _Echo:
     """A WSGI app that may be run on the serving loop: it reads the whole body there, then says NotInline for
-    bodies starting with ``later`` and fails for bodies starting with ``boom``; on a handler thread it echoes the
-    body with the thread's name."""
+    bodies starting with ``later``, fails for bodies starting with ``boom``, and fails half-way through its answer
+    for ``half``; on a handler thread it echoes the body with the thread's name."""
 
     answers_inline = True
 
-    def __call__(self, environ: dict[str, object], start_response: Any) -> list[bytes]:
+    def __call__(self, environ: dict[str, object], start_response: Any) -> Any:
         body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))  # type: ignore[union-attr]
         if environ.get(INLINE_KEY):
             if body.startswith(b"later"):
                 raise NotInline("later")
             if body.startswith(b"boom"):
                 raise RuntimeError("boom on the loop")
+            if body.startswith(b"half"):
+                start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "1000")])
+                return _half()
         out = body + b" " + threading.current_thread().name.encode()
         start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(out)))])
         return [out]
+
+
+def _half() -> Any:
+    yield b"h" * 400
+    raise RuntimeError("failed half-way on the loop")
+
+
+def test_an_answer_that_fails_half_way_on_the_loop_ends_its_connection_and_the_server_answers_on(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The status line went out: the connection is closed after what was sent (the client sees a short body,
+    never a second answer glued on), and the loop goes on answering."""
+    raw = b"POST /v1/sql HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nhalf"
+    with ServerThread(_Echo(), threads=2) as s:
+        with socket.create_connection(("127.0.0.1", s.port), timeout=30) as c:
+            c.sendall(raw)
+            got = b""
+            while chunk := c.recv(65536):
+                got += chunk
+        assert got.startswith(b"HTTP/1.1 200 OK") and got.endswith(b"h" * 400)
+        assert "failed half-way on the loop" in caplog.text
+        assert _counts(s) == (1, 0)
+        ok = b"POST /v1/sql HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nlater"
+        assert _ask(s.port, ok)[0][0] == 200
+
+
+def test_answers_ended_early_on_the_loop_say_why(gw: Gateway, shop: Shop) -> None:
+    """A lookup over the response size limit, and one over its own max_rows, answered on the loop or handed on,
+    end with the error the general way gives, and the server answers the next lookup."""
+    c = sorted(shop.revenue)[0]
+    with ServerThread(create_app(gw, GatewayConfig(max_response_bytes=100)), threads=2) as small, \
+            ServerThread(create_app(gw), threads=2) as s:
+        for srv in (small, s):
+            _ask(srv.port, _post(LOOKUP, [c]))  # planned
+        a0, _ = _counts(small)
+        status, _, body = _ask(small.port, _post(LOOKUP, [c]))[0]
+        assert status == 422 and json.loads(body)["error"]["code"] == "RESPONSE_TOO_LARGE"
+        assert _counts(small)[0] == a0 + 1
+        status, _, body = _ask(s.port, _post(LOOKUP, [c], max_rows=0))[0]  # the lane hands on; the general way
+        assert status == 422 and json.loads(body)["error"]["code"] == "ROW_LIMIT_EXCEEDED"
+        assert json.loads(_ask(s.port, _post(LOOKUP, [c]))[0][2])["rows"] == [[c, *shop.revenue[c]]]
 
 
 @pytest.mark.parametrize("first", [b"later", b"boom"])
