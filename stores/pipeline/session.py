@@ -18,7 +18,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 __all__ = [
-    "get_or_create", "DEFAULT_CONF", "LOCAL_CONF", "session_conf", "register_sources", "check_workers_import_project",
+    "get_or_create", "DEFAULT_CONF", "LOCAL_CONF", "DAEMON_CONF", "session_conf", "register_sources", "check_workers_import_project",
     "WorkerImportError",
 ]
 
@@ -57,6 +57,13 @@ LOCAL_CONF: dict[str, str] = {
     "spark.task.maxDirectResultSize": "128m",
 }
 
+# Spark's Python worker daemon, quiet when the JVM hangs up on a worker first (spark_daemon.py). Set only where
+# the workers certainly import iqgate: a local master whose workers run this interpreter (elsewhere a daemon
+# that cannot start would hide check_workers_import_project's instruction behind a worker start-up failure).
+DAEMON_CONF: dict[str, str] = {
+    "spark.python.daemon.module": "stores.pipeline.spark_daemon",
+}
+
 _lock = threading.Lock()
 
 
@@ -93,9 +100,12 @@ def get_or_create(master: str = "local[2]", conf: Mapping[str, str] | None = Non
 
 
 def session_conf(master: str, conf: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The settings a new session gets on ``master``: DEFAULT_CONF, LOCAL_CONF on a local master, then ``conf``."""
+    """The settings a new session gets on ``master``: DEFAULT_CONF, LOCAL_CONF on a local master (and DAEMON_CONF
+    where its workers run this interpreter), then ``conf``."""
     local = LOCAL_CONF if master.startswith("local") else {}
-    out = {**DEFAULT_CONF, **local, **(conf or {})}
+    workers = (conf or {}).get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON") or sys.executable
+    daemon = DAEMON_CONF if local and workers == sys.executable else {}
+    out = {**DEFAULT_CONF, **local, **daemon, **(conf or {})}
     key = "spark.driver.extraJavaOptions"
     if conf and key in conf and conf[key] != DEFAULT_CONF[key]:  # the caller's JVM flags beside ours, theirs last
         out[key] = f"{DEFAULT_CONF[key]} {conf[key]}"
