@@ -61,7 +61,7 @@ from .routes import Route, choose_route, scan_rows, takes_point_lane
 from .scans import Waiting, probe_query, read_point
 from .sources import Capabilities, Source
 from .staleness import MAX_STALENESS
-from .statement import Budget, Form, Statement, bound_from
+from .statement import Budget, Form, Statement, bound_from, lane_takes
 from .subscribing import Subscribing
 from .system_tables import register_system_tables, store_rows
 from .upgrading import not_yet_available
@@ -261,7 +261,7 @@ class Gateway(Subscribing):
         try:
             result = None
             if takes_point_lane(stmt):  # before the statement watch: the lane never waits
-                result = self._point(stmt)
+                result = self._point(stmt.text, stmt.params, stmt.position, stmt.max_rows, stmt.principal)
             if result is None:
                 result = self._run(stmt)
         finally:
@@ -452,33 +452,30 @@ class Gateway(Subscribing):
         statement watch: what an HTTP server may answer on its serving loop's own thread (serving/inline.py).
         ``principal`` as for ``sql``: the lane reads only a store they may read.
         """
-        if not isinstance(text, str):
+        if not isinstance(text, str) or not lane_takes(None, self._settings(None)):
             return None
-        stmt = Statement(text, params, bound_from(position), None, None, max_rows, None, self._settings(None),
-                         Form.ANY, None, None, None, principal)
-        if not takes_point_lane(stmt):
-            return None
+        bound = bound_from(position) if position is not None else None
         activity = self._activity
         slot = activity.begin(text) if activity is not None else None
         try:
-            return self._point(stmt)
+            return self._point(text, params, bound, max_rows, principal)
         finally:
             if slot is not None:
                 activity.end(slot)
 
-    def _point(self, stmt: Statement) -> Result | None:
+    def _point(self, text: str, params: Any, position: Position | None, max_rows: int | None,
+               principal: Principal | None) -> Result | None:
         catalog = self.catalog()
-        lane = self.planner.point_lane(stmt.text, catalog)
+        lane = self.planner.point_lane(text, catalog)
         if lane is None:
             return None
-        principal = stmt.principal
         if principal is not None and not principal.everything and not self._grants.can_read(principal, lane.store):
             return None  # the general way plans it on the user's catalog: UNKNOWN_STORE, as for any unknown name
-        key = lane.key(stmt.params)
+        key = lane.key(params)
         if key is None:
             return None
         bound = lane.bound
-        extra = stmt.position
+        extra = position
         if extra is not None and not extra.is_empty():
             bound = PositionBound.at(bound.position.merge(extra))
         if not bound.is_unbounded():
@@ -490,13 +487,13 @@ class Gateway(Subscribing):
         reached, value, ts = got
         if value is not None and (not isinstance(value, tuple) or len(value) != len(lane.spec.values)):
             return None  # not the shape it was planned on: the general way says so (StoreShapeMoved)
-        limit = self._row_limit(stmt.max_rows, principal)
+        limit = self._row_limit(max_rows, principal)
         if lane.program is not None:
             columns = self._programs.columns(lane.program)
             if columns is None:  # DuckDB has not taught this program's columns yet: the general way answers
                 return None
             scan_rows = [] if value is None else [point_store_row(lane.spec)(key, value, ts, partition, reached)]
-            rows = self._programs.evaluate(lane.program, lane.residual_values(stmt.params), scan_rows)
+            rows = self._programs.evaluate(lane.program, lane.residual_values(params), scan_rows)
             if rows is None or len(rows) > limit:
                 return None
             return Result.in_hand(columns, rows, reached, [self._outcome(lane.store, partition, reached)],

@@ -99,10 +99,7 @@ class Statement:
         """No wait and no session setting the point lane does not honour: what the point lane takes (it never
         waits; it reads one store partition, which is one moment whatever the consistency, and a monotonic
         session's last Position is in ``position``; bounded staleness is the general way's)."""
-        if self.wait_ms:
-            return False
-        s = self.settings
-        return not s or (len(s) == 1 and s.get("consistency") in _LANE_LEVELS)
+        return lane_takes(self.wait_ms, self.settings)
 
     def budget(self, config: GatewayConfig) -> Budget:
         return Budget.of(config, self.settings, self.max_rows, self.wait_ms)
@@ -111,6 +108,14 @@ class Statement:
         if self.partial is not None:
             return self.partial
         return bool(self.settings.get("partial_results", config.partial_results))
+
+
+def lane_takes(wait_ms: int | None, settings: Mapping[str, Any]) -> bool:
+    """``Statement.plain`` of a statement with this wait and these settings (``Gateway.point`` asks it without
+    building a Statement: ~2 us of a ~35 us lookup over HTTP)."""
+    if wait_ms:
+        return False
+    return not settings or (len(settings) == 1 and settings.get("consistency") in _LANE_LEVELS)
 
 
 def bound_from(value: Any) -> Position | None:
