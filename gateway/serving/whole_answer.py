@@ -76,8 +76,8 @@ class WholeAnswerTask(WSGITask):
     def build_response_header(self) -> bytes:
         """Waitress's status line and headers, byte for byte, for the common answer (HTTP/1.1, a body with its
         Content-Length, a connection kept open) without its per-request costs (each header name re-capitalized,
-        the date formatted anew, a sort key made per call): 8.8 -> 4.8-6.0 us in a hot loop, on every answer. Any other
-        answer is waitress's own (tests/gateway/serving/test_whole_answer_header.py compares the two)."""
+        the date formatted anew, a sort key made per call): 8.8 -> 4.8-6.0 us in a hot loop, on every answer.
+        Any other answer is waitress's own (tests/gateway/serving/test_whole_answer_header.py compares the two)."""
         if (self.version != "1.1" or not self.has_body
                 or self.request.headers.get("CONNECTION", "").lower() == "close"):
             return bytes(super().build_response_header())

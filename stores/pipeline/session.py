@@ -18,8 +18,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 __all__ = [
-    "get_or_create", "DEFAULT_CONF", "LOCAL_CONF", "DAEMON_CONF", "session_conf", "register_sources", "check_workers_import_project",
-    "WorkerImportError",
+    "get_or_create", "DEFAULT_CONF", "LOCAL_CONF", "DAEMON_CONF", "session_conf", "register_sources",
+    "check_workers_import_project", "WorkerImportError",
 ]
 
 DEFAULT_CONF: dict[str, str] = {
