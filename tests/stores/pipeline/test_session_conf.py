@@ -101,8 +101,9 @@ def test_reads_that_end_early_leave_no_worker_traceback_on_the_console(tmp_path:
 
     With PySpark's own daemon (``spark.python.daemon.module=pyspark.daemon``) this script printed a
     ``BrokenPipeError`` traceback from ``pyspark/daemon.py`` for each of its reads (5 of 5; 20 of 20 with 20
-    reads; 2026-12-06); the same traceback showed on ``iqgate demo``'s console. Its own Spark (the JVM copies the workers' stderr to the console it
-    was started with, which a test cannot capture in this process).
+    reads; 2026-12-06); the same traceback showed on ``iqgate demo``'s console. It runs a Spark of its own:
+    the JVM copies the workers' stderr to the console it was started with, which a test cannot capture in
+    this process.
     """
     import subprocess
     import sys
