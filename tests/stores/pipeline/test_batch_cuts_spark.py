@@ -28,7 +28,7 @@ from stores.pipeline.materializer import position_from_offsets, read_batch_offse
 from tests.stores.pipeline.oracle import caught_up, wait_for_state, wait_until  # noqa: E402
 
 STORES = ("revenue", "last_order")
-BATCHES = 4  # committed by every store while the log grows (a batch is 0.3-0.7 s here, more on a loaded machine)
+BATCHES = 5  # committed by every store while the log grows (a batch is 0.3-0.7 s here, more on a loaded machine)
 APPEND_MAX_S = 40.0
 # The age limit is the freshness trade-off (measured by benchmarks/bench_pipeline.py --cuts), not what is tested
 # here: on a loaded machine a batch takes seconds and a 1 s limit leaves many cuts unshared by design.
@@ -64,10 +64,13 @@ def committed_positions(state: Path, store: str) -> list[tuple[tuple[int, int], 
 def _shared(a: list[Any], b: list[Any]) -> float:
     """The share of the Positions the two stores committed while the log grew that both committed.
 
-    The first (the backlog, all of it) and the last (the log's end once the producer stopped) are left out:
-    two queries meet there with or without shared cuts.
+    Left out, since two queries meet there with or without shared cuts: the first (the backlog, all of it), the
+    second (the first batch after the producer starts: both queries were idle, and Spark aligns processing-time
+    triggers to multiples of their interval, so both often start it on the same instant and read the same log
+    end — with cuts off it was shared in 3 of 7 runs, and made the share 0.5 in a run of 4 batches) and the last
+    (the log's end once the producer stopped).
     """
-    inner_a, inner_b = set(a[1:-1]), set(b[1:-1])
+    inner_a, inner_b = set(a[2:-1]), set(b[2:-1])
     return len(inner_a & inner_b) / max(1, min(len(inner_a), len(inner_b)))
 
 
@@ -87,12 +90,15 @@ def test_stores_of_different_queries_commit_positions_from_one_sequence(spark: A
         assert ref is not None and ref.read_text() == str(layout.cut_ledger_path(on).resolve())
         assert apps[1].topology.cut_ref is None
 
-        def produce() -> None:  # a few records every 20-30 ms: no two batches of a query see the same log
+        # a few records every 5-11 ms: no two batches of a query see the same log, and two queries that poll the
+        # log on their own rarely see the same end by chance (every 20-30 ms, two chance meetings among the 4
+        # batches of a slow run made the cuts-off share 0.5 in one full run)
+        def produce() -> None:
             i = 0
             while not stop.is_set():
                 log.append_batch("orders", [(f"c{(i + j) % 50}", {"amount": 1.0}, None) for j in range(3)])
                 i += 3
-                stop.wait(0.02 + (i % 7) / 700)
+                stop.wait(0.005 + (i % 7) / 1000)
 
         before = {(st, s): _commits(st, s) for st in (on, off) for s in STORES}
         producer = threading.Thread(target=produce, daemon=True)
