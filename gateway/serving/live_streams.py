@@ -25,6 +25,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .head_memo import MemoParser
 from .inline import InlineChannel, install_inline
 from .whole_answer import WholeAnswerTask
 
@@ -128,6 +129,7 @@ def install_stream_hooks(server: Any, threads: int, inline: bool = False) -> Thr
 
     class _Channel(InlineChannel):
         task_class = _Task
+        parser_class = MemoParser  # a repeated request head is not parsed again (head_memo.py)
 
     server.channel_class = _Channel
     if inline:
