@@ -126,6 +126,8 @@ def test_catalog_picks_up_new_stores(make_app: Any, tmp_path: Any) -> None:
     make_app([spec_for(StoreKind.KEY_VALUE, "a")], state_dir=state_dir)
     reader = _opened(state_dir)
     assert set(reader.catalog()) == {"a"}
+    first = reader.catalog()
+    assert reader.catalog() is first  # nothing changed: the same one, not a copy per statement
     with pytest.raises(UnknownStateStoreException):
         reader.query(req("b", KeyQuery.with_key(1)))
     other = make_app([spec_for(StoreKind.KEY_VALUE, "b")], state_dir=state_dir)
@@ -133,6 +135,7 @@ def test_catalog_picks_up_new_stores(make_app: Any, tmp_path: Any) -> None:
     res = reader.query(req("b", KeyQuery.with_key(1)))  # an unknown name triggers a rescan
     assert res.only_partition_result().result == (10,)
     assert set(reader.catalog()) == {"a", "b"}
+    assert set(first) == {"a"}  # the one handed out before the change is not changed under its holder
     # without a query naming it, a new store still shows up once the catalog's staleness window passes
     make_app([spec_for(StoreKind.KEY_VALUE, "c")], state_dir=state_dir)
     deadline = time.monotonic() + 5
