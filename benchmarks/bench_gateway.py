@@ -237,7 +237,9 @@ def _one_client_figures(stack: contextlib.ExitStack, port: int, bodies: list[byt
 def _loop_figures(gw: Any, n_keys: int, quick: bool) -> list[Figure]:
     """1 keep-alive client, in-process servers over the same gateway: lookups answered on the serving loop
     (serving/inline.py) against the same server handing every request to a handler thread, and against a bare
-    waitress app sending the same bytes; alternating, medians of the runs' p50s."""
+    app sending the same bytes on the same transport (``ServerThread``: its head memo and answer task, no
+    inline answers; ``_one_client_figures`` compares with plain waitress); alternating, medians of the runs'
+    p50s."""
     from benchmarks.bare_http import bare_app
     from gateway.http import create_app
     from gateway.serving.http_server import ServerThread
@@ -268,7 +270,7 @@ def _loop_figures(gw: Any, n_keys: int, quick: bool) -> list[Figure]:
         Figure("HTTP point lookup p50, 1 client, answered on the serving loop", med["loop"], "ms", med["handed"],
                "the same server, every request to a handler thread", "", None, note),
         Figure("HTTP point lookup p50, 1 client, answered on the serving loop, against bare", med["loop"], "ms",
-               med["bare"], "bare waitress app, same bytes, same process", "<= 1.1x", med["loop"] <= 1.1 * med["bare"],
+               med["bare"], "bare app on the same transport (ServerThread), same process", "<= 1.1x", med["loop"] <= 1.1 * med["bare"],
                "the same runs"),
     ]
 

@@ -17,9 +17,10 @@ bytes. A head that waitress refuses is never remembered (the next one is
 refused again by waitress itself), nor a chunked one, nor one longer than
 ``MAX_HEAD_BYTES``; at ``MAX_HEADS`` remembered heads the memo starts
 again, so a client that sends a new head every time costs one dict insert
-per request and the memo's memory stays under ~2 MB. The parse runs on the
-serving loop's thread only; tests/gateway/serving/test_head_memo.py
-compares every attribute with waitress's own parser over many heads.
+per request and the memo's memory stays under ~2 MB. Parses run on serving
+loops (one per server in a process), which share the memo through single
+dict operations. tests/gateway/serving/test_head_memo.py compares every
+attribute with waitress's own parser over many heads.
 """
 
 from __future__ import annotations
