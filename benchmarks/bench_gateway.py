@@ -270,8 +270,8 @@ def _loop_figures(gw: Any, n_keys: int, quick: bool) -> list[Figure]:
         Figure("HTTP point lookup p50, 1 client, answered on the serving loop", med["loop"], "ms", med["handed"],
                "the same server, every request to a handler thread", "", None, note),
         Figure("HTTP point lookup p50, 1 client, answered on the serving loop, against bare", med["loop"], "ms",
-               med["bare"], "bare app on the same transport (ServerThread), same process", "<= 1.1x", med["loop"] <= 1.1 * med["bare"],
-               "the same runs"),
+               med["bare"], "bare app on the same transport (ServerThread), same process", "<= 1.1x",
+               med["loop"] <= 1.1 * med["bare"], "the same runs"),
     ]
 
 
