@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gateway.access import ANONYMOUS, SINGLE_TOKEN_USER, Limits, ScramVerifier, Users, UsersFileError
+from gateway.access.tokens import token_id_of
 from gateway.access.users import TokenNeedsHash
 from gateway.access.users_cmd import main as users_main
 from gateway.access.users_file import UserRecord, UsersData, edit_lock, parse_users, render_users, write_users
@@ -146,6 +147,20 @@ def test_tokens_authenticate_their_user_with_the_roles_grants(team: tuple[Path, 
 def test_bad_tokens_authenticate_nobody(team: tuple[Path, dict[str, str]], bad: str) -> None:
     users = Users.load(team[0])
     assert users.authenticate_token(bad) is None and users.authenticate_token(None) is None
+
+
+@pytest.mark.parametrize("secret", ["_" + "A" * 42, "__" + "b" * 41, "-" + "C" * 42, "d" * 42 + "_", "e_-_" * 11])
+def test_a_secret_that_begins_or_ends_with_url_safe_punctuation_is_one_token(tmp_path: Path, secret: str) -> None:
+    """A token's secret is base64url, so 1 in 32 new tokens begins with ``_`` or ``-``: the id is still the part
+    between the first two underscores, the whole rest is the secret, and such a token authenticates its user."""
+    token = f"iqg_0123abcd_{secret}"
+    assert token_id_of(token) == "0123abcd"
+    path = tmp_path / "users.toml"
+    write_users(path, UsersData({"u": UserRecord("u", "0123abcd", ScramVerifier.from_password(token), ())}, {}))
+    users = Users.load(path)
+    assert users.token_owner(token) == "u"
+    assert users.authenticate_token(f"iqg_0123abcd{secret}") is None  # the id's closing "_" is not optional
+    assert users.authenticate_token(f"iqg_0123abcd_{secret[1:]}") is None
 
 
 def test_a_wrong_secret_under_a_real_token_id_fails(team: tuple[Path, dict[str, str]]) -> None:
