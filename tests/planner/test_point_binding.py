@@ -11,6 +11,7 @@ DuckDB, no request at all).
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Any
 
@@ -27,8 +28,9 @@ from tests.planner.planner_catalog import CATALOG
 PLANNER = Planner()  # the gateway's point lane lives in its Planner's cache
 
 
+@functools.lru_cache(maxsize=None)
 def _template(sql: str) -> Any:
-    """The analysed template of ``sql`` (what a Planner caches)."""
+    """The analysed template of ``sql`` (what a Planner caches, and so shares between statements: here too)."""
     return _analyze_text(_normalize(sql), CATALOG, None)
 
 STORES = ["mystore", "int_store", "str_store", "dbl_store", "bool_store", "ts_store", "date_store", "revenue", "single"]
