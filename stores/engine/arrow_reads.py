@@ -61,6 +61,14 @@ from ..iqv2.query import MultiVersionedRangeQuery, RangeQuery, TimestampedRangeQ
 __all__ = ["ArrowQuery", "ArrowRows", "AdbcReaders", "ARROW_TYPES", "raw_columns", "store_schema", "BATCH_ROWS"]
 
 BATCH_ROWS = 65_536
+# A read transaction's start on a connection whose -shm is read-only (``readonly_shm=1``, above) meeting a
+# checkpoint in another process: SQLite reads the WAL-index header, the checkpoint moves the read marks past it,
+# and a reader that may not write the -shm cannot set a mark of its own, so where none fits it says
+# SQLITE_READONLY_CANTINIT with this text (a reader with a writable -shm sets one and goes on). The next try reads
+# the new header. About 1 start in 500,000 against a writer checkpointing after every commit (a failed query in
+# CI once, 2026-12-06). Tries ~0.5 s in all, then the error as it is: a file that really cannot be read so.
+READ_MARK_RACE = "attempt to write a readonly database"
+READ_MARK_TRIES = 12
 IDLE_CONNECTIONS = 2  # per partition kept idle; more are opened for concurrent scans and closed after
 MAX_CONNECTIONS = 64  # per partition at once (one statement may scan a store several times): beyond, scans wait
 _WAIT_S = 30.0
@@ -391,7 +399,21 @@ class AdbcReaders:
 
     def scan(self, sql: str, params: Sequence[Any], spec: StoreSpec, columns: tuple[str, ...], batch_rows: int,
              position_of: Callable[[str], Position]) -> tuple[Position, ArrowRows]:
-        """The Position and a stream of the rows of ``sql``, both from ONE read transaction."""
+        """The Position and a stream of the rows of ``sql``, both from ONE read transaction.
+
+        A start that meets the read-mark race (``READ_MARK_RACE``) is tried again: nothing was read yet."""
+        tries = 0
+        while True:
+            try:
+                return self._scan(sql, params, spec, columns, batch_rows, position_of)
+            except Exception as exc:
+                tries += 1
+                if tries >= READ_MARK_TRIES or READ_MARK_RACE not in str(exc):
+                    raise
+            time.sleep(min(0.001 * 2 ** (tries - 1), 0.1))
+
+    def _scan(self, sql: str, params: Sequence[Any], spec: StoreSpec, columns: tuple[str, ...], batch_rows: int,
+              position_of: Callable[[str], Position]) -> tuple[Position, ArrowRows]:
         leads = columns[:len(columns) - len(spec.values)]
         c = self._take()
         began = False
